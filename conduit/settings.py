@@ -1,0 +1,120 @@
+"""All runtime settings in one place (pydantic-settings).
+
+Every field is read from an environment variable with the ``CONDUIT_`` prefix
+(e.g. ``CONDUIT_GATEWAY_PORT``). A few well-known variables are also accepted
+without the prefix: ``KAFKA_BOOTSTRAP_SERVERS``, ``REDIS_URL``, ``QDRANT_URL``,
+``OPENAI_BASE_URL``, ``OPENAI_API_KEY``. The README's settings table lists them.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _alias(name: str, *plain: str) -> AliasChoices:
+    return AliasChoices(f"CONDUIT_{name.upper()}", *plain)
+
+
+class Settings(BaseSettings):
+    """Conduit settings; see the README table for meaning and defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="CONDUIT_", extra="ignore", populate_by_name=True)
+
+    # ---- embedded stack
+    data_dir: Path = Field(default=Path(".conduit"), description="data directory (Qdrant Edge shard, embedded Redis, logs)")
+    embedded_kafka_port: int = Field(default=19092, description="port of the embedded tansu broker")
+    embedded_redis_port: int = Field(default=16379, description="port of the private embedded redis-server")
+
+    # ---- infrastructure addresses
+    kafka_bootstrap_servers: str | None = Field(
+        default=None, validation_alias=_alias("kafka_bootstrap_servers", "KAFKA_BOOTSTRAP_SERVERS"),
+        description="Kafka bootstrap servers; unset = embedded tansu broker",
+    )
+    kafka_fetch_max_wait_ms: int = Field(default=10, description="consumer fetch wait (tansu does not wake waiting fetches)")
+    kafka_partitions: int = Field(default=6, description="partitions per topic created by Conduit")
+    redis_url: str | None = Field(
+        default=None, validation_alias=_alias("redis_url", "REDIS_URL"),
+        description="Redis URL; unset = private embedded redis-server",
+    )
+    qdrant_url: str | None = Field(
+        default=None, validation_alias=_alias("qdrant_url", "QDRANT_URL"),
+        description="Qdrant server URL; unset = embedded Qdrant Edge in the data directory",
+    )
+    qdrant_collection: str = "conduit"
+
+    # ---- gateway
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8000
+    max_question_chars: int = Field(default=4000, description="longer questions get 413")
+    sse_heartbeat_s: float = Field(default=15.0, description="seconds between SSE heartbeat comments")
+    task_events_ttl_s: int = Field(default=86400, description="TTL of a task's replay log and record (seconds)")
+    task_events_maxlen: int = Field(default=20000, description="events kept per task replay log")
+    default_tenant: str = "default"
+
+    # ---- model
+    openai_base_url: str | None = Field(default=None, validation_alias=_alias("openai_base_url", "OPENAI_BASE_URL"))
+    openai_api_key: str | None = Field(default=None, validation_alias=_alias("openai_api_key", "OPENAI_API_KEY"))
+    model: str = Field(default="gpt-4o-mini", validation_alias=_alias("model", "CONDUIT_MODEL"))
+    model_read_timeout_s: float = Field(default=180.0, description="max wait between two streamed chunks (seed 000)")
+    model_connect_timeout_s: float = 10.0
+    model_max_retries: int = Field(default=2, description="retries before the first streamed token (seed 000)")
+    model_temperature: float = 0.2
+    max_rounds: int = Field(default=8, description="max model rounds per task")
+    max_tool_calls: int = Field(default=12, description="max tool calls per task")
+    task_deadline_s: float = Field(default=300.0, description="wall-clock limit per task (seed 003)")
+    history_turns: int = Field(default=6, description="earlier turns of the session given to the model")
+    model_breaker_failures: int = Field(default=3, description="consecutive model failures that open the circuit")
+    model_breaker_cooldown_s: float = 30.0
+
+    # ---- tools
+    tool_timeout_s: float = Field(default=30.0, description="deadline of one tool call (seconds)")
+    lease_ttl_s: float = Field(default=15.0, description="task lease; another replica resumes a task after it lapses")
+
+    # ---- retrieval (seed 000 §5)
+    embedding_backend: str = Field(default="use", description="use | openai")
+    embedding_model: str = "text-embedding-3-small"
+    embedding_base_url: str | None = None
+    retrieval_min_score: float = Field(default=0.30, description="seed 000: RETRIEVAL_MIN_SCORE (dense cosine)")
+    retrieval_retry_below: float = Field(default=0.50, description="seed 000: retry with compressed query below this")
+    retrieval_top_k: int = Field(default=6, description="seed 000: RETRIEVAL_TOP_K")
+    chunk_max_chars: int = Field(default=2000, description="seed 000: CHUNK_MAX_CHARS")
+    context_max_chars: int = Field(default=12000, description="seed 000: CONTEXT_MAX_CHARS")
+    rrf_k: int = 60
+
+    # ---- web
+    searxng_url: str | None = None
+    tavily_api_key: str | None = None
+    web_allow_private: bool = Field(default=False, description="TESTS ONLY: allow fetching 127.0.0.1")
+
+    # ---- sandbox
+    sandbox_timeout_s: float = 10.0
+    sandbox_memory_mb: int = 512
+    sandbox_output_bytes: int = 64_000
+    sandbox_unsafe: bool = Field(default=False, description="run code without bubblewrap (logged loudly)")
+
+    # ---- logging
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    def bootstrap_servers(self) -> str:
+        """Kafka bootstrap servers: the configured cluster or the embedded broker."""
+        return self.kafka_bootstrap_servers or f"127.0.0.1:{self.embedded_kafka_port}"
+
+    def redis(self) -> str:
+        """Redis URL: the configured one or the private embedded server."""
+        return self.redis_url or f"redis://127.0.0.1:{self.embedded_redis_port}/0"
+
+    @property
+    def model_configured(self) -> bool:
+        """True when an OpenAI-compatible endpoint is set (else retrieval-only answers)."""
+        return bool(self.openai_base_url)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """Process-wide settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,56 @@
+"""The task record read by ``GET /v1/tasks/{id}`` and session history, in Redis.
+
+Key ``conduit:task:{task_id}`` holds a ``contracts.api.TaskView`` as JSON with a
+TTL. The gateway creates it on ``POST``; the orchestrator rewrites it as the
+task advances. Session turns (question, answer) live in the list
+``conduit:session:{session_id}:turns`` so a follow-up question sees earlier turns.
+"""
+
+from __future__ import annotations
+
+import json
+
+from redis.asyncio import Redis
+
+from contracts.api import TaskView
+
+
+class TaskStore:
+    """Read and write task records and session turns.
+
+    Args:
+        redis: asyncio Redis client.
+        ttl_s: lifetime of records and session history (seconds).
+    """
+
+    def __init__(self, redis: Redis, ttl_s: int = 86400) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+
+    @staticmethod
+    def key(task_id: str) -> str:
+        """Redis key of a task record."""
+        return f"conduit:task:{task_id}"
+
+    async def save(self, view: TaskView) -> None:
+        """Write (create or replace) a task record."""
+        await self.redis.set(self.key(view.task_id), view.model_dump_json(), ex=self.ttl_s)
+
+    async def get(self, task_id: str) -> TaskView | None:
+        """Return the record, or None if unknown or expired."""
+        raw = await self.redis.get(self.key(task_id))
+        return TaskView.model_validate_json(raw) if raw else None
+
+    async def add_turn(self, session_id: str, question: str, answer: str, max_turns: int = 50) -> None:
+        """Append one finished (question, answer) turn to a session's history."""
+        key = f"conduit:session:{session_id}:turns"
+        await self.redis.rpush(key, json.dumps({"question": question, "answer": answer}, ensure_ascii=False))
+        await self.redis.ltrim(key, -max_turns, -1)
+        await self.redis.expire(key, self.ttl_s)
+
+    async def turns(self, session_id: str, last: int) -> list[dict[str, str]]:
+        """Return the session's last ``last`` turns, oldest first: ``[{question, answer}]``."""
+        if last <= 0:
+            return []
+        raw = await self.redis.lrange(f"conduit:session:{session_id}:turns", -last, -1)
+        return [json.loads(r) for r in raw]

@@ -1,0 +1,156 @@
+"""The shared runtime of a tool service: consume tool requests, run a tool, publish its result.
+
+A tool service (retriever, web, sandbox) registers tool functions with
+``ToolService``. For each ``ToolRequested`` on its topic the runtime:
+
+1. returns the stored result when the ``idempotency_key`` was already run
+   (seed 003: idempotent tools; results kept ``RESULT_TTL_S`` seconds);
+2. validates the arguments with the tool's contract model (``bad_arguments`` error);
+3. runs the tool under its deadline (``timeout`` outcome);
+4. publishes a ``ToolResult`` to ``conduit.tools.results`` keyed by task id.
+
+Tool functions have the shape ``async def tool(args: ArgsModel, request: ToolRequested) -> ToolOutput``
+and raise ``ToolFailure`` for a structured error the model can reason about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from conduit import bus, liveness
+from conduit.redis_client import make_redis
+from conduit.settings import Settings
+from contracts import topics
+from contracts.events import ToolError, ToolRequested, ToolResult, ToolResultPayload
+from contracts.evidence import EvidenceItem
+from contracts.tools import TOOL_SPECS, ToolArgs
+
+log = logging.getLogger("conduit.toolservice")
+
+RESULT_TTL_S = 3600
+"""Seconds a tool result is kept under its idempotency key."""
+
+
+@dataclass
+class ToolOutput:
+    """What a tool returns: evidence passages and/or text ``output`` (computation)."""
+
+    evidence: list[EvidenceItem] = field(default_factory=list)
+    output: str | None = None
+
+
+class ToolFailure(Exception):
+    """A structured tool error: ``error_code``, ``message``, ``hint`` and ``kind``
+    (transient, bad_arguments, forbidden, business; seed 003)."""
+
+    def __init__(self, error_code: str, message: str, hint: str | None = None, kind: str = "transient") -> None:
+        super().__init__(message)
+        self.error = ToolError(error_code=error_code, message=message, hint=hint, kind=kind)  # type: ignore[arg-type]
+
+
+ToolFn = Callable[[ToolArgs, ToolRequested], Awaitable[ToolOutput]]
+
+
+class ToolService:
+    """Runs tool functions for requests on one topic.
+
+    Args:
+        name: service name (``retriever``, ``web``, ``sandbox``), used in logs and readiness.
+        topic: request topic from ``contracts.topics``.
+        group_id: consumer group from ``contracts.topics``.
+        settings: Conduit settings.
+        timeout_s: per-call deadline in seconds (default ``settings.tool_timeout_s``).
+    """
+
+    def __init__(self, name: str, topic: str, group_id: str, settings: Settings, timeout_s: float | None = None) -> None:
+        self.name = name
+        self.topic = topic
+        self.group_id = group_id
+        self.settings = settings
+        self.timeout_s = timeout_s or settings.tool_timeout_s
+        self.tools: dict[str, ToolFn] = {}
+        self.redis: Redis = make_redis(settings)
+        self.broker = bus.make_broker(settings, client_id=name)
+
+    def tool(self, name: str, fn: ToolFn) -> None:
+        """Register ``fn`` as the implementation of tool ``name`` (a key of ``TOOL_SPECS``)."""
+        if name not in TOOL_SPECS:
+            raise KeyError(name)
+        self.tools[name] = fn
+
+    async def execute(self, request: ToolRequested) -> ToolResultPayload:
+        """Run one request and return its result payload (never raises for tool errors)."""
+        p = request.payload
+        started = time.perf_counter()
+
+        def result(outcome: str, out: ToolOutput | None = None, error: ToolError | None = None) -> ToolResultPayload:
+            return ToolResultPayload(
+                call_id=p.call_id,
+                tool=p.tool,
+                idempotency_key=p.idempotency_key,
+                outcome=outcome,  # type: ignore[arg-type]
+                evidence=out.evidence if out else [],
+                output=out.output if out else None,
+                error=error,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+
+        fn = self.tools.get(p.tool)
+        if fn is None:
+            return result("error", error=ToolError(error_code="unknown_tool", message=f"{p.tool} is not served by {self.name}", kind="bad_arguments"))
+        try:
+            args = TOOL_SPECS[p.tool].args_model.model_validate(p.arguments)
+        except ValidationError as exc:
+            return result("error", error=ToolError(
+                error_code="bad_arguments", message=str(exc.errors(include_url=False))[:500],
+                hint="fix the arguments to match the tool's JSON Schema", kind="bad_arguments"))
+        try:
+            out = await asyncio.wait_for(fn(args, request), timeout=self.timeout_s)
+        except TimeoutError:
+            return result("timeout", error=ToolError(
+                error_code="tool_timeout", message=f"{p.tool} did not finish within {self.timeout_s:.0f} s",
+                hint="try a narrower request", kind="transient"))
+        except ToolFailure as exc:
+            return result("error", error=exc.error)
+        except Exception as exc:  # noqa: BLE001 - a tool bug is reported to the model, not a crash
+            log.exception("tool %s crashed", p.tool)
+            return result("error", error=ToolError(error_code="tool_crashed", message=f"{type(exc).__name__}: {exc}"[:500], kind="transient"))
+        return result("ok", out)
+
+    async def handle(self, request: ToolRequested) -> None:
+        """Bus handler: idempotent execute-and-publish for one request."""
+        key = f"conduit:toolresult:{request.payload.idempotency_key}"
+        cached = await self.redis.get(key)
+        if cached:
+            payload = ToolResultPayload.model_validate_json(cached)
+        else:
+            payload = await self.execute(request)
+            await self.redis.set(key, payload.model_dump_json(), ex=RESULT_TTL_S)
+        await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload))
+
+    async def serve(self, ready: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Start consuming and run until SIGTERM/SIGINT, then stop cleanly (offsets committed)."""
+        await bus.ensure_topics(self.settings)
+        bus.subscribe(self.broker, self.settings, self.redis, topic=self.topic, group_id=self.group_id,
+                      model=ToolRequested, handler=self.handle, consumer_name=self.name)
+        await self.broker.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        heartbeat = asyncio.create_task(liveness.heartbeat(self.redis, self.name))
+        if ready:
+            await ready()
+        log.info("%s serving %s", self.name, ", ".join(self.tools))
+        await stop.wait()
+        heartbeat.cancel()
+        await self.broker.stop()
+        await self.redis.aclose()

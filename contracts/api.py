@@ -1,0 +1,86 @@
+"""HTTP API bodies of the gateway (requests, responses, errors)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.evidence import Citation
+from contracts.stream import Usage
+from contracts.tools import ToolName
+
+TaskStatus = Literal[
+    "accepted", "running", "waiting_tool", "waiting_approval", "completed", "failed", "cancelled"
+]
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+class TaskCreate(BaseModel):
+    """``POST /v1/tasks`` and ``POST /v1/ask`` body.
+
+    The question's size limit is a setting (``CONDUIT_MAX_QUESTION_CHARS``);
+    over it the gateway answers 413 ``question_too_large``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, description="the question, any language")
+    session_id: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    user_id: str | None = Field(default=None, max_length=128)
+    allowed_tools: list[ToolName] | None = Field(default=None, description="subset of tools the agent may use")
+
+
+class TaskCreated(BaseModel):
+    """``202`` answer of ``POST /v1/tasks``."""
+
+    task_id: str
+    session_id: str
+    events_url: str
+
+
+class StepRecord(BaseModel):
+    """One step of a task as shown by ``GET /v1/tasks/{id}``."""
+
+    step: int
+    kind: Literal["model", "tool"]
+    tool: str | None = None
+    call_id: str | None = None
+    arguments: dict[str, Any] | None = None
+    outcome: str | None = None
+    duration_ms: float | None = None
+
+
+class TaskView(BaseModel):
+    """``GET /v1/tasks/{id}``: the task's record (status, answer, citations, steps, usage)."""
+
+    task_id: str
+    session_id: str
+    tenant_id: str = "default"
+    user_id: str | None = None
+    status: TaskStatus
+    question: str
+    answer: str | None = None
+    citations: list[Citation] = Field(default_factory=list)
+    steps: list[StepRecord] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    mode: str | None = None
+    error: dict[str, str] | None = None
+    created_at: datetime
+    finished_at: datetime | None = None
+    latency_ms: float | None = None
+
+
+class ErrorDetail(BaseModel):
+    """Machine-readable ``code``, human ``message`` and optional ``details``."""
+
+    code: str
+    message: str
+    details: Any | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error response of the gateway: ``{"error": {"code", "message", "details"}}``."""
+
+    error: ErrorDetail

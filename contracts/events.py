@@ -1,0 +1,208 @@
+"""Bus events: payload models and their envelopes.
+
+Each ``*Event`` class is an ``Envelope`` with a fixed ``type`` and a typed
+``payload``. ``parse_event`` turns raw JSON bytes into the right class.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from contracts.envelope import Envelope
+from contracts.evidence import EvidenceItem
+from contracts.tools import ToolName
+
+
+class Payload(BaseModel):
+    """Base of all payloads: unknown keys are rejected (a typo is an error, not silence)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- payloads
+class QuestionPayload(Payload):
+    """A person's question. ``allowed_tools`` None means every configured tool."""
+
+    question: str
+    allowed_tools: list[ToolName] | None = None
+
+
+class ToolRequestPayload(Payload):
+    """A tool call the agent wants run.
+
+    ``idempotency_key`` is ``task_id:step:call_id`` (seed 003); a tool service
+    that sees the same key twice returns its stored result instead of re-running.
+    ``deadline_at`` (UTC) is when the orchestrator stops waiting for the result.
+    """
+
+    call_id: str
+    tool: ToolName
+    arguments: dict[str, Any]
+    reason: str = ""
+    step: int
+    idempotency_key: str
+    deadline_at: datetime | None = None
+
+
+class ToolError(Payload):
+    """A structured tool failure given back to the model (seed 003).
+
+    ``kind``: ``transient`` (retry may help), ``bad_arguments``, ``forbidden`` or
+    ``business`` (a valid answer that is a failure, e.g. nothing found).
+    """
+
+    error_code: str
+    message: str
+    hint: str | None = None
+    kind: Literal["transient", "bad_arguments", "forbidden", "business"] = "transient"
+
+
+class ToolResultPayload(Payload):
+    """The outcome of one tool call.
+
+    ``evidence`` holds passages (kb_search, web_*); ``output`` holds text output
+    (code_exec: computation, not evidence). ``duration_ms`` is the run time.
+    """
+
+    call_id: str
+    tool: ToolName
+    idempotency_key: str
+    outcome: Literal["ok", "error", "timeout"]
+    evidence: list[EvidenceItem] = Field(default_factory=list)
+    output: str | None = None
+    error: ToolError | None = None
+    duration_ms: float = 0.0
+
+
+class ApprovalRequestPayload(Payload):
+    """A tool call waiting for a human decision (seed 003, human in the loop)."""
+
+    call_id: str
+    tool: ToolName
+    arguments: dict[str, Any]
+    reason: str = ""
+    arguments_digest: str
+    expires_at: datetime
+
+
+class ApprovalDecisionPayload(Payload):
+    """A human decision on a pending call; ``edit`` carries new ``arguments``."""
+
+    call_id: str
+    decision: Literal["approve", "reject", "edit"]
+    arguments: dict[str, Any] | None = None
+    arguments_digest: str | None = None
+    comment: str | None = None
+
+
+class CancelPayload(Payload):
+    """A request to stop a task."""
+
+    reason: str = "cancelled by user"
+
+
+class AgentEventPayload(Payload):
+    """Coarse public agent event for other teams (topic ``conduit.agent.events``).
+
+    ``kind`` is one of task.started, tool.requested, tool.completed,
+    task.completed, task.failed; ``tool``/``outcome``/``duration_ms`` are set for
+    tool events, ``latency_ms`` and ``code`` for terminal ones.
+    """
+
+    kind: Literal["task.started", "tool.requested", "tool.completed", "task.completed", "task.failed", "task.cancelled"]
+    tool: str | None = None
+    outcome: str | None = None
+    duration_ms: float | None = None
+    latency_ms: float | None = None
+    code: str | None = None
+
+
+class DeadLetterPayload(Payload):
+    """A message no consumer could handle, kept for inspection and replay.
+
+    ``raw`` is the original value decoded as UTF-8 (with replacement characters).
+    """
+
+    topic: str
+    partition: int | None = None
+    offset: int | None = None
+    key: str | None = None
+    consumer: str
+    error: str
+    raw: str
+
+
+# ---------------------------------------------------------------- envelopes
+class QuestionAsked(Envelope):
+    """gateway -> orchestrator: a new question (topic ``conduit.questions``)."""
+
+    type: Literal["question.asked"] = "question.asked"
+    payload: QuestionPayload
+
+
+class ToolRequested(Envelope):
+    """orchestrator -> tool service: run one tool call."""
+
+    type: Literal["tool.requested"] = "tool.requested"
+    payload: ToolRequestPayload
+
+
+class ToolResult(Envelope):
+    """tool service -> orchestrator: the result of one tool call."""
+
+    type: Literal["tool.result"] = "tool.result"
+    payload: ToolResultPayload
+
+
+class ApprovalRequested(Envelope):
+    """orchestrator -> world: a call awaits approval."""
+
+    type: Literal["approval.requested"] = "approval.requested"
+    payload: ApprovalRequestPayload
+
+
+class ApprovalDecided(Envelope):
+    """gateway -> orchestrator: a human decided on a pending call."""
+
+    type: Literal["approval.decided"] = "approval.decided"
+    payload: ApprovalDecisionPayload
+
+
+class TaskCancelled(Envelope):
+    """gateway -> orchestrator: stop the task."""
+
+    type: Literal["task.cancelled"] = "task.cancelled"
+    payload: CancelPayload
+
+
+class AgentEvent(Envelope):
+    """orchestrator -> public topic: coarse progress of a task."""
+
+    type: Literal["agent.event"] = "agent.event"
+    payload: AgentEventPayload
+
+
+class DeadLetter(Envelope):
+    """any consumer -> dead-letter topic: an unhandleable message."""
+
+    type: Literal["dead_letter"] = "dead_letter"
+    payload: DeadLetterPayload
+
+
+BusEvent = Annotated[
+    Union[QuestionAsked, ToolRequested, ToolResult, ApprovalRequested, ApprovalDecided, TaskCancelled, AgentEvent, DeadLetter],
+    Field(discriminator="type"),
+]
+_BUS_EVENT = TypeAdapter(BusEvent)
+
+
+def parse_event(raw: bytes | str) -> Envelope:
+    """Parse a JSON bus message into its envelope class.
+
+    Raises ``pydantic.ValidationError`` for malformed JSON, an unknown ``type``
+    or a payload that does not match its model.
+    """
+    return _BUS_EVENT.validate_json(raw)

@@ -1,0 +1,166 @@
+"""Task events streamed to clients over SSE (``GET /v1/tasks/{id}/events``).
+
+Each SSE message has ``event: <type>``, ``id: <seq>`` (strictly increasing
+integer per task) and ``data: <JSON of the model below>``. Every stream ends
+with exactly one terminal event: task.completed, task.failed or task.cancelled.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from contracts.evidence import Citation, NumberedEvidence
+
+
+class StreamEvent(BaseModel):
+    """Base of every client-visible task event."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: str
+
+
+class Usage(BaseModel):
+    """Token usage summed over a task's model calls (tokens)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def add(self, other: "Usage") -> "Usage":
+        """Return the element-wise sum of two usages."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class TaskAccepted(StreamEvent):
+    """The gateway accepted the question and queued it."""
+
+    type: Literal["task.accepted"] = "task.accepted"
+    task_id: str
+    session_id: str
+    question: str
+
+
+class StepStarted(StreamEvent):
+    """A ReAct step began: ``phase`` is ``model`` (thinking/writing) or ``tools``."""
+
+    type: Literal["step.started"] = "step.started"
+    step: int
+    phase: Literal["model", "tools", "final"] = "model"
+
+
+class AnswerDelta(StreamEvent):
+    """A piece of the answer text as the model writes it."""
+
+    type: Literal["answer.delta"] = "answer.delta"
+    text: str
+
+
+class AnswerReset(StreamEvent):
+    """Discard the answer text shown so far (a model call is being re-run or superseded)."""
+
+    type: Literal["answer.reset"] = "answer.reset"
+    reason: str
+
+
+class ToolRequestedEvent(StreamEvent):
+    """The agent asked for a tool call; ``reason`` is the model's one-line why."""
+
+    type: Literal["tool.requested"] = "tool.requested"
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    reason: str = ""
+
+
+class ToolCompletedEvent(StreamEvent):
+    """A tool call finished; ``outcome`` is ok, error or timeout; ``duration_ms`` its run time."""
+
+    type: Literal["tool.completed"] = "tool.completed"
+    call_id: str
+    tool: str
+    outcome: str
+    duration_ms: float
+    error_code: str | None = None
+
+
+class EvidenceEvent(StreamEvent):
+    """Evidence that just entered the model's context, with its pool numbers."""
+
+    type: Literal["evidence"] = "evidence"
+    items: list[NumberedEvidence]
+
+
+class ApprovalRequiredEvent(StreamEvent):
+    """A tool call waits for a human decision at ``POST /v1/tasks/{id}/approvals/{call_id}``."""
+
+    type: Literal["tool.approval_required"] = "tool.approval_required"
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    reason: str = ""
+    arguments_digest: str
+    expires_at: str
+
+
+class TaskCompleted(StreamEvent):
+    """Terminal: the answer, its checked citations, token usage and latency (ms).
+
+    ``mode`` is ``agent`` (a model wrote it) or ``retrieval_only`` (no model, or
+    the model endpoint failed: ``fallback_reason`` says why).
+    """
+
+    type: Literal["task.completed"] = "task.completed"
+    answer: str
+    citations: list[Citation] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    latency_ms: float
+    mode: Literal["agent", "retrieval_only"] = "agent"
+    fallback_reason: str | None = None
+    stop_reason: str | None = None
+
+
+class TaskFailed(StreamEvent):
+    """Terminal: the task failed with a machine-readable ``code`` and a human ``message``."""
+
+    type: Literal["task.failed"] = "task.failed"
+    code: str
+    message: str
+
+
+class TaskCancelledEvent(StreamEvent):
+    """Terminal: the task was cancelled."""
+
+    type: Literal["task.cancelled"] = "task.cancelled"
+    reason: str = "cancelled"
+
+
+TERMINAL_TYPES = frozenset({"task.completed", "task.failed", "task.cancelled"})
+
+TaskStreamEvent = Annotated[
+    Union[
+        TaskAccepted,
+        StepStarted,
+        AnswerDelta,
+        AnswerReset,
+        ToolRequestedEvent,
+        ToolCompletedEvent,
+        EvidenceEvent,
+        ApprovalRequiredEvent,
+        TaskCompleted,
+        TaskFailed,
+        TaskCancelledEvent,
+    ],
+    Field(discriminator="type"),
+]
+_STREAM_EVENT = TypeAdapter(TaskStreamEvent)
+
+
+def parse_stream_event(raw: bytes | str) -> StreamEvent:
+    """Parse the JSON ``data`` of a task event into its model; raises ValidationError."""
+    return _STREAM_EVENT.validate_json(raw)

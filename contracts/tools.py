@@ -1,0 +1,121 @@
+"""Tool names, argument models and the JSON Schemas shown to the model.
+
+Seed 000 §5: every tool takes a ``reason`` (one sentence, shown to the user);
+tools whose backing service is not configured are not offered at all.
+The argument models are the single source of the JSON Schema passed to the
+chat-completions ``tools`` parameter (``openai_tool_schema``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts import topics
+
+ToolName = Literal["kb_search", "web_search", "web_fetch", "code_exec"]
+ALL_TOOLS: tuple[ToolName, ...] = ("kb_search", "web_search", "web_fetch", "code_exec")
+
+REASON_FIELD = Field(
+    description="为什么需要调用这个工具，一句话，会展示给用户 (why this call is needed; shown to the user)",
+    max_length=500,
+)
+
+
+class ToolArgs(BaseModel):
+    """Base of all tool argument models: unknown keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class KbSearchArgs(ToolArgs):
+    """Arguments of ``kb_search``: a short query over the knowledge base."""
+
+    query: str = Field(min_length=1, max_length=500, description="检索词：法律名称、事项、关键词，尽量短 (search terms, short)")
+    reason: str = REASON_FIELD
+
+
+class WebSearchArgs(ToolArgs):
+    """Arguments of ``web_search``: a web query (seed 002 pipeline)."""
+
+    query: str = Field(min_length=1, max_length=300, description="web search query")
+    reason: str = REASON_FIELD
+
+
+class WebFetchArgs(ToolArgs):
+    """Arguments of ``web_fetch``: one http(s) URL to read."""
+
+    url: str = Field(min_length=8, max_length=2000, description="http or https URL of the page to read")
+    reason: str = REASON_FIELD
+
+
+class CodeExecArgs(ToolArgs):
+    """Arguments of ``code_exec``: Python source run in the sandbox."""
+
+    code: str = Field(min_length=1, max_length=20000, description="Python 3 code; print() the results you need")
+    reason: str = REASON_FIELD
+
+
+class ToolSpec(BaseModel):
+    """Static description of one tool: its arguments model, description and request topic."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: ToolName
+    description: str
+    args_model: type[ToolArgs]
+    request_topic: str
+
+
+TOOL_SPECS: dict[str, ToolSpec] = {
+    "kb_search": ToolSpec(
+        name="kb_search",
+        description=(
+            "检索知识库（中国现行法律法规条文及已导入的文档），返回带编号的原文片段。"
+            "回答法律、税务等问题前应优先调用；可以换关键词多次检索。"
+            " Search the knowledge base (Chinese laws and ingested documents); returns numbered passages."
+        ),
+        args_model=KbSearchArgs,
+        request_topic=topics.TOOL_REQUESTS_KB,
+    ),
+    "web_search": ToolSpec(
+        name="web_search",
+        description="Search the web for recent or missing information; returns numbered page passages.",
+        args_model=WebSearchArgs,
+        request_topic=topics.TOOL_REQUESTS_WEB,
+    ),
+    "web_fetch": ToolSpec(
+        name="web_fetch",
+        description="Read one web page by URL; returns its main text as numbered passages.",
+        args_model=WebFetchArgs,
+        request_topic=topics.TOOL_REQUESTS_WEB,
+    ),
+    "code_exec": ToolSpec(
+        name="code_exec",
+        description=(
+            "Run Python 3 code in an isolated sandbox without network for exact calculation. "
+            "Output is computation, not evidence: say it was computed in the sandbox."
+        ),
+        args_model=CodeExecArgs,
+        request_topic=topics.TOOL_REQUESTS_SANDBOX,
+    ),
+}
+
+
+def openai_tool_schema(name: str) -> dict[str, Any]:
+    """Return the chat-completions ``tools`` entry for tool ``name``.
+
+    Shape: ``{"type": "function", "function": {"name", "description", "parameters"}}``
+    where ``parameters`` is the JSON Schema of the tool's argument model.
+    Raises KeyError for an unknown tool.
+    """
+    spec = TOOL_SPECS[name]
+    schema = spec.args_model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return {
+        "type": "function",
+        "function": {"name": spec.name, "description": spec.description, "parameters": schema},
+    }

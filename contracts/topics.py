@@ -1,0 +1,41 @@
+"""Kafka topic names and partition keys: the one place they are defined.
+
+Ordering rule: every message about a task is keyed by its ``task_id``
+(``partition_key``), so a task's events stay in order within one partition.
+Consumer groups are named per service so each service scales alone.
+"""
+
+from __future__ import annotations
+
+PREFIX = "conduit"
+
+QUESTIONS = f"{PREFIX}.questions"  # QuestionAsked: gateway -> orchestrator
+CONTROL = f"{PREFIX}.control"  # TaskCancelled, ApprovalDecided: gateway -> orchestrator
+TOOL_REQUESTS_KB = f"{PREFIX}.tools.kb.requests"  # ToolRequested(kb_search) -> retriever
+TOOL_REQUESTS_WEB = f"{PREFIX}.tools.web.requests"  # ToolRequested(web_search|web_fetch) -> web
+TOOL_REQUESTS_SANDBOX = f"{PREFIX}.tools.sandbox.requests"  # ToolRequested(code_exec) -> sandbox
+TOOL_RESULTS = f"{PREFIX}.tools.results"  # ToolResult: tool services -> orchestrator
+AGENT_EVENTS = f"{PREFIX}.agent.events"  # public, coarse AgentEvent stream for other teams
+DEAD_LETTER = f"{PREFIX}.dead-letter"  # DeadLetter: messages no consumer could handle
+
+ALL_TOPICS: tuple[str, ...] = (
+    QUESTIONS,
+    CONTROL,
+    TOOL_REQUESTS_KB,
+    TOOL_REQUESTS_WEB,
+    TOOL_REQUESTS_SANDBOX,
+    TOOL_RESULTS,
+    AGENT_EVENTS,
+    DEAD_LETTER,
+)
+
+# consumer group ids, one per service
+GROUP_ORCHESTRATOR = f"{PREFIX}-orchestrator"
+GROUP_RETRIEVER = f"{PREFIX}-retriever"
+GROUP_WEB = f"{PREFIX}-web"
+GROUP_SANDBOX = f"{PREFIX}-sandbox"
+
+
+def partition_key(task_id: str) -> bytes:
+    """Partition key of every message about a task: its ``task_id`` as UTF-8 bytes."""
+    return task_id.encode("utf-8")

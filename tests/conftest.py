@@ -1,0 +1,69 @@
+"""Shared fixtures: a real tansu broker and a private real redis-server per test session.
+
+No Docker is needed: both run as local processes (see conduit.infra). When a
+Docker daemon is reachable the same fixtures still use local processes, so CI
+behaves the same everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from conduit import infra
+from conduit.settings import Settings
+
+
+@dataclass
+class Infra:
+    """Addresses of the session's broker and Redis, plus a scratch data dir."""
+
+    kafka_port: int
+    redis_port: int
+    root: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+
+@pytest.fixture(scope="session")
+def infra_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
+    """Start tansu and redis-server on free ports for the whole test session."""
+    root = tmp_path_factory.mktemp("infra")
+    kport, rport = infra.free_port(), infra.free_port()
+    tansu = infra.start_tansu(kport, root / "tansu.log")
+    redis = infra.start_redis(rport, root / "redis", root / "redis.log", persist=False)
+    try:
+        yield Infra(kport, rport, root)
+    finally:
+        infra.stop(tansu)
+        infra.stop(redis)
+
+
+@pytest.fixture
+def settings(infra_stack: Infra, tmp_path: Path) -> Settings:
+    """Settings pointing at the session broker and Redis, with a fresh data dir."""
+    return Settings(
+        kafka_bootstrap_servers=infra_stack.bootstrap,
+        redis_url=infra_stack.redis_url,
+        data_dir=tmp_path / "data",
+    )
+
+
+@pytest.fixture
+async def redis(infra_stack: Infra) -> AsyncIterator[Redis]:
+    """An asyncio client of the session's private Redis."""
+    client = Redis.from_url(infra_stack.redis_url)
+    yield client
+    await client.aclose()
