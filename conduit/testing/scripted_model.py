@@ -1,0 +1,142 @@
+"""A scripted OpenAI-compatible chat-completions server for tests and benchmarks.
+
+It is the one allowed stand-in: the paid model API. It speaks real HTTP and the
+real streaming wire format (``data: {chunk}`` lines, ``data: [DONE]``), so the
+``openai`` client path is exercised end to end. Each request plays the next
+``Turn`` of the script; a turn may also be a function of the request body.
+
+Turn fields: ``content`` (text streamed in ``chunks`` pieces), ``tool_calls``
+(``[{"name", "arguments"}]``), ``delay_s`` before the first chunk,
+``chunk_delay_s`` between chunks, ``status`` (answer with that HTTP error instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from conduit.infra import free_port, wait_port
+
+
+@dataclass
+class Turn:
+    """One scripted model response (see module doc)."""
+
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    chunks: int = 8
+    delay_s: float = 0.0
+    chunk_delay_s: float = 0.0
+    status: int | None = None
+    retry_after_s: float | None = None
+
+
+TurnSource = Turn | Callable[[dict[str, Any]], Turn]
+
+
+class ScriptedModel:
+    """Serve ``script`` on 127.0.0.1 at ``base_url`` (``http://127.0.0.1:PORT/v1``).
+
+    ``requests`` keeps every request body received, for assertions. When the
+    script runs out, ``default`` is played (a short plain answer).
+    """
+
+    def __init__(self, script: list[TurnSource] | None = None, default: Turn | None = None) -> None:
+        self.script: list[TurnSource] = list(script or [])
+        self.default = default or Turn(content="OK.")
+        self.requests: list[dict[str, Any]] = []
+        self.port = free_port()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        """The ``OPENAI_BASE_URL`` to give clients."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def push(self, *turns: TurnSource) -> None:
+        """Append turns to the script."""
+        with self._lock:
+            self.script.extend(turns)
+
+    def _next(self, body: dict[str, Any]) -> Turn:
+        with self._lock:
+            self.requests.append(body)
+            source = self.script.pop(0) if self.script else self.default
+        return source(body) if callable(source) else source
+
+    async def _completions(self, request: Request) -> Any:
+        body = await request.json()
+        turn = self._next(body)
+        if turn.status:
+            headers = {"retry-after": str(turn.retry_after_s)} if turn.retry_after_s is not None else None
+            return JSONResponse({"error": {"message": "scripted error", "type": "server_error"}}, status_code=turn.status, headers=headers)
+        model = body.get("model", "scripted")
+        cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None) -> str:
+            obj: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                                   "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            if usage:
+                obj["usage"] = usage
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        async def gen() -> Any:
+            if turn.delay_s:
+                await asyncio.sleep(turn.delay_s)
+            yield chunk({"role": "assistant", "content": ""})
+            text = turn.content
+            if text:
+                n = max(1, min(turn.chunks, len(text)))
+                size = -(-len(text) // n)
+                for i in range(0, len(text), size):
+                    yield chunk({"content": text[i : i + size]})
+                    if turn.chunk_delay_s:
+                        await asyncio.sleep(turn.chunk_delay_s)
+            for i, call in enumerate(turn.tool_calls):
+                args = call.get("arguments", {})
+                raw = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                call_id = call.get("id") or f"call_{uuid.uuid4().hex[:10]}"
+                yield chunk({"tool_calls": [{"index": i, "id": call_id, "type": "function",
+                                             "function": {"name": call["name"], "arguments": ""}}]})
+                half = len(raw) // 2
+                for part in (raw[:half], raw[half:]):
+                    yield chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]})
+            yield chunk({}, finish="tool_calls" if turn.tool_calls else "stop")
+            prompt_tokens = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 2
+            completion = max(1, len(text) // 2)
+            yield chunk({}, usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                                   "total_tokens": prompt_tokens + completion})
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    def start(self) -> "ScriptedModel":
+        """Start serving in a background thread; returns self once the port is open."""
+        app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        wait_port(self.port)
+        return self
+
+    def stop(self) -> None:
+        """Stop the server thread."""
+        if self._server:
+            self._server.should_exit = True
+        if self._thread:
+            self._thread.join(timeout=5)

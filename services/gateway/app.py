@@ -1,0 +1,79 @@
+"""The gateway's FastAPI application: HTTP in, Kafka out, Redis task logs streamed back as SSE.
+
+``create_app(settings)`` builds the app; its lifespan opens, in order:
+1. Redis (``conduit.redis_client.make_redis``) — task records and event logs;
+2. Conduit's Kafka topics (``conduit.bus.ensure_topics``) and a FastStream
+   ``KafkaBroker`` with no subscribers, used only to publish (``acks=all``);
+3. a liveness heartbeat (``conduit:alive:gateway:<pid>``) for ``/readyz``.
+Startup fails (the process exits) when Kafka is unreachable at start; later
+outages are reported by ``/readyz`` and answered 503 by the write routes.
+On shutdown the heartbeat stops, the broker is stopped and Redis closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from conduit import bus
+from conduit.liveness import heartbeat
+from conduit.redis_client import make_redis
+from conduit.settings import Settings
+from conduit.taskstore import TaskStore
+from conduit.taskstream import TaskEventLog
+from services.gateway import health, routes
+from services.gateway.errors import install_error_handlers
+from services.gateway.state import GatewayState
+
+log = logging.getLogger("conduit.gateway")
+
+SERVICE = "gateway"
+_STOP_TIMEOUT_S = 5.0
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Return the gateway app for ``settings``; resources live in ``app.state.gateway`` (``GatewayState``)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        redis = make_redis(settings)
+        broker = bus.make_broker(settings, client_id=SERVICE)
+        beat: asyncio.Task | None = None
+        try:
+            await redis.ping()
+            await bus.ensure_topics(settings)
+            await broker.start()
+            app.state.gateway = GatewayState(
+                settings=settings,
+                redis=redis,
+                broker=broker,
+                store=TaskStore(redis, ttl_s=settings.task_events_ttl_s),
+                events=TaskEventLog(redis, ttl_s=settings.task_events_ttl_s, maxlen=settings.task_events_maxlen),
+            )
+            beat = asyncio.create_task(heartbeat(redis, SERVICE), name="gateway-heartbeat")
+            log.info("gateway ready (kafka %s, redis %s)", settings.bootstrap_servers(), settings.redis())
+            yield
+        finally:
+            if beat is not None:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+            with contextlib.suppress(Exception):
+                # bounded: with Kafka gone, the producer's flush would wait request_timeout_ms
+                await asyncio.wait_for(broker.stop(), _STOP_TIMEOUT_S)
+            await redis.aclose()
+
+    app = FastAPI(
+        title="Conduit gateway",
+        version="1",
+        summary="Ask questions, stream the agent's work as Server-Sent Events.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(routes.router)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,95 @@
+"""Error responses of the gateway: every error is a ``contracts.api.ErrorBody``.
+
+Shape: ``{"error": {"code": str, "message": str, "details": any | null}}``.
+
+Codes and statuses:
+- 422 ``invalid_request``: malformed JSON, missing/invalid fields, bad
+  ``Last-Event-ID``; ``details`` is the pydantic error list (``loc``, ``msg``, ``type``).
+- 413 ``question_too_large``: question (or whole body) over the limit.
+- 404 ``not_found`` (unknown route), ``task_not_found`` (unknown or expired task).
+- 405 ``method_not_allowed``; 409 ``task_already_finished``.
+- 503 ``broker_unavailable`` (Kafka did not ack), ``store_unavailable`` (Redis
+  error), ``not_ready`` (``/readyz``).
+- 500 ``internal_error``: anything unexpected; the traceback is logged, never sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from contracts.api import ErrorBody, ErrorDetail
+
+log = logging.getLogger("conduit.gateway.errors")
+
+_HTTP_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "question_too_large",
+    422: "invalid_request",
+}
+
+
+class ApiError(Exception):
+    """An error answered as ``ErrorBody`` with ``status`` (HTTP status code)."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def error_response(status: int, code: str, message: str, details: Any | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """Return a ``JSONResponse`` holding an ``ErrorBody``."""
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, details=jsonable_encoder(details)))
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def validation_details(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pydantic errors trimmed for clients: ``loc``, ``msg``, ``type`` (+ ``ctx``), no echoed input."""
+    out = []
+    for err in errors:
+        item = {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
+        if err.get("ctx"):
+            item["ctx"] = {k: str(v) for k, v in err["ctx"].items()}
+        out.append(item)
+    return out
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers that turn every failure into an ``ErrorBody``."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message, exc.details)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(422, "invalid_request", "the request is malformed or has invalid fields",
+                              validation_details(list(exc.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+        return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RedisError)
+    async def _redis(request: Request, exc: RedisError) -> JSONResponse:
+        log.error("redis error on %s %s: %r", request.method, request.url.path, exc)
+        return error_response(503, "store_unavailable", "the task store is unavailable, retry later")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error")

@@ -1,0 +1,64 @@
+"""Health endpoints.
+
+- ``GET /healthz`` -> 200 ``{"status": "ok"}`` while the process serves HTTP (liveness).
+- ``GET /readyz``  -> 200 ``{"status": "ready", "checks": {"redis": true, "kafka": true},
+  "alive_services": {name: live process count}}`` when Redis answers PING and Kafka
+  answers a metadata request (``DescribeCluster`` via ``broker.ping``), each within
+  ``settings.gateway_ready_timeout_s`` seconds; else 503 ``ErrorBody`` with code
+  ``not_ready`` and the same ``checks``/``alive_services`` in ``details``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from conduit.liveness import alive_services
+from services.gateway.errors import error_response
+from services.gateway.state import GatewayState, get_state
+
+log = logging.getLogger("conduit.gateway.health")
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: the process is up and serving."""
+    return {"status": "ok"}
+
+
+async def _redis_ok(state: GatewayState) -> bool:
+    try:
+        return bool(await asyncio.wait_for(state.redis.ping(), state.settings.gateway_ready_timeout_s))
+    except Exception as exc:  # noqa: BLE001 - any failure means not ready
+        log.warning("readyz: redis check failed: %r", exc)
+        return False
+
+
+async def _kafka_ok(state: GatewayState) -> bool:
+    try:
+        return bool(await state.broker.ping(timeout=state.settings.gateway_ready_timeout_s))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("readyz: kafka check failed: %r", exc)
+        return False
+
+
+@router.get("/readyz")
+async def readyz(state: GatewayState = Depends(get_state)) -> JSONResponse:
+    """Readiness: Redis and Kafka reachable; lists live services from the liveness keys."""
+    redis_ok, kafka_ok = await asyncio.gather(_redis_ok(state), _kafka_ok(state))
+    alive: dict[str, int] = {}
+    if redis_ok:
+        try:
+            alive = await asyncio.wait_for(alive_services(state.redis), state.settings.gateway_ready_timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("readyz: alive_services failed: %r", exc)
+    checks = {"redis": redis_ok, "kafka": kafka_ok}
+    if redis_ok and kafka_ok:
+        return JSONResponse({"status": "ready", "checks": checks, "alive_services": alive})
+    down = ", ".join(k for k, ok in checks.items() if not ok)
+    return error_response(503, "not_ready", f"not ready: {down} unreachable",
+                          {"checks": checks, "alive_services": alive})

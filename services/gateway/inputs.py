@@ -1,0 +1,91 @@
+"""Reading client input: the ``TaskCreate`` body, ``Last-Event-ID`` and ``traceparent``.
+
+The body is read and validated here rather than by FastAPI's body parameter so
+that (a) any ``Content-Type`` is accepted (``curl -d`` sends form-urlencoded),
+(b) the size limit is enforced while reading, before the whole body is buffered.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from conduit.settings import Settings
+from contracts.api import TaskCreate
+from services.gateway.errors import ApiError
+
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+_EVENT_ID = re.compile(r"^[0-9]{1,18}$")
+_BODY_OVERHEAD_BYTES = 16 * 1024
+
+
+def max_body_bytes(settings: Settings) -> int:
+    """Largest accepted request body (bytes): 6 bytes per question char (``\\uXXXX``) + 16 KiB."""
+    return settings.max_question_chars * 6 + _BODY_OVERHEAD_BYTES
+
+
+def _too_large(settings: Settings) -> ApiError:
+    return ApiError(413, "question_too_large",
+                    f"the question is longer than {settings.max_question_chars} characters",
+                    {"max_question_chars": settings.max_question_chars})
+
+
+async def read_task_create(request: Request, settings: Settings) -> TaskCreate:
+    """Read and validate a ``TaskCreate`` JSON body.
+
+    Raises:
+        RequestValidationError: malformed JSON or invalid fields (-> 422 ``invalid_request``).
+        ApiError: 413 ``question_too_large`` when the body exceeds ``max_body_bytes``
+            or the question exceeds ``settings.max_question_chars`` characters.
+    """
+    limit = max_body_bytes(settings)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(settings)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(settings)
+        chunks.append(chunk)
+    try:
+        body = TaskCreate.model_validate_json(b"".join(chunks))
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False, include_input=False)]
+        ) from None
+    if len(body.question) > settings.max_question_chars:
+        raise _too_large(settings)
+    return body
+
+
+def last_event_id(request: Request) -> int:
+    """The resume point: ``Last-Event-ID`` header, else ``?last_event_id=``, else 0.
+
+    Both are SSE ``id`` values (a task event's ``seq``); events with a larger
+    seq are sent. An empty value means "from the start".
+
+    Raises:
+        ApiError: 422 ``invalid_request`` when the value is not a non-negative integer.
+    """
+    raw = request.headers.get("last-event-id")
+    source = "Last-Event-ID header"
+    if raw is None or not raw.strip():
+        raw = request.query_params.get("last_event_id")
+        source = "last_event_id query parameter"
+    if raw is None or not raw.strip():
+        return 0
+    raw = raw.strip()
+    if not _EVENT_ID.match(raw):
+        raise ApiError(422, "invalid_request", f"{source} must be a non-negative integer event id",
+                       [{"loc": [source], "msg": "not a non-negative integer", "type": "int_parsing"}])
+    return int(raw)
+
+
+def traceparent(request: Request) -> str | None:
+    """The W3C ``traceparent`` header if present and well formed, else None (invalid ones are ignored)."""
+    value = request.headers.get("traceparent", "").strip().lower()
+    return value if _TRACEPARENT.match(value) else None

@@ -1,0 +1,28 @@
+"""Entry point of the gateway process: ``python -m conduit serve gateway``."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from conduit.settings import Settings
+from services.gateway.app import create_app
+
+
+def main(settings: Settings) -> None:
+    """Serve the gateway on ``settings.gateway_host:gateway_port`` until SIGTERM/SIGINT.
+
+    Graceful shutdown: uvicorn stops accepting connections, sse-starlette ends
+    open SSE streams (clients resume elsewhere with ``Last-Event-ID``), in-flight
+    requests get ``settings.gateway_shutdown_grace_s`` seconds, then the
+    lifespan closes Kafka and Redis. Logging is left to ``conduit.logs``
+    (``log_config=None``).
+    """
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.gateway_host,
+        port=settings.gateway_port,
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=max(1, int(settings.gateway_shutdown_grace_s)),
+    )
+    uvicorn.Server(config).run()

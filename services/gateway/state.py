@@ -1,0 +1,40 @@
+"""Per-process gateway resources, opened by the app's lifespan and shared by routes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from faststream.kafka import KafkaBroker
+from fastapi import Request
+from redis.asyncio import Redis
+
+from conduit.settings import Settings
+from conduit.taskstore import TaskStore
+from conduit.taskstream import TaskEventLog
+
+
+@dataclass
+class GatewayState:
+    """What a request handler needs.
+
+    Attributes:
+        settings: the process settings.
+        redis: asyncio Redis client (bytes responses).
+        broker: started FastStream KafkaBroker, used only to publish.
+        store: task records (``TaskStore``).
+        events: per-task event logs (``TaskEventLog``).
+        open_streams: SSE streams currently running in this process (a gauge;
+            tests use it to prove a disconnected client leaves no loop behind).
+    """
+
+    settings: Settings
+    redis: Redis
+    broker: KafkaBroker
+    store: TaskStore
+    events: TaskEventLog
+    open_streams: int = 0
+
+
+def get_state(request: Request) -> GatewayState:
+    """FastAPI dependency: the ``GatewayState`` stored on ``app.state.gateway``."""
+    return request.app.state.gateway

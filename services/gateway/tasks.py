@@ -1,0 +1,112 @@
+"""Creating and cancelling tasks: the gateway's writes to Redis and Kafka.
+
+Creation order (so no client-visible event is ever lost):
+1. save the ``TaskView`` (status ``accepted``) with ``TaskStore``;
+2. append ``TaskAccepted`` to the task's ``TaskEventLog`` (seq 1);
+3. publish ``QuestionAsked`` to ``topics.QUESTIONS`` keyed by ``task_id``.
+The orchestrator may start appending the moment step 3 lands, and any SSE
+client (on any replica) replays the log from seq 1, so nothing can be missed.
+If step 3 fails or times out the task is marked ``failed`` and the log is
+sealed with ``TaskFailed(code="broker_unavailable")``; the caller answers 503.
+A publish that timed out may still reach Kafka later: the orchestrator then
+finds the log sealed (``append`` returns -1) and must drop the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from conduit import bus
+from contracts import topics
+from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
+from contracts.envelope import Envelope, utcnow
+from contracts.events import CancelPayload, QuestionAsked, QuestionPayload, TaskCancelled
+from contracts.stream import TaskAccepted, TaskFailed
+from services.gateway.errors import ApiError
+from services.gateway.state import GatewayState
+
+log = logging.getLogger("conduit.gateway.tasks")
+
+
+def events_url(task_id: str) -> str:
+    """Relative URL of a task's SSE stream."""
+    return f"/v1/tasks/{task_id}/events"
+
+
+async def _publish(state: GatewayState, topic: str, event: Envelope) -> None:
+    """Publish and wait for Kafka's ack at most ``gateway_publish_timeout_s`` seconds."""
+    await asyncio.wait_for(bus.publish(state.broker, topic, event), state.settings.gateway_publish_timeout_s)
+
+
+async def create_task(state: GatewayState, body: TaskCreate, traceparent: str | None) -> TaskCreated:
+    """Create a task (record, ``TaskAccepted``, ``QuestionAsked``) and return its ids.
+
+    ``task_id`` is a uuid4 hex; ``session_id`` is the body's or a new uuid4 hex.
+
+    Raises:
+        ApiError: 503 ``broker_unavailable`` when Kafka did not ack the publish
+            (the task is then recorded ``failed`` and its log sealed).
+        redis.RedisError: Redis failed (answered 503 ``store_unavailable``).
+    """
+    task_id = uuid.uuid4().hex
+    session_id = body.session_id or uuid.uuid4().hex
+    tenant = state.settings.default_tenant
+    view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=body.user_id,
+                    status="accepted", question=body.question, created_at=utcnow())
+    await state.store.save(view)
+    await state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question))
+    asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=body.user_id,
+                          traceparent=traceparent,
+                          payload=QuestionPayload(question=body.question, allowed_tools=body.allowed_tools))
+    try:
+        await _publish(state, topics.QUESTIONS, asked)
+    except Exception as exc:  # noqa: BLE001 - any publish failure means the question was not queued
+        log.error("publish of task %s failed: %r", task_id, exc)
+        message = "the message broker is unavailable; the question was not queued"
+        finished = utcnow()
+        failed = view.model_copy(update={
+            "status": "failed", "error": {"code": "broker_unavailable", "message": message},
+            "finished_at": finished, "latency_ms": (finished - view.created_at).total_seconds() * 1000,
+        })
+        await state.store.save(failed)
+        await state.events.append(task_id, TaskFailed(code="broker_unavailable", message=message))
+        raise ApiError(503, "broker_unavailable", message, {"task_id": task_id}) from None
+    log.info("task %s accepted (session %s)", task_id, session_id)
+    return TaskCreated(task_id=task_id, session_id=session_id, events_url=events_url(task_id))
+
+
+async def get_task(state: GatewayState, task_id: str) -> TaskView:
+    """Return the task record.
+
+    Raises:
+        ApiError: 404 ``task_not_found`` when unknown or expired.
+    """
+    view = await state.store.get(task_id)
+    if view is None:
+        raise ApiError(404, "task_not_found", f"no task {task_id!r} (unknown or expired)")
+    return view
+
+
+async def cancel_task(state: GatewayState, task_id: str, traceparent: str | None) -> TaskView:
+    """Ask the orchestrator to stop a task: publish ``TaskCancelled`` to ``topics.CONTROL``.
+
+    The orchestrator appends the terminal ``TaskCancelledEvent``; this only requests it.
+
+    Raises:
+        ApiError: 404 ``task_not_found``; 409 ``task_already_finished`` when the
+            record is terminal or the log is sealed; 503 ``broker_unavailable``.
+    """
+    view = await get_task(state, task_id)
+    if view.status in TERMINAL_STATUSES or await state.events.is_sealed(task_id):
+        raise ApiError(409, "task_already_finished", f"task {task_id!r} has already finished",
+                       {"status": view.status})
+    event = TaskCancelled(task_id=task_id, session_id=view.session_id, tenant_id=view.tenant_id,
+                          user_id=view.user_id, traceparent=traceparent, payload=CancelPayload())
+    try:
+        await _publish(state, topics.CONTROL, event)
+    except Exception as exc:  # noqa: BLE001
+        log.error("publish of cancel for %s failed: %r", task_id, exc)
+        raise ApiError(503, "broker_unavailable", "the message broker is unavailable; retry the cancel") from None
+    return view

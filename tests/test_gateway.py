@@ -1,0 +1,390 @@
+"""Gateway over real HTTP (uvicorn in a thread) against the session's real tansu and Redis.
+
+The orchestrator's side is played by the test itself: it reads the real
+``QuestionAsked``/``TaskCancelled`` from Kafka with an aiokafka consumer and
+appends task events to the real Redis log with ``TaskEventLog``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from fastapi import FastAPI
+from redis.asyncio import Redis
+
+from conduit import infra
+from conduit.settings import Settings
+from conduit.taskstore import TaskStore
+from conduit.taskstream import TaskEventLog
+from contracts import topics
+from contracts.events import QuestionAsked, TaskCancelled, parse_event
+from contracts.stream import AnswerDelta, TaskCompleted, parse_stream_event
+from services.gateway.app import create_app
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+# ------------------------------------------------------------------ helpers
+@dataclass
+class RunningGateway:
+    app: FastAPI
+    server: uvicorn.Server
+    url: str
+
+    @property
+    def open_streams(self) -> int:
+        return self.app.state.gateway.open_streams
+
+
+@contextlib.contextmanager
+def run_gateway(settings: Settings) -> Iterator[RunningGateway]:
+    """Serve ``create_app(settings)`` with uvicorn on a free port in a thread."""
+    port = infra.free_port()
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="on", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("gateway did not start")
+        time.sleep(0.02)
+    try:
+        yield RunningGateway(app, server, f"http://127.0.0.1:{port}")
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+def gateway_settings(bootstrap: str, redis_url: str, data_dir: Path, **extra: object) -> Settings:
+    """Settings for a test gateway: fast heartbeats and polls."""
+    return Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
+                    sse_heartbeat_s=0.3, gateway_sse_poll_ms=200, max_question_chars=200, **extra)
+
+
+@pytest.fixture(scope="module")
+def gw(infra_stack, tmp_path_factory) -> Iterator[RunningGateway]:
+    s = gateway_settings(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("gw"))
+    with run_gateway(s) as running:
+        yield running
+
+
+@pytest.fixture
+async def client(gw: RunningGateway) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        yield c
+
+
+@pytest.fixture
+def log(redis: Redis) -> TaskEventLog:
+    return TaskEventLog(redis)
+
+
+async def sse_messages(resp: httpx.Response) -> AsyncIterator[dict[str, str]]:
+    """Parse an SSE body: yields ``{"id", "event", "data"}`` dicts and ``{"comment": ...}``."""
+    fields: dict[str, str] = {}
+    async for line in resp.aiter_lines():
+        if line == "":
+            if fields:
+                yield fields
+                fields = {}
+        elif line.startswith(":"):
+            yield {"comment": line[1:].strip()}
+        else:
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
+
+
+async def collect_events(resp: httpx.Response, timeout: float = 10) -> list[dict[str, str]]:
+    """All data events until the server ends the stream (fails on timeout)."""
+    async def run() -> list[dict[str, str]]:
+        return [m async for m in sse_messages(resp) if "event" in m]
+    return await asyncio.wait_for(run(), timeout)
+
+
+async def consume(settings_or_bootstrap: str, topic: str, match: Callable[[ConsumerRecord], bool],
+                  timeout: float = 15) -> ConsumerRecord:
+    """First record on ``topic`` (from the beginning) for which ``match`` is true."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings_or_bootstrap, group_id=None,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=10)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                for rec in records:
+                    if match(rec):
+                        return rec
+        raise AssertionError(f"no matching record on {topic} within {timeout} s")
+    finally:
+        await consumer.stop()
+
+
+def completed(answer: str = "done") -> TaskCompleted:
+    return TaskCompleted(answer=answer, latency_ms=12.5)
+
+
+async def new_task(client: httpx.AsyncClient, question: str = "what is conduit?") -> str:
+    resp = await client.post("/v1/tasks", json={"question": question})
+    assert resp.status_code == 202, resp.text
+    return resp.json()["task_id"]
+
+
+# ------------------------------------------------------------------ tests
+async def test_post_task_publishes_question(client, infra_stack, redis):
+    question = f"q-{uuid.uuid4().hex}"
+    resp = await client.post("/v1/tasks", json={"question": question, "user_id": "u1", "allowed_tools": ["kb_search"]},
+                             headers={"traceparent": TRACEPARENT})
+    assert resp.status_code == 202
+    body = resp.json()
+    task_id, session_id = body["task_id"], body["session_id"]
+    assert len(task_id) == 32 and session_id
+    assert body["events_url"] == f"/v1/tasks/{task_id}/events"
+    assert resp.headers["location"] == f"/v1/tasks/{task_id}"
+
+    rec = await consume(infra_stack.bootstrap, topics.QUESTIONS, lambda r: r.key == task_id.encode())
+    event = parse_event(rec.value)
+    assert isinstance(event, QuestionAsked)
+    assert (event.task_id, event.session_id, event.user_id) == (task_id, session_id, "u1")
+    assert event.tenant_id == "default" and event.traceparent == TRACEPARENT
+    assert event.payload.question == question and event.payload.allowed_tools == ["kb_search"]
+    assert dict(rec.headers)["type"] == b"question.asked"
+
+    view = (await client.get(f"/v1/tasks/{task_id}")).json()
+    assert view["status"] == "accepted" and view["question"] == question and view["user_id"] == "u1"
+    # the accepted event is already in the log, before any orchestrator ran
+    first = await TaskEventLog(redis).read(task_id)
+    assert [e.type for e in first] == ["task.accepted"] and first[0].seq == 1
+
+    again = await client.post("/v1/tasks", json={"question": "follow-up", "session_id": session_id})
+    assert again.json()["session_id"] == session_id
+
+
+async def test_sse_streams_prior_and_live_events_then_stops(client, log):
+    task_id = await new_task(client)
+    await log.append(task_id, AnswerDelta(text="Hel"))  # before the client connects
+
+    async def orchestrator() -> None:
+        await asyncio.sleep(0.3)  # the client is connected and waiting
+        await log.append(task_id, AnswerDelta(text="lo"))
+        await asyncio.sleep(0.1)
+        await log.append(task_id, AnswerDelta(text="!"))
+        await log.append(task_id, completed("Hello!"))
+        await log.append(task_id, AnswerDelta(text="after terminal"))  # refused: log sealed
+
+    async with client.stream("GET", f"/v1/tasks/{task_id}/events") as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        assert resp.headers["cache-control"] == "no-cache"
+        assert resp.headers["x-accel-buffering"] == "no"
+        writer = asyncio.create_task(orchestrator())
+        events = await collect_events(resp)
+        await writer
+    assert [e["id"] for e in events] == ["1", "2", "3", "4", "5"]
+    assert [e["event"] for e in events] == ["task.accepted", "answer.delta", "answer.delta", "answer.delta",
+                                            "task.completed"]
+    assert "".join(parse_stream_event(e["data"]).text for e in events[1:4]) == "Hello!"
+    assert parse_stream_event(events[-1]["data"]).answer == "Hello!"
+
+
+async def test_resume_after_last_event_id(client, log):
+    task_id = await new_task(client)
+    for text in ("a", "b", "c"):
+        await log.append(task_id, AnswerDelta(text=text))
+    await log.append(task_id, completed())  # seqs: 1 accepted, 2-4 deltas, 5 completed
+    url = f"/v1/tasks/{task_id}/events"
+
+    async with client.stream("GET", url, headers={"Last-Event-ID": "2"}) as resp:
+        events = await collect_events(resp)
+    assert [e["id"] for e in events] == ["3", "4", "5"]
+    assert [json.loads(e["data"]).get("text") for e in events[:2]] == ["b", "c"]
+
+    async with client.stream("GET", url, params={"last_event_id": "4"}) as resp:
+        assert [e["id"] for e in await collect_events(resp)] == ["5"]
+    # header wins over the query parameter
+    async with client.stream("GET", url, params={"last_event_id": "1"}, headers={"Last-Event-ID": "3"}) as resp:
+        assert [e["id"] for e in await collect_events(resp)] == ["4", "5"]
+    # already saw the terminal event: the stream ends at once, empty
+    async with client.stream("GET", url, headers={"Last-Event-ID": "5"}) as resp:
+        assert await collect_events(resp, timeout=3) == []
+
+    for bad in ("abc", "-1", "1.5"):
+        resp = await client.get(url, headers={"Last-Event-ID": bad})
+        assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request"
+    assert (await client.get(url, params={"last_event_id": "x"})).status_code == 422
+
+
+async def test_heartbeat_comment_when_idle(client, log):
+    task_id = await new_task(client)
+    seen: list[dict[str, str]] = []
+    async with client.stream("GET", f"/v1/tasks/{task_id}/events") as resp:
+        async def until_ping() -> None:
+            async for msg in sse_messages(resp):
+                seen.append(msg)
+                if "comment" in msg:
+                    return
+        await asyncio.wait_for(until_ping(), 3)  # heartbeat every 0.3 s
+        await log.append(task_id, completed())
+        rest = await collect_events(resp)
+    assert seen[0]["event"] == "task.accepted"
+    assert seen[-1] == {"comment": "ping"}
+    assert [e["event"] for e in rest] == ["task.completed"]
+
+
+async def test_client_disconnect_ends_stream_loop(client, gw):
+    task_id = await new_task(client)
+    before = gw.open_streams
+    async with client.stream("GET", f"/v1/tasks/{task_id}/events") as resp:
+        async for msg in sse_messages(resp):
+            if msg.get("event") == "task.accepted":
+                break
+        assert gw.open_streams == before + 1
+    deadline = time.monotonic() + 5
+    while gw.open_streams != before and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert gw.open_streams == before
+
+
+async def test_validation_errors(client):
+    malformed = await client.post("/v1/tasks", content=b'{"question": ', headers={"content-type": "application/json"})
+    assert malformed.status_code == 422
+    err = malformed.json()["error"]
+    assert err["code"] == "invalid_request" and err["details"][0]["type"] == "json_invalid"
+
+    missing = await client.post("/v1/tasks", json={"user_id": "u"})
+    assert missing.status_code == 422
+    details = missing.json()["error"]["details"]
+    assert any(d["loc"] == ["body", "question"] and d["type"] == "missing" for d in details)
+
+    for bad in ({"question": ""}, {"question": "q", "extra": 1}, {"question": "q", "allowed_tools": ["rm_rf"]},
+                {"question": "q", "session_id": "has space"}, ["question"]):
+        resp = await client.post("/v1/tasks", json=bad)
+        assert resp.status_code == 422, bad
+        assert resp.json()["error"]["code"] == "invalid_request"
+
+    too_big = await client.post("/v1/tasks", json={"question": "x" * 201})  # max_question_chars=200
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "question_too_large"
+    huge = await client.post("/v1/ask", content=b"x" * 100_000)  # over the byte limit, never parsed
+    assert huge.status_code == 413 and huge.json()["error"]["code"] == "question_too_large"
+    ok = await client.post("/v1/tasks", json={"question": "é" * 200})
+    assert ok.status_code == 202
+
+    # a form-encoded body (curl -d) is still read as JSON
+    curl_like = await client.post("/v1/tasks", content=b'{"question":"hi"}',
+                                  headers={"content-type": "application/x-www-form-urlencoded"})
+    assert curl_like.status_code == 202
+
+
+async def test_not_found_and_method_errors(client):
+    unknown = uuid.uuid4().hex
+    for path in (f"/v1/tasks/{unknown}", f"/v1/tasks/{unknown}/events"):
+        resp = await client.get(path)
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "task_not_found", path
+    cancel = await client.post(f"/v1/tasks/{unknown}/cancel")
+    assert cancel.status_code == 404 and cancel.json()["error"]["code"] == "task_not_found"
+    route = await client.get("/v2/nothing")
+    assert route.status_code == 404 and route.json() == {
+        "error": {"code": "not_found", "message": "Not Found", "details": None}}
+    method = await client.delete("/v1/tasks")
+    assert method.status_code == 405 and method.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_unexpected_error_is_500_without_traceback(client, redis):
+    task_id = uuid.uuid4().hex
+    await redis.set(TaskStore.key(task_id), b"{not a task view", ex=60)  # a corrupt record
+    resp = await client.get(f"/v1/tasks/{task_id}")
+    assert resp.status_code == 500
+    assert resp.json() == {"error": {"code": "internal_error", "message": "internal error", "details": None}}
+    await redis.delete(TaskStore.key(task_id))
+
+
+async def test_ask_streams_accepted_to_terminal(client, infra_stack, log):
+    question = f"ask-{uuid.uuid4().hex}"
+
+    async def orchestrator() -> str:
+        rec = await consume(infra_stack.bootstrap, topics.QUESTIONS,
+                            lambda r: parse_event(r.value).payload.question == question)
+        task_id = rec.key.decode()
+        await log.append(task_id, AnswerDelta(text="42"))
+        await log.append(task_id, completed("42"))
+        return task_id
+
+    worker = asyncio.create_task(orchestrator())
+    async with client.stream("POST", "/v1/ask", json={"question": question}) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        events = await collect_events(resp, timeout=20)
+    task_id = await worker
+    assert resp.headers["x-task-id"] == task_id
+    assert [(e["id"], e["event"]) for e in events] == [("1", "task.accepted"), ("2", "answer.delta"),
+                                                      ("3", "task.completed")]
+    accepted = parse_stream_event(events[0]["data"])
+    assert accepted.task_id == task_id and accepted.question == question
+
+
+async def test_cancel_publishes_task_cancelled(client, infra_stack, log):
+    task_id = await new_task(client)
+    resp = await client.post(f"/v1/tasks/{task_id}/cancel", headers={"traceparent": TRACEPARENT})
+    assert resp.status_code == 202
+    assert resp.json() == {"task_id": task_id, "status": "cancel_requested"}
+    rec = await consume(infra_stack.bootstrap, topics.CONTROL, lambda r: r.key == task_id.encode())
+    event = parse_event(rec.value)
+    assert isinstance(event, TaskCancelled) and event.task_id == task_id and event.traceparent == TRACEPARENT
+
+    await log.append(task_id, completed())  # the task ended first
+    late = await client.post(f"/v1/tasks/{task_id}/cancel")
+    assert late.status_code == 409 and late.json()["error"]["code"] == "task_already_finished"
+
+
+async def test_health_and_ready(client):
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    resp = await client.get("/readyz")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["status"] == "ready" and body["checks"] == {"redis": True, "kafka": True}
+    assert body["alive_services"].get("gateway", 0) >= 1
+
+
+async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path):
+    """With its Kafka gone, POST answers 503 and the task ends failed(broker_unavailable)."""
+    kport = infra.free_port()
+    tansu = infra.start_tansu(kport, tmp_path / "tansu.log")
+    try:
+        s = gateway_settings(f"127.0.0.1:{kport}", infra_stack.redis_url, tmp_path / "data",
+                             gateway_publish_timeout_s=1.0, gateway_ready_timeout_s=0.5)
+        with run_gateway(s) as gw:
+            async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+                assert (await c.get("/readyz")).status_code == 200
+                infra.stop(tansu)
+                resp = await c.post("/v1/tasks", json={"question": "anyone there?"})
+                assert resp.status_code == 503
+                err = resp.json()["error"]
+                assert err["code"] == "broker_unavailable"
+                task_id = err["details"]["task_id"]
+                view = (await c.get(f"/v1/tasks/{task_id}")).json()
+                assert view["status"] == "failed" and view["error"]["code"] == "broker_unavailable"
+                async with c.stream("GET", f"/v1/tasks/{task_id}/events") as stream:
+                    events = await collect_events(stream)
+                assert [e["event"] for e in events] == ["task.accepted", "task.failed"]
+                assert json.loads(events[1]["data"])["code"] == "broker_unavailable"
+
+                ready = await c.get("/readyz")
+                assert ready.status_code == 503
+                assert ready.json()["error"]["code"] == "not_ready"
+                assert ready.json()["error"]["details"]["checks"] == {"redis": True, "kafka": False}
+    finally:
+        infra.stop(tansu)
