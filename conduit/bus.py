@@ -41,14 +41,15 @@ MAX_ATTEMPTS = 5
 def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
     """Return a FastStream KafkaBroker for ``settings.bootstrap_servers()``.
 
-    Produces with ``acks=all`` and idempotence so a published event is durable
-    before ``publish`` returns.
+    Produces with ``acks=all`` so a published event is durable before
+    ``publish`` returns; the idempotent producer is a setting
+    (``kafka_idempotent_producer``) because tansu 0.6.0 rejects InitProducerId.
     """
     return KafkaBroker(
         settings.bootstrap_servers(),
         client_id=client_id,
         acks="all",
-        enable_idempotence=True,
+        enable_idempotence=settings.kafka_idempotent_producer,
         logger=logging.getLogger(f"conduit.{client_id}.faststream"),
         log_level=logging.DEBUG,
     )

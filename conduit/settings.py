@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     )
     kafka_fetch_max_wait_ms: int = Field(default=10, description="consumer fetch wait (tansu does not wake waiting fetches)")
     kafka_partitions: int = Field(default=6, description="partitions per topic created by Conduit")
+    kafka_idempotent_producer: bool = Field(
+        default=False, description="idempotent producer; tansu 0.6.0 rejects InitProducerId, enable on real Kafka")
     redis_url: str | None = Field(
         default=None, validation_alias=_alias("redis_url", "REDIS_URL"),
         description="Redis URL; unset = private embedded redis-server",
@@ -107,6 +109,10 @@ class Settings(BaseSettings):
     sandbox_output_bytes: int = 64_000
     sandbox_unsafe: bool = Field(default=False, description="run code without bubblewrap (logged loudly)")
 
+    # ---- fault injection (tests and evals only)
+    fault_crash_once: str | None = Field(
+        default=None, description="TESTS ONLY: 'question' makes the orchestrator exit mid-handler once per task")
+
     # ---- logging
     log_level: str = "INFO"
     log_json: bool = True
@@ -129,3 +135,16 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """Process-wide settings, read once from the environment."""
     return Settings()
+
+
+def settings_table() -> str:
+    """The README's settings table (Markdown), generated from ``Settings`` so it cannot drift."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for name, f in Settings.model_fields.items():
+        env = f"CONDUIT_{name.upper()}"
+        plain = [c for c in getattr(f.validation_alias, "choices", []) if c != env]
+        also = f" (or `{'`, `'.join(plain)}`)" if plain else ""
+        default = f.default.as_posix() if isinstance(f.default, Path) else f.default
+        shown = "unset" if default is None else f"`{default}`"
+        rows.append(f"| `{env}`{also} | {shown} | {(f.description or '').replace('|', '/')} |")
+    return "\n".join(rows)

@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from redis.asyncio import Redis
 
 from conduit import infra
+from conduit.services import ServiceProcess, settings_env
 from conduit.settings import Settings
 from conduit.taskstore import TaskStore
 from conduit.taskstream import TaskEventLog
@@ -115,10 +116,10 @@ async def collect_events(resp: httpx.Response, timeout: float = 10) -> list[dict
     return await asyncio.wait_for(run(), timeout)
 
 
-async def consume(settings_or_bootstrap: str, topic: str, match: Callable[[ConsumerRecord], bool],
+async def consume(bootstrap: str, topic: str, match: Callable[[ConsumerRecord], bool],
                   timeout: float = 15) -> ConsumerRecord:
     """First record on ``topic`` (from the beginning) for which ``match`` is true."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings_or_bootstrap, group_id=None,
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
                                 auto_offset_reset="earliest", fetch_max_wait_ms=10)
     await consumer.start()
     try:
@@ -132,6 +133,15 @@ async def consume(settings_or_bootstrap: str, topic: str, match: Callable[[Consu
         raise AssertionError(f"no matching record on {topic} within {timeout} s")
     finally:
         await consumer.stop()
+
+
+def question_of(rec: ConsumerRecord) -> str | None:
+    """The question of a ``QuestionAsked`` record, None for anything else on the topic."""
+    try:
+        event = parse_event(rec.value)
+    except ValueError:
+        return None
+    return event.payload.question if isinstance(event, QuestionAsked) else None
 
 
 def completed(answer: str = "done") -> TaskCompleted:
@@ -232,17 +242,23 @@ async def test_heartbeat_comment_when_idle(client, log):
     task_id = await new_task(client)
     seen: list[dict[str, str]] = []
     async with client.stream("GET", f"/v1/tasks/{task_id}/events") as resp:
-        async def until_ping() -> None:
-            async for msg in sse_messages(resp):
+        messages = sse_messages(resp)
+
+        async def until(pred: Callable[[dict[str, str]], bool]) -> None:
+            async for msg in messages:
                 seen.append(msg)
-                if "comment" in msg:
+                if pred(msg):
                     return
-        await asyncio.wait_for(until_ping(), 3)  # heartbeat every 0.3 s
+            raise AssertionError("stream ended early")
+
+        await asyncio.wait_for(until(lambda m: "comment" in m), 3)  # heartbeat every 0.3 s
         await log.append(task_id, completed())
-        rest = await collect_events(resp)
+        await asyncio.wait_for(until(lambda m: m.get("event") == "task.completed"), 5)
+        rest = [m async for m in messages]  # the server ends the stream after the terminal event
     assert seen[0]["event"] == "task.accepted"
-    assert seen[-1] == {"comment": "ping"}
-    assert [e["event"] for e in rest] == ["task.completed"]
+    assert {"comment": "ping"} in seen
+    assert [m["event"] for m in seen if "event" in m] == ["task.accepted", "task.completed"]
+    assert [m for m in rest if "event" in m] == []
 
 
 async def test_client_disconnect_ends_stream_loop(client, gw):
@@ -316,8 +332,7 @@ async def test_ask_streams_accepted_to_terminal(client, infra_stack, log):
     question = f"ask-{uuid.uuid4().hex}"
 
     async def orchestrator() -> str:
-        rec = await consume(infra_stack.bootstrap, topics.QUESTIONS,
-                            lambda r: parse_event(r.value).payload.question == question)
+        rec = await consume(infra_stack.bootstrap, topics.QUESTIONS, lambda r: question_of(r) == question)
         task_id = rec.key.decode()
         await log.append(task_id, AnswerDelta(text="42"))
         await log.append(task_id, completed("42"))
@@ -369,7 +384,8 @@ async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path):
         with run_gateway(s) as gw:
             async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
                 assert (await c.get("/readyz")).status_code == 200
-                infra.stop(tansu)
+                tansu.kill()  # a crash (SIGTERM takes tansu ~5 s with open connections)
+                tansu.wait()
                 resp = await c.post("/v1/tasks", json={"question": "anyone there?"})
                 assert resp.status_code == 503
                 err = resp.json()["error"]
@@ -388,3 +404,34 @@ async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path):
                 assert ready.json()["error"]["details"]["checks"] == {"redis": True, "kafka": False}
     finally:
         infra.stop(tansu)
+
+
+async def test_main_serves_and_ends_streams_on_sigterm(infra_stack, tmp_path):
+    """``conduit serve gateway`` (main): SIGTERM ends open SSE streams with a retry hint, then the process exits."""
+    port = infra.free_port()
+    env = settings_env(infra_stack.bootstrap, infra_stack.redis_url, tmp_path / "data",
+                       CONDUIT_GATEWAY_PORT=str(port), CONDUIT_LOG_JSON="false")
+    proc = ServiceProcess("gateway", env, tmp_path / "logs").start()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if (await c.get("/healthz")).status_code == 200:
+                        break
+                assert proc.running and time.monotonic() < deadline, proc.log_path.read_text()[-2000:]
+                await asyncio.sleep(0.1)
+            task_id = await new_task(c)
+            async with c.stream("GET", f"/v1/tasks/{task_id}/events") as resp:
+                messages = sse_messages(resp)
+                assert (await anext(messages))["event"] == "task.accepted"
+                proc.proc.terminate()
+                rest = await asyncio.wait_for(_drain(messages), 10)  # the server ends the response cleanly
+            assert rest[-1] == {"retry": "1000"} and {"comment": "shutdown"} in rest
+        assert await asyncio.to_thread(proc.proc.wait, 15) is not None
+    finally:
+        proc.stop()
+
+
+async def _drain(messages: AsyncIterator[dict[str, str]]) -> list[dict[str, str]]:
+    return [m async for m in messages]

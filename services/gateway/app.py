@@ -3,7 +3,8 @@
 ``create_app(settings)`` builds the app; its lifespan opens, in order:
 1. Redis (``conduit.redis_client.make_redis``) — task records and event logs;
 2. Conduit's Kafka topics (``conduit.bus.ensure_topics``) and a FastStream
-   ``KafkaBroker`` with no subscribers, used only to publish (``acks=all``);
+   ``KafkaBroker`` (``conduit.bus.make_broker``) with no subscribers, used only
+   to publish (``acks=all``);
 3. a liveness heartbeat (``conduit:alive:gateway:<pid>``) for ``/readyz``.
 Startup fails (the process exits) when Kafka is unreachable at start; later
 outages are reported by ``/readyz`` and answered 503 by the write routes.
@@ -32,7 +33,6 @@ from services.gateway.state import GatewayState
 log = logging.getLogger("conduit.gateway")
 
 SERVICE = "gateway"
-_STOP_TIMEOUT_S = 5.0
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -63,8 +63,8 @@ def create_app(settings: Settings) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
             with contextlib.suppress(Exception):
-                # bounded: with Kafka gone, the producer's flush would wait request_timeout_ms
-                await asyncio.wait_for(broker.stop(), _STOP_TIMEOUT_S)
+                # bounded: with Kafka gone, the producer's flush retries a pending batch for long
+                await asyncio.wait_for(broker.stop(), settings.gateway_publish_timeout_s)
             await redis.aclose()
 
     app = FastAPI(

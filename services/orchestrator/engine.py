@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from datetime import timedelta
@@ -107,6 +108,9 @@ class Orchestrator:
         if await self.store.load(event.task_id) is not None:
             return
         s = self.settings
+        if s.fault_crash_once == "question" and await self.redis.set(f"conduit:fault:{event.task_id}", "1", nx=True, ex=600):
+            log.error("fault injection: exiting mid-handler before the offset is committed")
+            os._exit(70)
         turns = await self.tasks.turns(event.session_id, s.history_turns)
         state = TaskState(
             task_id=event.task_id,

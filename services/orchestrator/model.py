@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import openai
 from openai import AsyncOpenAI
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from conduit.settings import Settings
 from contracts.stream import Usage
@@ -100,7 +100,7 @@ class ModelClient:
         """
         started = time.perf_counter()
         resp = ModelResponse()
-        wait = wait_exponential_jitter(initial=0.5, max=8.0, jitter=0.5)
+        wait = wait_random_exponential(multiplier=0.5, max=8.0)  # full jitter (seed 003)
 
         def _wait(rs: Any) -> float:
             exc = rs.outcome.exception() if rs.outcome else None

@@ -49,7 +49,7 @@ _jieba_lock = threading.Lock()
 _jieba = None
 
 
-def _tokenizer():
+def jieba_tokenizer():
     """jieba's default tokenizer, initialised once (its dictionary loads in ~1-2 s)."""
     global _jieba
     if _jieba is None:
@@ -70,7 +70,7 @@ def tokenize(text: str) -> list[str]:
     whitespace and ``STOP_WORDS`` are dropped.
     """
     out = []
-    for raw in _tokenizer().lcut(text):
+    for raw in jieba_tokenizer().lcut(text):
         tok = raw.strip().lower()
         if tok and _WORDLIKE.search(tok) and tok not in STOP_WORDS:
             out.append(tok)

@@ -1,0 +1,129 @@
+"""Container health checks for the services that serve no HTTP, and a wait-for-topics step.
+
+Used by ``docker-compose.yml`` health checks and the Kubernetes exec probes and
+init containers in ``k8s/base``. It imports only ``redis``, ``aiokafka`` and the
+settings, not the service code, so one check costs a few hundred milliseconds.
+
+Usage (exit status 0 = healthy)::
+
+    python -m conduit.probe ready SERVICE    # readiness
+    python -m conduit.probe live SERVICE     # liveness
+    python -m conduit.probe topics [--timeout SECONDS]   # init container
+
+- ``ready``: 0 when Redis (``REDIS_URL``) answers and at least one liveness key
+  ``conduit:alive:SERVICE:*`` exists (``conduit.liveness.heartbeat`` refreshes it
+  every 2 s with a 6 s TTL, from the service's event loop); else 1.
+- ``live``: 1 only when Redis answers and no such key exists (the service's loop
+  stopped beating). When Redis itself is unreachable it answers 0: a Redis outage
+  must not make Kubernetes restart every pod at once; ``ready`` reports it instead.
+- ``topics``: waits until every topic of ``contracts.topics.ALL_TOPICS`` exists on
+  ``KAFKA_BOOTSTRAP_SERVERS`` (0), or ``--timeout`` seconds pass (1). In Kubernetes
+  the topics are ``KafkaTopic`` resources (12 partitions, replication 3) and this
+  keeps a service from creating them first with its own defaults.
+
+Limitation: the key names the process id, and a container's main process is
+usually pid 1 in every replica, so the liveness keys of replicas of one service
+collide and ``ready``/``live`` tell "some replica of SERVICE beats", not "this pod
+beats". Exact per-pod checks need the key to carry the host name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+from conduit.settings import Settings
+
+REDIS_TIMEOUT_S = 2.0
+"""Connect and read timeout of one Redis check (seconds)."""
+
+KEY_PATTERN = "conduit:alive:{service}:*"
+"""Liveness keys written by ``conduit.liveness.heartbeat``."""
+
+
+def heartbeat_present(redis_url: str, service: str) -> bool:
+    """True when a liveness key of ``service`` exists. Raises ``redis.RedisError`` when Redis is unreachable."""
+    import redis  # noqa: PLC0415 - keep ``--help`` instant
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+    try:
+        for _ in client.scan_iter(match=KEY_PATTERN.format(service=service), count=500):
+            return True
+        return False
+    finally:
+        client.close()
+
+
+def check(kind: str, service: str, redis_url: str) -> tuple[int, str]:
+    """Run one ``ready`` or ``live`` check; return ``(exit status, one-line reason)``."""
+    import redis  # noqa: PLC0415
+
+    try:
+        present = heartbeat_present(redis_url, service)
+    except redis.RedisError as exc:
+        if kind == "live":
+            return 0, f"redis unreachable ({type(exc).__name__}); not a reason to restart {service}"
+        return 1, f"redis unreachable: {exc}"
+    if present:
+        return 0, f"{service} heartbeat present"
+    return 1, f"no heartbeat key {KEY_PATTERN.format(service=service)}"
+
+
+async def missing_topics(bootstrap: str, wanted: tuple[str, ...]) -> list[str]:
+    """Topics of ``wanted`` that the cluster at ``bootstrap`` does not list (raises on connection errors)."""
+    from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="conduit-probe", request_timeout_ms=5000)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+    finally:
+        await admin.close()
+    return [t for t in wanted if t not in existing]
+
+
+def wait_topics(bootstrap: str, timeout_s: float, every_s: float = 3.0) -> tuple[int, str]:
+    """Poll until every topic of ``ALL_TOPICS`` exists; ``(0, ...)`` then, ``(1, ...)`` after ``timeout_s``."""
+    from contracts.topics import ALL_TOPICS  # noqa: PLC0415
+
+    deadline = time.monotonic() + timeout_s
+    last = "not checked yet"
+    while True:
+        try:
+            missing = asyncio.run(missing_topics(bootstrap, ALL_TOPICS))
+            if not missing:
+                return 0, f"all {len(ALL_TOPICS)} topics exist"
+            last = f"missing topics: {', '.join(missing)}"
+        except Exception as exc:  # noqa: BLE001 - broker not up yet: keep waiting
+            last = f"kafka not reachable: {type(exc).__name__}: {exc}"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return 1, last
+        print(last, file=sys.stderr, flush=True)
+        time.sleep(min(every_s, remaining))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv``, run the check, print its reason, return the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m conduit.probe", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="kind", required=True)
+    for kind in ("ready", "live"):
+        p = sub.add_parser(kind)
+        p.add_argument("service", help="orchestrator | retriever | web | sandbox | gateway")
+    t = sub.add_parser("topics")
+    t.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
+    args = parser.parse_args(argv)
+
+    settings = Settings()
+    if args.kind == "topics":
+        status, reason = wait_topics(settings.bootstrap_servers(), args.timeout)
+    else:
+        status, reason = check(args.kind, args.service, settings.redis())
+    print(reason, file=sys.stderr if status else sys.stdout, flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The retriever service: serves the ``kb_search`` tool on ``conduit.tools.kb.requests``.
+
+``python -m conduit serve retriever`` calls ``main(settings)``. At start it loads
+the embedder and opens the vector store once (both before consuming), warms the
+model and the tokenizer, then runs the ``ToolService`` runtime (idempotency,
+argument validation, deadlines, publishing results). Embedding and store calls are
+blocking, so each search runs in a worker thread (``asyncio.to_thread``) and the
+event loop stays free for Kafka heartbeats.
+
+The embedded Edge shard can be open in one process only: with the default
+embedded store run ONE retriever replica (or point ``QDRANT_URL`` at a server to
+scale out), and ingest while it is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from conduit.settings import Settings
+from conduit.toolservice import ToolFailure, ToolOutput, ToolService
+from contracts import topics
+from contracts.events import ToolRequested
+from contracts.tools import KbSearchArgs
+from services.retriever.embeddings import EmbeddingError, make_embedder
+from services.retriever.pipeline import KbSearcher
+from services.retriever.store import StoreError, open_store
+
+log = logging.getLogger("conduit.retriever")
+
+
+def open_searcher(settings: Settings) -> KbSearcher:
+    """Load the embedder, open the store and warm both up (blocking, ~2-4 s with USE).
+
+    Raises ``EmbeddingError`` / ``StoreError`` when a backend cannot start.
+    """
+    embedder = make_embedder(settings)
+    store = open_store(settings, embedder.dim)
+    searcher = KbSearcher(settings, embedder, store)
+    searcher.search("预热", settings.default_tenant)  # loads model weights and jieba's dictionary
+    points = store.count()
+    if points == 0:
+        log.warning("knowledge base is empty: run `conduit ingest` (law corpus and/or files) and restart")
+    log.info("retriever ready: %s, %d points, embedder %s", type(store).__name__, points, embedder.name)
+    return searcher
+
+
+def make_kb_search_tool(searcher: KbSearcher):
+    """The ``kb_search`` tool function for ``ToolService.tool`` (shape of ``conduit.toolservice.ToolFn``).
+
+    Errors given back to the model: ``kb_no_results`` (business: nothing scored
+    above ``retrieval_min_score``), ``kb_backend_unavailable`` (transient).
+    """
+
+    async def kb_search_tool(args: KbSearchArgs, request: ToolRequested) -> ToolOutput:
+        try:
+            outcome = await asyncio.to_thread(searcher.search, args.query, request.tenant_id)
+        except (EmbeddingError, StoreError) as exc:
+            raise ToolFailure("kb_backend_unavailable", str(exc)[:500], hint="retry later", kind="transient") from exc
+        if not outcome.evidence:
+            raise ToolFailure(
+                "kb_no_results",
+                f"no knowledge-base passage matched {args.query!r} "
+                f"(dense similarity >= {searcher.settings.retrieval_min_score})",
+                hint="try other keywords: the law's name, the legal term, fewer words; or search the web",
+                kind="business",
+            )
+        return ToolOutput(evidence=outcome.evidence)
+
+    return kb_search_tool
+
+
+async def run(settings: Settings) -> None:
+    """Open the searcher, then serve ``kb_search`` until SIGTERM/SIGINT."""
+    searcher = await asyncio.to_thread(open_searcher, settings)
+    try:
+        service = ToolService("retriever", topics.TOOL_REQUESTS_KB, topics.GROUP_RETRIEVER, settings)
+        service.tool("kb_search", make_kb_search_tool(searcher))
+        await service.serve()
+    finally:
+        await asyncio.to_thread(searcher.store.close)
+
+
+def main(settings: Settings) -> None:
+    """Entry point of ``conduit serve retriever`` (blocks until SIGTERM)."""
+    asyncio.run(run(settings))

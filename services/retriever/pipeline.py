@@ -1,0 +1,283 @@
+"""``kb_search``: the knowledge-base search pipeline of seed 000 §5.
+
+For one query and tenant (numbers are settings; defaults from seed 000):
+
+1. hybrid search (dense + BM25 sparse, RRF k=60) with the query as given; keep hits
+   whose DENSE COSINE is >= ``retrieval_min_score`` (0.30, RETRIEVAL_MIN_SCORE; a
+   hit without a dense score passes, as in the seed);
+2. if nothing is kept or the best dense cosine is < ``retrieval_retry_below`` (0.50),
+   search once more with a locally compressed query (question words, fillers and
+   punctuation removed, no model call) and merge by chunk id keeping the higher score;
+3. if the query names several topics (tax kinds, social insurance, housing fund,
+   invoices) and a topic is in no kept hit, search once for that topic (simple
+   version; TODO(later issue): smarter sub-queries per topic);
+4. keep the top ``retrieval_top_k`` (6, RETRIEVAL_TOP_K) in fused (RRF) order, and
+   pack their text: at most ``chunk_max_chars`` (2000, CHUNK_MAX_CHARS) per item and
+   ``context_max_chars`` (12000, CONTEXT_MAX_CHARS) in total; a longer text keeps
+   its paragraphs with the most query character bigrams (seed 000 step 5);
+5. return ``EvidenceItem``s; the orchestrator's evidence pool numbers them (step 6).
+
+The tenant sees its own chunks and the public corpus (``tenant_id`` in
+``[tenant, "_public"]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+from dataclasses import dataclass, field
+
+from conduit.settings import Settings
+from contracts.evidence import EvidenceItem
+from services.retriever.embeddings import Embedder
+from services.retriever.sparse import SparseEncoder, jieba_tokenizer
+from services.retriever.store import Hit, SearchFilter, VectorStore
+
+log = logging.getLogger("conduit.retriever.pipeline")
+
+QUESTION_FILLERS = frozenset(
+    """
+    什么 什么样 啥 咋 怎么办 咋办 怎么 怎样 怎么样 多少 多久 几 吗 呢 吧 啊 呀 嘛 么 请问 是否 是不是 如何 哪些 哪个 哪里 哪儿
+    为什么 为何 能否 能不能 可不可以 可以 有没有 一下 我 我们 想 想问 想知道 知道 请 帮 帮我 告诉 告诉我
+    的 了 是 呢 麻烦 谢谢 你好 您好 具体 到底 究竟
+    """.split()
+)
+"""Tokens dropped by ``compress_query`` (question words and colloquial filler; seed 000 step 2)."""
+
+TOPICS: dict[str, tuple[str, ...]] = {
+    "增值税": ("增值税",),
+    "个人所得税": ("个人所得税", "个税"),
+    "企业所得税": ("企业所得税",),
+    "消费税": ("消费税",),
+    "关税": ("关税",),
+    "社会保险": ("社会保险", "社保", "养老保险", "医疗保险", "失业保险", "工伤保险", "生育保险"),
+    "住房公积金": ("住房公积金", "公积金"),
+    "发票": ("发票",),
+}
+"""Topics of seed 000 step 3 (税种/社保/公积金/发票): canonical name -> words that name it."""
+
+MIN_PACK_CHARS = 200
+"""An item is dropped rather than cut below this many characters when the context budget runs out."""
+GAP = "……"
+"""Marks paragraphs left out of a long text."""
+
+
+@dataclass
+class Attempt:
+    """One search round: ``kind`` (original | compressed | topic:<name>), the query,
+    hits returned, hits kept by the threshold, and the best dense cosine kept."""
+
+    kind: str
+    query: str
+    returned: int
+    kept: int
+    best: float | None
+
+
+@dataclass
+class SearchOutcome:
+    """``evidence`` for the model plus the ``attempts`` made (for logs and tests)."""
+
+    evidence: list[EvidenceItem]
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def retried(self) -> bool:
+        """True when the compressed-query retry ran."""
+        return any(a.kind == "compressed" for a in self.attempts)
+
+
+# ====================================================================== query helpers
+def _is_punct(token: str) -> bool:
+    return all(unicodedata.category(ch)[0] in "PSZ" for ch in token)
+
+
+def _is_cjk(ch: str) -> bool:
+    return "\u3400" <= ch <= "\u9fff" or "\uf900" <= ch <= "\ufaff"
+
+
+def _join(tokens: list[str]) -> str:
+    """Join tokens: no space between two CJK tokens, one space otherwise."""
+    out = ""
+    for tok in tokens:
+        if out and not (_is_cjk(out[-1]) and _is_cjk(tok[0])):
+            out += " "
+        out += tok
+    return out
+
+
+def compress_query(query: str) -> str:
+    """Drop question words, filler (``QUESTION_FILLERS``) and punctuation; no model call.
+
+    Works on jieba tokens, so words that merely contain a filler character stay
+    whole (申请, 酒吧). Example: 「小规模纳税人适用简易计税方法的征收率是多少？」 ->
+    「小规模纳税人适用简易计税方法征收率」. Returns "" when nothing is left.
+    """
+    tokens = [t.strip() for t in jieba_tokenizer().lcut(query)]
+    return _join([t for t in tokens if t and not _is_punct(t) and t.lower() not in QUESTION_FILLERS])
+
+
+def query_bigrams(text: str) -> set[str]:
+    """Character bigrams of ``text`` without whitespace and punctuation (for paragraph scoring)."""
+    chars = [ch for ch in text.lower() if not (ch.isspace() or unicodedata.category(ch)[0] in "PS")]
+    return {chars[i] + chars[i + 1] for i in range(len(chars) - 1)}
+
+
+def topics_in(text: str) -> list[str]:
+    """Canonical ``TOPICS`` named in ``text``, in ``TOPICS`` order."""
+    return [name for name, words in TOPICS.items() if any(w in text for w in words)]
+
+
+# ====================================================================== packing
+def select_passages(text: str, query: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` chars, keeping its most query-relevant paragraphs.
+
+    Paragraphs (lines) are ranked by how many of the query's character bigrams
+    they contain (ties: earlier first); a short first line (an enumeration's
+    lead-in, <= 200 chars) is kept for context. Kept paragraphs stay in document
+    order; ``GAP`` marks what was left out. A single paragraph longer than the
+    budget is cut at ``limit``.
+    """
+    if len(text) <= limit:
+        return text
+    paragraphs = [p for p in text.split("\n") if p.strip()]
+    if len(paragraphs) <= 1:
+        return text[: max(0, limit - len(GAP))] + GAP
+    grams = query_bigrams(query)
+    scores = [len(grams & query_bigrams(p)) for p in paragraphs]
+    order = sorted(range(len(paragraphs)), key=lambda i: (-scores[i], i))
+    if len(paragraphs[0]) <= 200 and 0 in order:
+        order.remove(0)
+        order.insert(0, 0)
+    chosen: set[int] = set()
+    cost = 0
+    for i in order:
+        extra = len(paragraphs[i]) + 1 + len(GAP) + 1  # paragraph, newline, possible gap marker line
+        if cost + extra <= limit:
+            chosen.add(i)
+            cost += extra
+    if not chosen:  # the best paragraph alone is longer than the budget
+        best = order[0]
+        return paragraphs[best][: max(0, limit - len(GAP))] + GAP
+    lines, prev = [], -1
+    for i in sorted(chosen):
+        if i != prev + 1:
+            lines.append(GAP)
+        lines.append(paragraphs[i])
+        prev = i
+    if prev != len(paragraphs) - 1:
+        lines.append(GAP)
+    return "\n".join(lines)[:limit]
+
+
+_META_SKIP = frozenset({"text", "content_hash", "source_path", "title", "locator", "document_id", "tenant_id"})
+
+
+def to_evidence(hit: Hit, text: str) -> EvidenceItem:
+    """An ``EvidenceItem`` (kind ``original``) for ``hit`` with the packed ``text``.
+
+    ``score`` is the dense cosine; ``metadata`` holds the payload's display fields
+    (law_name, chapter, article_no, status, version_date, ...) and ``fused_score``.
+    """
+    p = hit.payload
+    metadata = {k: v for k, v in p.items() if k not in _META_SKIP and v is not None}
+    metadata["fused_score"] = round(hit.score, 6)
+    return EvidenceItem(
+        chunk_id=hit.id,
+        document_id=p.get("document_id"),
+        kind="original",
+        title=p.get("title") or "《未命名文档》",
+        locator=p.get("locator"),
+        score=None if hit.dense_score is None else round(hit.dense_score, 4),
+        text=text,
+        metadata=metadata,
+    )
+
+
+def pack(hits: list[Hit], query: str, chunk_max_chars: int, context_max_chars: int) -> list[EvidenceItem]:
+    """Evidence for ``hits`` in order within the per-item and total character budgets."""
+    out, used = [], 0
+    for hit in hits:
+        text = str(hit.payload.get("text") or "")
+        budget = min(chunk_max_chars, context_max_chars - used)
+        if budget < min(MIN_PACK_CHARS, len(text)) or budget <= 0:
+            break
+        packed = select_passages(text, query, budget)
+        used += len(packed)
+        out.append(to_evidence(hit, packed))
+    return out
+
+
+# ====================================================================== the pipeline
+class KbSearcher:
+    """Runs ``kb_search`` over an open store with an embedder (both thread-safe).
+
+    Args:
+        settings: retrieval settings (``retrieval_*``, ``chunk_max_chars``,
+            ``context_max_chars``, ``retrieval_candidates``).
+        embedder, store: see ``embeddings.py`` / ``store.py``.
+        encoder: sparse query encoder (default ``SparseEncoder()``).
+    """
+
+    def __init__(self, settings: Settings, embedder: Embedder, store: VectorStore,
+                 encoder: SparseEncoder | None = None) -> None:
+        self.settings, self.embedder, self.store = settings, embedder, store
+        self.encoder = encoder or SparseEncoder()
+
+    def _round(self, kind: str, query: str, flt: SearchFilter, merged: dict[str, Hit], attempts: list[Attempt]) -> None:
+        s = self.settings
+        hits = self.store.hybrid_query(
+            self.embedder.embed_query(query), self.encoder.encode_query(query), flt,
+            limit=max(3 * s.retrieval_top_k, s.retrieval_top_k + 10), prefetch_limit=s.retrieval_candidates,
+        )
+        kept = [h for h in hits if h.dense_score is None or h.dense_score >= s.retrieval_min_score]
+        for h in kept:
+            old = merged.get(h.id)
+            if old is None:
+                merged[h.id] = h
+            else:  # same chunk found again: keep the higher scores
+                old.score = max(old.score, h.score)
+                if h.dense_score is not None:
+                    old.dense_score = h.dense_score if old.dense_score is None else max(old.dense_score, h.dense_score)
+        best = max((h.dense_score for h in kept if h.dense_score is not None), default=None)
+        attempts.append(Attempt(kind, query, len(hits), len(kept), None if best is None else round(best, 4)))
+
+    def search(self, query: str, tenant_id: str) -> SearchOutcome:
+        """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
+
+        Returns evidence ordered by fused rank (empty when nothing passes the
+        threshold). Raises ``EmbeddingError`` / ``StoreError`` from the backends.
+        """
+        s = self.settings
+        flt = SearchFilter.for_tenant(tenant_id)
+        merged: dict[str, Hit] = {}
+        attempts: list[Attempt] = []
+        self._round("original", query, flt, merged, attempts)
+
+        best = max((h.dense_score for h in merged.values() if h.dense_score is not None), default=None)
+        if not merged or (best is not None and best < s.retrieval_retry_below):
+            compressed = compress_query(query)
+            if compressed and compressed != query.strip():
+                self._round("compressed", compressed, flt, merged, attempts)
+
+        wanted = topics_in(query)
+        if len(wanted) > 1:
+            covered = " ".join(f"{h.payload.get('title', '')} {h.payload.get('text', '')}" for h in merged.values())
+            for topic in wanted:
+                if not any(w in covered for w in TOPICS[topic]):
+                    others = [w for t in wanted if t != topic for w in TOPICS[t]]
+                    rest = compress_query(query)
+                    for w in sorted(others, key=len, reverse=True):
+                        rest = rest.replace(w, " ")
+                    self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts)
+
+        ranked = sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))[: s.retrieval_top_k]
+        evidence = pack(ranked, query, s.chunk_max_chars, s.context_max_chars)
+        log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
+                 [(a.kind, a.kept, a.best) for a in attempts], len(evidence))
+        return SearchOutcome(evidence, attempts)
+
+
+def kb_search(searcher: KbSearcher, query: str, tenant_id: str) -> list[EvidenceItem]:
+    """Evidence for ``query`` as ``tenant_id`` (``KbSearcher.search`` without the trace)."""
+    return searcher.search(query, tenant_id).evidence

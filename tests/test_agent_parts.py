@@ -1,0 +1,118 @@
+"""Agent building blocks: evidence pool, citation check, fallback answerer, model client
+(against the scripted OpenAI-compatible server over real HTTP), task event log (real Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conduit.settings import Settings
+from conduit.taskstream import TaskEventLog
+from conduit.testing.scripted_model import ScriptedModel, Turn
+from contracts.evidence import EvidenceItem
+from contracts.stream import AnswerDelta, TaskCompleted, TaskFailed
+from services.orchestrator import fallback
+from services.orchestrator.evidence import EvidencePool
+from services.orchestrator.model import ModelClient, ModelError
+
+
+def kb(chunk: str, doc: str = "d1", kind: str = "original", score: float = 0.8) -> EvidenceItem:
+    return EvidenceItem(chunk_id=chunk, document_id=doc, kind=kind, title=f"《{doc}》", locator="第一条", score=score,
+                        text=f"text of {chunk}")
+
+
+def test_pool_numbers_in_order_dedupes_and_drops_summary_of_present_original():
+    pool = EvidencePool([])
+    ctx, new = pool.add([kb("a"), kb("b"), kb("a")])
+    assert [i.index for i in ctx] == [1, 2] and len(new) == 2
+    web = EvidenceItem(chunk_id="u#1", kind="web", title="page", url="https://x.test/p", text="t")
+    ctx, new = pool.add([kb("b"), kb("s", kind="summary"), web, web.model_copy(update={"chunk_id": "u#2"})])
+    assert [i.index for i in ctx] == [2, 3]  # b keeps its number, summary of d1 dropped, same URL once
+    assert [i.index for i in new] == [3]
+
+
+def test_citation_check_removes_unknown_numbers():
+    pool = EvidencePool([])
+    pool.add([kb("a"), kb("b")])
+    answer, citations, removed = pool.check_citations("甲[1]，乙[2][7]。")
+    assert answer == "甲[1]，乙[2]。" and removed == [7]
+    assert [c.index for c in citations] == [1, 2]
+
+
+def test_fallback_quotes_best_passages_with_citations():
+    pool = EvidencePool([])
+    pool.add([kb("a", score=0.4), kb("b", score=0.9)])
+    text = fallback.compose("问题", pool.items, model_configured=False)
+    assert text.startswith("（未配置语言模型") and "OPENAI_BASE_URL" in text
+    assert text.index("[2]") < text.index("[1]")  # best score first
+    assert fallback.NOTHING_FOUND in fallback.compose("q", [], model_configured=True)
+
+
+def test_best_excerpt_picks_the_relevant_sentence_of_a_long_text():
+    long = "无关的句子。" * 200 + "征收率为百分之三。" + "其他内容。" * 200
+    assert "征收率为百分之三" in fallback.best_excerpt(long, "征收率是多少", limit=100)
+
+
+@pytest.fixture
+def model_server():
+    m = ScriptedModel().start()
+    yield m
+    m.stop()
+
+
+async def test_model_client_streams_deltas_and_assembles_tool_calls(model_server):
+    model_server.push(Turn(content="你好，世界", chunks=3),
+                      Turn(tool_calls=[{"name": "kb_search", "arguments": {"query": "增值税", "reason": "r"}}]))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+    seen: list[str] = []
+
+    async def on_delta(t: str) -> None:
+        seen.append(t)
+
+    r1 = await client.stream([{"role": "user", "content": "hi"}], None, on_delta)
+    assert "".join(seen) == "你好，世界" and len(seen) == 3 and r1.usage.total_tokens > 0
+    r2 = await client.stream([{"role": "user", "content": "hi"}], [{"type": "function", "function": {"name": "kb_search"}}], on_delta)
+    assert r2.tool_calls[0].name == "kb_search" and '"增值税"' in r2.tool_calls[0].arguments
+
+
+async def test_model_client_retries_before_first_token_then_gives_up(model_server):
+    model_server.push(Turn(status=503, retry_after_s=0.1), Turn(content="ok"))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+
+    async def noop(_: str) -> None:
+        return None
+
+    r = await client.stream([{"role": "user", "content": "q"}], None, noop)
+    assert r.content == "ok" and r.retries == 1
+    model_server.push(Turn(status=500), Turn(status=500), Turn(status=500))
+    with pytest.raises(ModelError) as err:
+        await client.stream([{"role": "user", "content": "q"}], None, noop)
+    assert not err.value.streamed
+
+
+async def test_model_endpoint_down_fails_fast():
+    from conduit.infra import free_port
+
+    client = ModelClient(Settings(openai_base_url=f"http://127.0.0.1:{free_port()}/v1", openai_api_key="k"))
+
+    async def noop(_: str) -> None:
+        return None
+
+    with pytest.raises(ModelError):
+        await asyncio.wait_for(client.stream([{"role": "user", "content": "q"}], None, noop), timeout=20)
+
+
+async def test_event_log_seq_replay_and_single_terminal(redis):
+    log = TaskEventLog(redis, ttl_s=60)
+    tid = "test-log-task"
+    await redis.delete(*TaskEventLog._keys(tid))
+    seqs = [await log.append(tid, AnswerDelta(text=str(i))) for i in range(5)]
+    assert seqs == [1, 2, 3, 4, 5]
+    assert await log.append(tid, TaskCompleted(answer="a", latency_ms=1.0)) == 6
+    assert await log.append(tid, TaskFailed(code="x", message="late")) == -1  # sealed
+    after = await log.read(tid, after=3)
+    assert [e.seq for e in after] == [4, 5, 6] and after[-1].terminal
+    blocked = await log.read(tid, after=6, block_ms=50)
+    assert blocked == []
+    assert await redis.ttl(f"conduit:events:{tid}") > 0

@@ -1,0 +1,142 @@
+"""Retriever building blocks that need no model: tokens, sparse weights, query compression,
+passage packing, file chunking and the law database reader (real laws.db)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.retriever import lawdb
+from services.retriever.documents import (
+    FILE_CHUNK_CHARS,
+    DocumentError,
+    file_chunks,
+    law_chunks,
+    pack_paragraphs,
+    point_id,
+)
+from services.retriever.pipeline import GAP, compress_query, pack, select_passages, topics_in
+from services.retriever.sparse import SparseEncoder, term_id, tokenize
+from services.retriever.store import Hit
+
+
+def test_tokenize_segments_chinese_and_drops_noise() -> None:
+    toks = tokenize("小规模纳税人适用简易计税方法的征收率是多少？ Hello, WORLD 2024")
+    assert "征收率" in toks and "纳税人" in toks
+    assert "的" not in toks and "多少" not in toks and "？" not in toks
+    assert "hello" in toks and "world" in toks and "2024" in toks
+
+
+def test_term_ids_are_stable_u32() -> None:
+    assert term_id("增值税") == term_id("增值税")
+    assert term_id("增值税") != term_id("消费税")
+    assert 0 <= term_id("增值税") < 2**32
+    # fixed value: ids are persisted in the index, so the hash must never change
+    assert term_id("增值税") == int.from_bytes(__import__("hashlib").blake2b("增值税".encode(), digest_size=4).digest(), "little")
+
+
+def test_document_weights_saturate_and_normalise_length() -> None:
+    enc = SparseEncoder()
+    once = enc.encode_document("增值税")
+    many = enc.encode_document("增值税 " * 10)
+    w_once = dict(zip(once.indices, once.values))[term_id("增值税")]
+    w_many = dict(zip(many.indices, many.values))[term_id("增值税")]
+    assert w_once < w_many < enc.k1 + 1  # grows with tf but saturates below k1 + 1
+    short = enc.encode_document("增值税 征收率")
+    long = enc.encode_document("增值税 征收率 " + " ".join(f"词{i}" for i in range(200)))
+    w_short = dict(zip(short.indices, short.values))[term_id("征收率")]
+    w_long = dict(zip(long.indices, long.values))[term_id("征收率")]
+    assert w_long < w_short  # same tf weighs less in a longer chunk
+    assert short.indices == sorted(short.indices)
+
+
+def test_query_weights_are_one_per_distinct_token() -> None:
+    q = SparseEncoder().encode_query("增值税 增值税 征收率")
+    assert len(q) == 2 and q.values == [1.0, 1.0]
+    assert SparseEncoder().encode_query("？？的吗").indices == []
+
+
+def test_compress_query_removes_question_words_and_punctuation() -> None:
+    assert compress_query("小规模纳税人适用简易计税方法的征收率是多少？") == "小规模纳税人适用简易计税方法征收率"
+    assert compress_query("请问一下，发票丢了怎么办呢？") == "发票丢"
+    assert compress_query("申请退税需要什么材料") == "申请退税需要材料"  # 申请 stays whole
+    assert compress_query("？？吗") == ""
+
+
+def test_topics_in() -> None:
+    assert topics_in("个税和社保怎么交") == ["个人所得税", "社会保险"]
+    assert topics_in("增值税发票") == ["增值税", "发票"]
+
+
+def test_select_passages_keeps_relevant_paragraphs_within_limit() -> None:
+    lead = "下列项目免征增值税："
+    filler = [f"（{i}）其他与本问题无关的事项，内容很长很长很长很长很长很长很长很长很长很长很长很长。" for i in range(60)]
+    target = "（六十一）残疾人个人提供的服务免征。"
+    text = "\n".join([lead, *filler[:40], target, *filler[40:]])
+    assert len(text) > 2000
+    out = select_passages(text, "残疾人提供服务免税吗", 400)
+    assert len(out) <= 400
+    assert out.startswith(lead)  # short lead-in kept for context
+    assert target in out and GAP in out
+    assert select_passages("短文本", "任何", 2000) == "短文本"
+    single = select_passages("没有换行" * 1000, "换行", 300)
+    assert len(single) <= 300 and single.endswith(GAP)
+
+
+def test_pack_respects_item_and_context_budgets() -> None:
+    hits = [Hit(f"id{i}", 1.0 / (i + 1), {"text": "法" * 3000, "title": "《法》", "locator": f"第{i}条"}, 0.6) for i in range(8)]
+    items = pack(hits, "法", chunk_max_chars=2000, context_max_chars=5000)
+    assert [len(i.text) for i in items] == [2000, 2000, 1000]
+    assert sum(len(i.text) for i in items) <= 5000
+    assert items[0].score == 0.6 and items[0].kind == "original" and items[0].metadata["fused_score"] == 1.0
+
+
+def test_markdown_file_chunks(tmp_path: Path) -> None:
+    body = "\n\n".join(f"第{i}段。" + "内容" * 200 for i in range(6))
+    f = tmp_path / "notes.md"
+    f.write_text(f"# 报销制度\n\n## 差旅\n\n{body}\n\n## 发票\n\n发票须在三十日内提交。\n", encoding="utf-8")
+    chunks = file_chunks(f, "acme")
+    assert all(len(c.payload["text"]) <= FILE_CHUNK_CHARS for c in chunks)
+    assert chunks[0].payload["title"] == "《报销制度》" and chunks[0].payload["locator"] == "差旅"
+    assert chunks[-1].payload["locator"] == "发票" and chunks[-1].payload["text"] == "发票须在三十日内提交。"
+    assert chunks[-1].index_text.startswith("报销制度 发票\n")
+    assert [c.position for c in chunks] == list(range(len(chunks)))
+    assert {c.payload["tenant_id"] for c in chunks} == {"acme"}
+    assert file_chunks(f, "acme")[0].id == chunks[0].id  # deterministic ids
+
+
+def test_plain_text_title_and_bad_files(tmp_path: Path) -> None:
+    f = tmp_path / "公司章程.txt"
+    f.write_text("第一段。\n\n第二段。", encoding="gb18030")
+    chunks = file_chunks(f, "t")
+    assert chunks[0].payload["title"] == "《公司章程》" and chunks[0].payload["locator"] == "片段 1"
+    (tmp_path / "empty.txt").write_text("  \n\n ", encoding="utf-8")
+    with pytest.raises(DocumentError, match="no text"):
+        file_chunks(tmp_path / "empty.txt", "t")
+    (tmp_path / "x.docx").write_bytes(b"PK")
+    with pytest.raises(DocumentError, match="unsupported"):
+        file_chunks(tmp_path / "x.docx", "t")
+
+
+def test_pack_paragraphs_splits_long_paragraphs() -> None:
+    long = "。".join(["句子" * 50] * 40) + "。"
+    pieces = pack_paragraphs(["短段落。", long], limit=500)
+    assert all(len(p) <= 500 for p in pieces)
+    assert "".join(pieces).replace("\n\n", "") == "短段落。" + long
+
+
+def test_law_db_reader_and_law_chunks() -> None:
+    (vat,) = lawdb.list_laws(law_names=["中华人民共和国增值税法"])
+    assert vat.law_id == "4d2fd00174f8" and vat.status == "现行有效"
+    articles = list(lawdb.iter_articles(vat))
+    chunks = law_chunks(vat, articles)
+    art11 = next(c for c in chunks if c.payload["article_no"] == "第十一条")
+    assert art11.payload["text"] == "适用简易计税方法计算缴纳增值税的征收率为百分之三。"
+    assert art11.payload["title"] == "《中华人民共和国增值税法》" and art11.payload["tenant_id"] == "_public"
+    assert art11.payload["chapter"] == "第二章 税率" and art11.payload["version_date"] == "2024-12-25"
+    assert art11.index_text.startswith("中华人民共和国增值税法 第二章 税率 第十一条\n")
+    assert art11.document_id == "law:4d2fd00174f8" and art11.id == point_id("law:4d2fd00174f8", art11.position)
+    with pytest.raises(lawdb.LawDbError, match="not found"):
+        lawdb.list_laws(law_names=["不存在的法"])
+    assert lawdb.count_current_articles() == 23490

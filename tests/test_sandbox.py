@@ -1,0 +1,223 @@
+"""Sandbox service: real bubblewrap runs, limits, refusal without isolation, one bus round trip.
+
+Tests that need bubblewrap skip with the probe's reason when it cannot run here
+(install: ``apt-get install -y bubblewrap``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from conduit import bus
+from conduit.services import ServiceProcess, settings_env
+from conduit.settings import Settings
+from contracts import topics
+from contracts.events import ToolRequested, ToolRequestPayload, ToolResult
+from services.sandbox import isolation, watchdog
+from services.sandbox.main import build_service, format_output
+from services.sandbox.runner import Limits, RunResult, SandboxUnavailable, run_code
+
+PROJECT = Path(__file__).resolve().parents[1]
+OK, WHY = isolation.sandbox_status()
+needs_bwrap = pytest.mark.skipif(not OK, reason=f"sandbox isolation unavailable: {WHY}")
+LIMITS = Limits(timeout_s=5.0, memory_mb=512, output_bytes=64_000)
+
+
+def _request(code: str) -> ToolRequested:
+    call_id, task_id = uuid.uuid4().hex, f"t-{uuid.uuid4().hex[:8]}"
+    return ToolRequested(task_id=task_id, session_id="s1", payload=ToolRequestPayload(
+        call_id=call_id, tool="code_exec", arguments={"code": code, "reason": "test"}, step=1,
+        idempotency_key=f"{task_id}:1:{call_id}"))
+
+
+@needs_bwrap
+async def test_print_and_numpy() -> None:
+    result = await run_code("import numpy as np\nprint('hello', int(np.arange(10).sum()))", LIMITS)
+    assert (result.stdout, result.exit_code, result.killed_reason) == ("hello 45\n", 0, None), result
+
+
+@needs_bwrap
+async def test_network_is_unreachable() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    code = f"""
+import socket
+for target in [("127.0.0.1", {port}), ("1.1.1.1", 53), ("10.0.0.1", 80)]:
+    try:
+        socket.create_connection(target, timeout=1).close()
+        print("CONNECTED", target)
+    except OSError as exc:
+        print("blocked", type(exc).__name__)
+"""
+    try:
+        result = await run_code(code, LIMITS)
+        assert "CONNECTED" not in result.stdout and result.stdout.count("blocked") == 3, result
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody reached the host's listener
+    finally:
+        listener.close()
+
+
+@needs_bwrap
+async def test_infinite_loop_stopped_at_wall_time() -> None:
+    started = time.monotonic()
+    result = await run_code("while True:\n    pass", Limits(timeout_s=1.5, cpu_s=30))
+    assert result.timed_out and result.killed_reason == "timeout" and result.exit_code != 0
+    assert time.monotonic() - started < 4.0
+
+
+@needs_bwrap
+async def test_cpu_limit_kills_busy_loop() -> None:
+    result = await run_code("while True:\n    pass", Limits(timeout_s=8.0, cpu_s=1))
+    assert result.killed_reason == "cpu_time" and not result.timed_out and result.duration_s < 5.0, result
+
+
+@needs_bwrap
+async def test_100_mb_of_output_is_truncated() -> None:
+    code = "import sys\nfor _ in range(1000):\n    sys.stdout.write('x' * 100_000)\nprint('END')"
+    started = time.monotonic()
+    result = await run_code(code, LIMITS)
+    assert result.truncated and result.killed_reason == "output_limit"
+    assert len(result.stdout) == LIMITS.output_bytes and "END" not in result.stdout
+    assert time.monotonic() - started < 5.0
+    assert "[output cut at 64000 bytes]" in format_output(result, LIMITS)
+
+
+@needs_bwrap
+async def test_memory_watchdog_kills_big_allocations() -> None:
+    result = await run_code("x = bytearray(1_500_000_000)\nprint('survived')", Limits(timeout_s=10, memory_mb=200))
+    assert result.killed_reason == "memory" and "survived" not in result.stdout, result
+
+
+@needs_bwrap
+async def test_secret_files_and_project_are_invisible() -> None:
+    paths = ["/etc/shadow", "/etc/passwd", str(PROJECT / "pyproject.toml"), str(PROJECT / ".env"),
+             str(PROJECT / "conduit" / "settings.py"), str(PROJECT / "conduit"), str(Path.home() / ".bashrc"),
+             "/home", "/sys/kernel"]
+    code = f"""
+import os
+for p in {paths!r}:
+    try:
+        print(p, "LEAK", os.listdir(p)[:3] if os.path.isdir(p) else open(p).read(20))
+    except OSError as exc:
+        print(p, "refused", type(exc).__name__)
+try:
+    import conduit
+    print("LEAK conduit importable")
+except ImportError:
+    print("conduit not importable")
+"""
+    result = await run_code(code, LIMITS)
+    assert "LEAK" not in result.stdout and result.stdout.count("refused") == len(paths), result.stdout
+
+
+@needs_bwrap
+async def test_system_is_read_only_and_tmp_is_writable() -> None:
+    code = """
+for p in ["/usr/evil", "/opt/site/evil.py", "/sandbox/main.py", "/evil", "/dev/evil", "/tmp/ok"]:
+    try:
+        open(p, "w").write("x")
+        print(p, "written")
+    except OSError as exc:
+        print(p, "refused")
+"""
+    result = await run_code(code, LIMITS)
+    assert result.stdout.count("refused") == 5 and "/tmp/ok written" in result.stdout, result.stdout
+
+
+@needs_bwrap
+async def test_environment_has_no_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SECRET", "hunter2-fake-secret")
+    monkeypatch.setenv("CONDUIT_OPENAI_API_KEY", "sk-fake")
+    code = "import os\nprint(sorted(os.environ.items()))\nprint(open('/proc/1/environ').read())"
+    result = await run_code(code, LIMITS)
+    assert "hunter2" not in result.stdout and "sk-fake" not in result.stdout and "SECRET" not in result.stdout
+    assert "HOME" in result.stdout
+
+
+@needs_bwrap
+async def test_fork_bomb_is_contained_and_cleaned_up() -> None:
+    code = "import os, time\nfor _ in range(200):\n    try:\n        os.fork()\n    except OSError:\n        pass\ntime.sleep(30)"
+    result = await run_code(code, Limits(timeout_s=3.0, max_procs=16))
+    assert result.exit_code != 0 and result.duration_s < 5.0
+    await asyncio.sleep(0.5)
+    leftovers = [p for p in watchdog.process_tree(1) if _cmdline(p).endswith(isolation.CODE_PATH)]
+    assert leftovers == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+async def test_refuses_without_isolation_unless_unsafe(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = (None, "bubblewrap is not installed (test)")
+    assert isolation.find_setup(bwrap="/nonexistent/bwrap")[0] is None
+    with pytest.raises(SandboxUnavailable):
+        await run_code("print(1)", LIMITS, setup=missing)
+    payload = await build_service(settings, setup=missing).execute(_request("print(1)"))
+    assert payload.outcome == "error" and payload.error is not None
+    assert (payload.error.error_code, payload.error.kind) == ("sandbox_unavailable", "forbidden")
+    assert "not installed" in payload.error.message
+    monkeypatch.setenv("SECRET", "hunter2-fake-secret")
+    unsafe = await run_code("import os\nprint(6 * 7, sorted(os.environ))", LIMITS, setup=missing, allow_unsafe=True)
+    assert unsafe.stdout.startswith("42") and "SECRET" not in unsafe.stdout
+
+
+def test_format_output_sections() -> None:
+    result = RunResult(stdout="1\n", stderr="Traceback\n", exit_code=1, timed_out=True, killed_reason="timeout",
+                       truncated=False, duration_s=1.0)
+    text = format_output(result, Limits(timeout_s=10))
+    assert text.splitlines() == ["1", "[stderr]", "Traceback", "[exit code 1, 1.00 s]",
+                                 "[stopped: wall-time limit of 10 s reached]"]
+
+
+async def _await_result(bootstrap: str, call_id: str, timeout_s: float = 60.0) -> ToolResult:
+    consumer = AIOKafkaConsumer(topics.TOOL_RESULTS, bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=10)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                for record in records:
+                    event = ToolResult.model_validate_json(record.value)
+                    if event.payload.call_id == call_id:
+                        return event
+        raise AssertionError(f"no ToolResult for {call_id} within {timeout_s} s")
+    finally:
+        await consumer.stop()
+
+
+@needs_bwrap
+async def test_bus_round_trip(settings: Settings, tmp_path: Path) -> None:
+    await bus.ensure_topics(settings)
+    env = settings_env(settings.bootstrap_servers(), settings.redis(), tmp_path / "data", CONDUIT_LOG_JSON="false")
+    service = ServiceProcess("sandbox", env, tmp_path / "logs").start()
+    broker = bus.make_broker(settings, client_id="test-sandbox")
+    await broker.start()
+    try:
+        request = _request("import numpy as np\nprint(int(np.prod([6, 7])))")
+        await bus.publish(broker, topics.TOOL_REQUESTS_SANDBOX, request)
+        try:
+            result = await _await_result(settings.bootstrap_servers(), request.payload.call_id)
+        except AssertionError:
+            raise AssertionError(service.log_path.read_text()[-3000:]) from None
+        assert result.payload.outcome == "ok", result.payload.error
+        assert result.payload.output is not None and result.payload.output.startswith("42\n")
+        assert "[exit code 0" in result.payload.output and result.payload.evidence == []
+    finally:
+        await broker.stop()
+        service.stop()
