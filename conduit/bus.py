@@ -99,13 +99,16 @@ def subscribe(
     settings: Settings,
     redis: Redis,
     *,
-    topic: str,
+    topic: str | tuple[str, ...],
     group_id: str,
     model: Any,
     handler: Handler,
     consumer_name: str,
 ) -> None:
-    """Register ``handler`` for ``topic`` in consumer group ``group_id``.
+    """Register ``handler`` for ``topic`` (one or several topics) in consumer group ``group_id``.
+
+    One subscriber per service keeps group joins to one (each join costs seconds
+    on tansu) and gives every member of a group identical subscriptions.
 
     ``model`` is a pydantic model or an annotated union; the raw message is
     validated into it before ``handler`` is called. Delivery is at least once
@@ -113,6 +116,7 @@ def subscribe(
     and events that raised ``MAX_ATTEMPTS`` times go to ``topics.DEAD_LETTER``.
     """
     adapter = TypeAdapter(model)
+    subscribed = (topic,) if isinstance(topic, str) else topic
 
     async def _dead_letter(msg: Any, error: str, task_id: str = "unknown", session_id: str = "unknown") -> None:
         raw = msg.body if isinstance(msg.body, bytes | bytearray) else str(msg.body).encode()
@@ -122,7 +126,7 @@ def subscribe(
             task_id=task_id,
             session_id=session_id,
             payload=DeadLetterPayload(
-                topic=topic,
+                topic=getattr(record, "topic", None) or subscribed[0],
                 partition=getattr(record, "partition", None),
                 offset=getattr(record, "offset", None),
                 key=key.decode("utf-8", "replace") if isinstance(key, bytes) else key,
@@ -132,7 +136,7 @@ def subscribe(
             ),
         )
         await publish(broker, topics.DEAD_LETTER, dead)
-        log.warning("dead-lettered message from %s: %s", topic, error[:300])
+        log.warning("dead-lettered message from %s: %s", dead.payload.topic, error[:300])
 
     async def _consume(msg: KafkaMessage) -> None:
         try:
@@ -153,12 +157,12 @@ def subscribe(
             raise
 
     broker.subscriber(
-        topic,
+        *subscribed,
         group_id=group_id,
         ack_policy=AckPolicy.NACK_ON_ERROR,
         auto_offset_reset="earliest",
         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
-        session_timeout_ms=10_000,
-        heartbeat_interval_ms=2_000,
-        title=f"{consumer_name}:{topic}",
+        session_timeout_ms=6_000,
+        heartbeat_interval_ms=1_000,
+        title=f"{consumer_name}:{','.join(subscribed)}",
     )(_consume)

@@ -1,14 +1,16 @@
-"""Container health checks for the services that serve no HTTP, and a wait-for-topics step.
+"""Container health checks for the services that serve no HTTP, and wait-for steps for init containers.
 
 Used by ``docker-compose.yml`` health checks and the Kubernetes exec probes and
-init containers in ``k8s/base``. It imports only ``redis``, ``aiokafka`` and the
-settings, not the service code, so one check costs a few hundred milliseconds.
+init containers in ``k8s/base``. ``ready``/``live``/``topics`` import only ``redis``,
+``aiokafka`` and the settings, not the service code, so one check costs well under a
+second; ``corpus`` imports the retriever's ingest module.
 
 Usage (exit status 0 = healthy)::
 
     python -m conduit.probe ready SERVICE    # readiness
     python -m conduit.probe live SERVICE     # liveness
     python -m conduit.probe topics [--timeout SECONDS]   # init container
+    python -m conduit.probe corpus [--timeout SECONDS]   # init container of the retriever
 
 - ``ready``: 0 when Redis (``REDIS_URL``) answers and at least one liveness key
   ``conduit:alive:SERVICE:*`` exists (``conduit.liveness.heartbeat`` refreshes it
@@ -20,6 +22,9 @@ Usage (exit status 0 = healthy)::
   ``KAFKA_BOOTSTRAP_SERVERS`` (0), or ``--timeout`` seconds pass (1). In Kubernetes
   the topics are ``KafkaTopic`` resources (12 partitions, replication 3) and this
   keeps a service from creating them first with its own defaults.
+- ``corpus``: waits until the law corpus is in the knowledge base
+  (``services.retriever.ingest.corpus_ready``; on Kubernetes the ``conduit-ingest-laws``
+  Job loads it), so the retriever never starts on an empty store.
 
 Limitation: the key names the process id, and a container's main process is
 usually pid 1 in every replica, so the liveness keys of replicas of one service
@@ -33,6 +38,7 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 
 from conduit.settings import Settings
 
@@ -84,25 +90,48 @@ async def missing_topics(bootstrap: str, wanted: tuple[str, ...]) -> list[str]:
     return [t for t in wanted if t not in existing]
 
 
-def wait_topics(bootstrap: str, timeout_s: float, every_s: float = 3.0) -> tuple[int, str]:
-    """Poll until every topic of ``ALL_TOPICS`` exists; ``(0, ...)`` then, ``(1, ...)`` after ``timeout_s``."""
-    from contracts.topics import ALL_TOPICS  # noqa: PLC0415
+def wait_until(check: Callable[[], str | None], timeout_s: float, every_s: float = 3.0) -> tuple[int, str]:
+    """Call ``check`` until it returns None (done: ``(0, "ok")``) or ``timeout_s`` passes (``(1, last reason)``).
 
+    ``check`` returns the reason it is not done yet; an exception counts as not done.
+    """
     deadline = time.monotonic() + timeout_s
-    last = "not checked yet"
     while True:
         try:
-            missing = asyncio.run(missing_topics(bootstrap, ALL_TOPICS))
-            if not missing:
-                return 0, f"all {len(ALL_TOPICS)} topics exist"
-            last = f"missing topics: {', '.join(missing)}"
-        except Exception as exc:  # noqa: BLE001 - broker not up yet: keep waiting
-            last = f"kafka not reachable: {type(exc).__name__}: {exc}"
+            reason = check()
+        except Exception as exc:  # noqa: BLE001 - a dependency not up yet: keep waiting
+            reason = f"{type(exc).__name__}: {exc}"
+        if reason is None:
+            return 0, "ok"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return 1, last
-        print(last, file=sys.stderr, flush=True)
+            return 1, reason
+        print(reason, file=sys.stderr, flush=True)
         time.sleep(min(every_s, remaining))
+
+
+def wait_topics(bootstrap: str, timeout_s: float, every_s: float = 3.0) -> tuple[int, str]:
+    """Wait until every topic of ``contracts.topics.ALL_TOPICS`` exists on ``bootstrap``."""
+    from contracts.topics import ALL_TOPICS  # noqa: PLC0415
+
+    def check() -> str | None:
+        try:
+            missing = asyncio.run(missing_topics(bootstrap, ALL_TOPICS))
+        except Exception as exc:  # noqa: BLE001
+            return f"kafka not reachable: {type(exc).__name__}: {exc}"
+        return f"missing topics: {', '.join(missing)}" if missing else None
+
+    status, reason = wait_until(check, timeout_s, every_s)
+    return status, (f"all {len(ALL_TOPICS)} topics exist" if status == 0 else reason)
+
+
+def wait_corpus(settings: Settings, timeout_s: float, every_s: float = 10.0) -> tuple[int, str]:
+    """Wait until ``services.retriever.ingest.corpus_ready(settings)`` is true."""
+    from services.retriever.ingest import corpus_ready  # noqa: PLC0415 - heavy, only for this check
+
+    status, reason = wait_until(lambda: None if corpus_ready(settings) else "law corpus not ingested yet",
+                                timeout_s, every_s)
+    return status, ("law corpus is in the knowledge base" if status == 0 else reason)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,13 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     for kind in ("ready", "live"):
         p = sub.add_parser(kind)
         p.add_argument("service", help="orchestrator | retriever | web | sandbox | gateway")
-    t = sub.add_parser("topics")
-    t.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
+    for kind in ("topics", "corpus"):
+        p = sub.add_parser(kind)
+        p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
     args = parser.parse_args(argv)
 
     settings = Settings()
     if args.kind == "topics":
         status, reason = wait_topics(settings.bootstrap_servers(), args.timeout)
+    elif args.kind == "corpus":
+        status, reason = wait_corpus(settings, args.timeout)
     else:
         status, reason = check(args.kind, args.service, settings.redis())
     print(reason, file=sys.stderr if status else sys.stdout, flush=True)

@@ -97,6 +97,7 @@ class Settings(BaseSettings):
     qdrant_api_key: str | None = Field(default=None, description="API key of the Qdrant server (qdrant_url)")
     retrieval_candidates: int = Field(default=50, description="candidates per hybrid prefetch branch (dense, sparse) before RRF")
     ingest_batch_size: int = Field(default=128, description="chunks embedded and upserted per batch by `conduit ingest`")
+    embedding_threads: int = Field(default=1, description="BLAS threads of the local USE embedder (1 is fastest on a busy 2-core box)")
 
     # ---- web
     searxng_url: str | None = None

@@ -77,7 +77,8 @@ class Stack:
         self.wait_ready(timeout_s)
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Block until every service checked in (liveness keys) and the gateway answers /readyz."""
+        """Block until every service process checked in (its own liveness key, set once its
+        consumer joined its group) and the gateway answers /readyz; raises StackError."""
         r = redis_sync.Redis.from_url(self.settings.redis())
         deadline = time.monotonic() + timeout_s
         try:
@@ -85,8 +86,7 @@ class Stack:
                 for name, proc in self.procs.items():
                     if not proc.running:
                         raise StackError(f"service {name} exited early; see {proc.log_path}")
-                alive = {k.decode().split(":")[2] for k in r.scan_iter("conduit:alive:*")}
-                missing = [n for n in self.services if n not in alive]
+                missing = [n for n, p in self.procs.items() if not r.exists(f"conduit:alive:{n}:{p.proc.pid}")]
                 if not missing and ("gateway" not in self.services or self._gateway_ready()):
                     return
                 time.sleep(0.2)

@@ -29,12 +29,10 @@ ALL_TOPICS: tuple[str, ...] = (
     DEAD_LETTER,
 )
 
-# consumer group ids: one per service and subscribed topic (members of a group
-# then always have identical subscriptions, which the round-robin assignor needs)
+# consumer group ids, one per service; each service has one consumer, so every
+# member of a group has identical subscriptions (the orchestrator's group reads
+# QUESTIONS, TOOL_RESULTS and CONTROL)
 GROUP_ORCHESTRATOR = f"{PREFIX}-orchestrator"
-GROUP_ORCHESTRATOR_QUESTIONS = f"{GROUP_ORCHESTRATOR}.questions"
-GROUP_ORCHESTRATOR_RESULTS = f"{GROUP_ORCHESTRATOR}.results"
-GROUP_ORCHESTRATOR_CONTROL = f"{GROUP_ORCHESTRATOR}.control"
 GROUP_RETRIEVER = f"{PREFIX}-retriever"
 GROUP_WEB = f"{PREFIX}-web"
 GROUP_SANDBOX = f"{PREFIX}-sandbox"

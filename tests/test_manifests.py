@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="dev dependency kubernetes-validate not installed")
+yaml = pytest.importorskip("yaml", reason="PyYAML (installed with the dev dependency kubernetes-validate) is needed")
 
 from conduit.asyncapi import TOPIC_DOCS  # noqa: E402
 from conduit.services import SERVICES  # noqa: E402
@@ -191,6 +190,7 @@ def test_loader_agrees_with_kubectl_kustomize(rendered: tuple[str, list[Obj]]) -
 
 def test_every_object_is_valid_for_kubernetes(rendered: tuple[str, list[Obj]]) -> None:
     """Built-in kinds pass kubernetes-validate --strict for 1.31; custom resources are known kinds."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="dev dependency kubernetes-validate not installed")
     _, objs = rendered
     assert len({_key(o) for o in objs}) == len(objs), "duplicate objects"
     errors, custom = [], []
@@ -219,7 +219,7 @@ def test_every_object_has_a_namespace(base: list[Obj]) -> None:
 
 # --------------------------------------------------------------------------- workloads
 def _pod_workloads(objs: list[Obj]) -> list[Obj]:
-    return [o for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
+    return [o for o in objs if o["kind"] in ("Deployment", "StatefulSet", "Job")]
 
 
 def test_one_deployment_per_service(rendered: tuple[str, list[Obj]]) -> None:
@@ -241,8 +241,26 @@ def test_one_deployment_per_service(rendered: tuple[str, list[Obj]]) -> None:
         refs = [e.get("configMapRef", e.get("secretRef"))["name"] for e in main["envFrom"]]
         assert refs[0] == "conduit-config"
         assert ("conduit-secrets" in refs) == (service == "orchestrator"), "only the orchestrator gets the API key"
-        (init,) = pod["initContainers"]
-        assert init["command"] == ["python", "-m", "conduit.probe", "topics", "--timeout", "600"]
+        waits = [c["command"][3] for c in pod["initContainers"]]
+        assert waits == (["topics", "corpus"] if service == "retriever" else ["topics"])
+        for init in pod["initContainers"]:
+            assert init["command"][:3] == ["python", "-m", "conduit.probe"]
+
+
+def test_ingest_job_loads_the_law_corpus(rendered: tuple[str, list[Obj]]) -> None:
+    """The Job runs a real CLI command against the same settings as the retriever."""
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from conduit.cli import app  # noqa: PLC0415
+
+    _, objs = rendered
+    job = _one(objs, "Job", "conduit-ingest-laws", NAMESPACE)
+    (main,) = job["spec"]["template"]["spec"]["containers"]
+    assert main["args"] == ["ingest", "--law-db"]
+    assert main["envFrom"] == [{"configMapRef": {"name": "conduit-config"}}]
+    assert _compose()["services"]["ingest"]["command"] == main["args"]
+    help_text = CliRunner().invoke(app, ["ingest", "--help"]).output
+    assert "--law-db" in help_text
 
 
 def test_every_container_has_resources_and_hardening(base: list[Obj]) -> None:
@@ -420,13 +438,13 @@ def test_web_reaches_the_internet_but_no_private_address(base: list[Obj]) -> Non
     assert not any(s.get("app.kubernetes.io/name") == "qdrant" for s in selectors)
 
 
-def test_only_the_retriever_reaches_qdrant_and_nothing_internal_has_internet(base: list[Obj]) -> None:
-    for service in ("retriever", "gateway"):
-        policy = _policy_for(base, _one(base, "Deployment", f"conduit-{service}"))
+def test_only_the_retriever_and_ingest_reach_qdrant_and_nothing_internal_has_internet(base: list[Obj]) -> None:
+    for service in ("retriever", "gateway", "ingest-laws"):
+        policy = _policy_for(base, _one(base, "Job" if service == "ingest-laws" else "Deployment", f"conduit-{service}"))
         assert not any("ipBlock" in p for r in policy["spec"]["egress"] for p in r["to"]), service
     qdrant = _policy_for(base, _one(base, "StatefulSet", "qdrant"))
     (rule,) = qdrant["spec"]["ingress"]
-    assert [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in rule["from"]] == ["retriever"]
+    assert [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in rule["from"]] == ["retriever", "ingest"]
     for name in ("redis", "qdrant"):
         assert _policy_for(base, _one(base, "StatefulSet", name))["spec"]["egress"] == []
     gateway = _policy_for(base, _one(base, "Deployment", "conduit-gateway"))
@@ -548,6 +566,7 @@ def test_qdrant_server_matches_the_locked_client(base: list[Obj]) -> None:
 
 # --------------------------------------------------------------------------- docker compose
 INFRA = {"kafka", "redis", "qdrant"}
+ONE_SHOT = {"ingest"}
 
 
 def test_docker_compose_config_passes() -> None:
@@ -562,13 +581,17 @@ def test_docker_compose_config_passes() -> None:
 def test_compose_stack_shape() -> None:
     compose = _compose()
     services = compose["services"]
-    assert set(services) == set(SERVICES) | INFRA
+    assert set(services) == set(SERVICES) | INFRA | ONE_SHOT
     assert compose["networks"]["backend"]["internal"] is True
     for name, svc in services.items():
+        if name in ONE_SHOT:
+            assert svc["restart"] == "no"
+            continue
         assert svc.get("healthcheck", {}).get("test"), f"{name} has no health check"
         assert svc.get("restart") == "unless-stopped", name
         for dep, cond in svc.get("depends_on", {}).items():
-            assert cond == {"condition": "service_healthy"}, f"{name} -> {dep}"
+            expected = "service_completed_successfully" if dep in ONE_SHOT else "service_healthy"
+            assert cond == {"condition": expected}, f"{name} -> {dep}"
     for name in SERVICES:
         svc = services[name]
         build = svc["build"]
@@ -581,7 +604,9 @@ def test_compose_stack_shape() -> None:
         assert not unknown, f"{name}: {unknown}"
         if name != "gateway":
             assert svc["healthcheck"]["test"] == ["CMD", "python", "-m", "conduit.probe", "ready", name]
-    assert "qdrant" in services["retriever"]["depends_on"]
+    assert {"qdrant", "ingest"} <= set(services["retriever"]["depends_on"])
+    assert services["ingest"]["depends_on"] == {"qdrant": {"condition": "service_healthy"}}
+    assert services["ingest"]["networks"] == ["backend"]
     assert services["retriever"]["environment"]["QDRANT_URL"] == "http://qdrant:6333"
     assert services["gateway"]["ports"] == ["127.0.0.1:8000:8000"]
     assert "/readyz" in " ".join(services["gateway"]["healthcheck"]["test"])

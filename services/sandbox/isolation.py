@@ -120,7 +120,10 @@ def spawn_user(run_as: int | None) -> dict:
 
 
 def prepare_code_dir(code: str, run_as: int | None) -> Path:
-    """Write ``code`` to ``<new temp dir>/main.py`` (0700 dir, 0400 file, owned by ``run_as`` when set); return the file path.
+    """Write ``code`` to ``<new temp dir>/main.py``; return the file path.
+
+    The directory is 0700 and the file 0400, both owned by host uid ``run_as`` when set
+    (bwrap started as that uid must be able to bind the file).
 
     The caller removes the directory (``shutil.rmtree(path.parent)``).
     """

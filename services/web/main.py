@@ -20,7 +20,7 @@ from conduit.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import WebFetchArgs, WebSearchArgs
-from services.web import pipeline
+from services.web import extract, pipeline
 from services.web.providers import configured_provider
 from services.web.safefetch import AddressPolicy
 
@@ -29,6 +29,7 @@ log = logging.getLogger("conduit.web")
 
 def build_service(settings: Settings) -> ToolService:
     """A ``ToolService("web", ...)`` with ``web_search`` and ``web_fetch`` registered (not started)."""
+    extract.warm_up()
     provider = configured_provider(settings)
     policy = AddressPolicy(allow_private=settings.web_allow_private)
     if settings.web_allow_private:

@@ -27,8 +27,8 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from contracts.evidence import EvidenceItem
 from conduit.toolservice import ToolFailure
+from contracts.evidence import EvidenceItem
 from services.web import extract, safefetch
 from services.web.providers import SearchHit, SearchProvider
 

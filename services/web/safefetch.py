@@ -9,7 +9,8 @@
   refused: loopback, private, link-local, multicast, reserved, unspecified, any other
   non-global address, and cloud metadata addresses (``METADATA_ADDRESSES``);
 - redirects are followed by hand, at most ``MAX_REDIRECTS`` (5) hops, each hop checked again;
-- the body is streamed and the fetch stops past ``MAX_BYTES`` (2 MB, decoded size);
+- the body is streamed and the fetch stops past ``MAX_BYTES`` (2 MB, decoded size; gzip and
+  deflate are inflated here with a bounded output, so a compression bomb cannot blow up);
 - only ``text/*`` and XHTML content types;
 - a whole fetch (all hops) has one deadline ``timeout_s`` (seconds); env proxies are ignored.
 
@@ -25,6 +26,7 @@ import ipaddress
 import re
 import socket
 import ssl
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -179,7 +181,8 @@ def guarded_client(policy: AddressPolicy, timeout_s: float = DEFAULT_TIMEOUT_S) 
     return httpx.AsyncClient(
         transport=transport, follow_redirects=False, trust_env=False,
         timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
-        headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1"},
+        headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1",
+                 "Accept-Encoding": "gzip, deflate"},
     )
 
 
@@ -235,7 +238,8 @@ def check_url(url: str) -> str:
     except ValueError as exc:
         raise ToolFailure("bad_url", f"malformed URL: {exc}", kind="bad_arguments") from exc
     if parts.scheme.lower() not in ("http", "https"):
-        raise ToolFailure("forbidden_scheme", f"only http and https URLs can be fetched, not {parts.scheme or 'none'!r}",
+        scheme = parts.scheme or "none"
+        raise ToolFailure("forbidden_scheme", f"only http and https URLs can be fetched, not {scheme!r}",
                           hint="give a full http(s) URL", kind="forbidden")
     if not host:
         raise ToolFailure("bad_url", "URL has no host", kind="bad_arguments")
@@ -245,9 +249,27 @@ def check_url(url: str) -> str:
 
 
 async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
-    """Read the streamed body; raise ``ToolFailure(too_large)`` as soon as it passes ``max_bytes``."""
+    """Read the streamed body, decompressing gzip/deflate ourselves with a bounded output.
+
+    httpx's own decoder inflates a whole network chunk at once (a 64 KB gzip bomb
+    becomes ~64 MB); here no more than ``max_bytes + 1`` bytes are ever produced.
+    Raises ``ToolFailure``: ``too_large`` past ``max_bytes``, ``unsupported_content``
+    for other encodings or a corrupt stream (kind business).
+    """
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        inflater = None
+    elif encoding in ("gzip", "x-gzip", "deflate"):
+        inflater = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, detected
+    else:
+        raise ToolFailure("unsupported_content", f"content encoding {encoding!r} is not supported", kind="business")
     buf = bytearray()
-    async for piece in response.aiter_bytes():
+    async for piece in response.aiter_raw():
+        if inflater is not None:
+            try:
+                piece = inflater.decompress(piece, max_bytes + 1 - len(buf))
+            except zlib.error as exc:
+                raise ToolFailure("unsupported_content", f"corrupt {encoding} body", kind="business") from exc
         buf.extend(piece)
         if len(buf) > max_bytes:
             raise ToolFailure("too_large", f"page is larger than {max_bytes} bytes", hint="try another source",
@@ -308,4 +330,5 @@ async def _accept(response: httpx.Response, max_bytes: int) -> FetchedPage:
     body = await _read_capped(response, max_bytes)
     if not mime and b"\x00" in body[:1024]:
         raise ToolFailure("unsupported_content", "unlabelled binary content", kind="business")
-    return FetchedPage(url=str(response.url), status=status, mime=mime, charset=response.charset_encoding, body=body)
+    return FetchedPage(url=str(response.url), status=status, mime=mime, charset=response.charset_encoding,
+                       body=body)
