@@ -1,7 +1,8 @@
 """Service liveness marks in Redis, read by readiness checks and the stack launcher.
 
-Each running service process sets ``conduit:alive:{service}:{pid}`` with a short
-TTL every ``every_s`` seconds; a key that expired means the process is gone.
+Each running service process sets ``conduit:alive:{service}:{host}:{pid}`` with a
+short TTL every ``every_s`` seconds; a key that expired means the process is gone.
+The host name keeps replicas apart in containers, where every service is pid 1.
 """
 
 from __future__ import annotations
@@ -9,15 +10,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 
 from redis.asyncio import Redis
 
 log = logging.getLogger("conduit.liveness")
 
 
+def alive_key(service: str, pid: int | None = None) -> str:
+    """Liveness key of ``service`` in process ``pid`` (default: this process) on this host."""
+    return f"conduit:alive:{service}:{socket.gethostname()}:{pid or os.getpid()}"
+
+
 async def heartbeat(redis: Redis, service: str, every_s: float = 2.0) -> None:
-    """Forever: mark ``service`` (this pid) alive, TTL 3 x ``every_s`` seconds."""
-    key = f"conduit:alive:{service}:{os.getpid()}"
+    """Forever: mark ``service`` (this process) alive, TTL 3 x ``every_s`` seconds."""
+    key = alive_key(service)
     while True:
         try:
             await redis.set(key, "1", ex=max(1, int(every_s * 3)))

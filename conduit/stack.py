@@ -18,6 +18,7 @@ import httpx
 import redis as redis_sync
 
 from conduit import bus, infra
+from conduit.liveness import alive_key
 from conduit.services import SERVICES, ServiceProcess, settings_env
 from conduit.settings import Settings
 
@@ -86,7 +87,7 @@ class Stack:
                 for name, proc in self.procs.items():
                     if not proc.running:
                         raise StackError(f"service {name} exited early; see {proc.log_path}")
-                missing = [n for n, p in self.procs.items() if not r.exists(f"conduit:alive:{n}:{p.proc.pid}")]
+                missing = [n for n, p in self.procs.items() if not r.exists(alive_key(n, p.proc.pid))]
                 if not missing and ("gateway" not in self.services or self._gateway_ready()):
                     return
                 time.sleep(0.2)

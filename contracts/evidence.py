@@ -44,8 +44,15 @@ class EvidenceItem(BaseModel):
 
     @property
     def dedupe_key(self) -> str:
-        """Key used by the evidence pool: the URL for web items, else the chunk id."""
-        return self.url if self.kind == "web" and self.url else self.chunk_id
+        """Key used by the evidence pool (seed 000 §7: by chunk id or URL).
+
+        Knowledge-base items: the chunk id. Web items: ``url#n`` chunk ids, so the
+        same passage of the same page enters once while several passages of one
+        page stay apart; a web item without a chunk number falls back to its URL.
+        """
+        if self.kind == "web" and self.url and "#" not in self.chunk_id:
+            return self.url
+        return self.chunk_id
 
 
 class NumberedEvidence(EvidenceItem):

@@ -27,9 +27,9 @@ def test_pool_numbers_in_order_dedupes_and_drops_summary_of_present_original():
     ctx, new = pool.add([kb("a"), kb("b"), kb("a")])
     assert [i.index for i in ctx] == [1, 2] and len(new) == 2
     web = EvidenceItem(chunk_id="u#1", kind="web", title="page", url="https://x.test/p", text="t")
-    ctx, new = pool.add([kb("b"), kb("s", kind="summary"), web, web.model_copy(update={"chunk_id": "u#2"})])
-    assert [i.index for i in ctx] == [2, 3]  # b keeps its number, summary of d1 dropped, same URL once
-    assert [i.index for i in new] == [3]
+    ctx, new = pool.add([kb("b"), kb("s", kind="summary"), web, web.model_copy(), web.model_copy(update={"chunk_id": "u#2"})])
+    assert [i.index for i in ctx] == [2, 3, 4]  # b keeps its number, summary of d1 dropped, same web chunk once
+    assert [i.index for i in new] == [3, 4]
 
 
 def test_citation_check_removes_unknown_numbers():

@@ -20,6 +20,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from conduit import bus
+from conduit.liveness import alive_key
 from conduit.services import ServiceProcess, settings_env
 from conduit.settings import Settings
 from conduit.toolservice import ToolFailure
@@ -225,7 +226,7 @@ def test_qdrant_client_local_mode_adapter(embedder: UseEmbedder) -> None:
 async def _wait_alive(redis, pid: int, proc: ServiceProcess, timeout_s: float = 90.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if await redis.exists(f"conduit:alive:retriever:{pid}"):
+        if await redis.exists(alive_key("retriever", pid)):
             return
         assert proc.running, proc.log_path.read_text()[-3000:]
         await asyncio.sleep(0.2)

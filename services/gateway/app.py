@@ -5,7 +5,7 @@
 2. Conduit's Kafka topics (``conduit.bus.ensure_topics``) and a FastStream
    ``KafkaBroker`` (``conduit.bus.make_broker``) with no subscribers, used only
    to publish (``acks=all``);
-3. a liveness heartbeat (``conduit:alive:gateway:<pid>``) for ``/readyz``.
+3. a liveness heartbeat (``conduit.liveness.alive_key``) for ``/readyz``.
 Startup fails (the process exits) when Kafka is unreachable at start; later
 outages are reported by ``/readyz`` and answered 503 by the write routes.
 On shutdown the heartbeat stops, the broker is stopped and Redis closed.

@@ -158,7 +158,7 @@ async def web_search(query: str, provider: SearchProvider, policy: safefetch.Add
             raise ToolFailure("no_readable_results", "no result page could be read and the search gave no snippets",
                               hint="try other keywords or web_fetch a known URL", kind="business")
         return snippets
-    ranked = extract.rerank(query, [page.chunks[n] for page, n in pool], top)
+    ranked = await asyncio.to_thread(extract.rerank, query, [page.chunks[n] for page, n in pool], top)
     return [_evidence(pool[i][0], pool[i][1], score, "web_search") for i, score in ranked]
 
 
@@ -169,7 +169,7 @@ async def web_fetch(url: str, reason: str, policy: safefetch.AddressPolicy, *,
     Raises ``ToolFailure`` from ``safefetch`` (forbidden / business / transient) or ``empty_page``.
     """
     page = await read_page(url, policy, timeout_s)
-    ranked = extract.rerank(reason, page.chunks, top)
+    ranked = await asyncio.to_thread(extract.rerank, reason, page.chunks, top)
     if not ranked or ranked[0][1] <= 0.0:
         ranked = [(n, 0.0) for n in range(min(top, len(page.chunks)))]
     return [_evidence(page, n, score, "web_fetch") for n, score in ranked]
