@@ -46,16 +46,16 @@ class Settings(BaseSettings):
         default=None, validation_alias=_alias("qdrant_url", "QDRANT_URL"),
         description="Qdrant server URL; unset = embedded Qdrant Edge in the data directory",
     )
-    qdrant_collection: str = "conduit"
+    qdrant_collection: str = Field(default="conduit", description="collection (server) / shard folder name of the knowledge base")
 
     # ---- gateway
-    gateway_host: str = "127.0.0.1"
-    gateway_port: int = 8000
+    gateway_host: str = Field(default="127.0.0.1", description="gateway listen address (0.0.0.0 in containers)")
+    gateway_port: int = Field(default=8000, description="gateway listen port")
     max_question_chars: int = Field(default=4000, description="longer questions get 413")
     sse_heartbeat_s: float = Field(default=15.0, description="seconds between SSE heartbeat comments")
     task_events_ttl_s: int = Field(default=86400, description="TTL of a task's replay log and record (seconds)")
     task_events_maxlen: int = Field(default=20000, description="events kept per task replay log")
-    default_tenant: str = "default"
+    default_tenant: str = Field(default="default", description="tenant of requests (no authentication yet)")
 
     # ---- gateway internals (services/gateway; owned by the gateway engineer)
     gateway_publish_timeout_s: float = Field(default=5.0, description="max wait for Kafka's ack of a publish; then 503")
@@ -64,19 +64,21 @@ class Settings(BaseSettings):
     gateway_shutdown_grace_s: float = Field(default=10.0, description="uvicorn graceful-shutdown timeout on SIGTERM (seconds)")
 
     # ---- model
-    openai_base_url: str | None = Field(default=None, validation_alias=_alias("openai_base_url", "OPENAI_BASE_URL"))
-    openai_api_key: str | None = Field(default=None, validation_alias=_alias("openai_api_key", "OPENAI_API_KEY"))
-    model: str = Field(default="gpt-4o-mini", validation_alias=_alias("model", "CONDUIT_MODEL"))
+    openai_base_url: str | None = Field(default=None, validation_alias=_alias("openai_base_url", "OPENAI_BASE_URL"),
+                                        description="OpenAI-compatible endpoint; unset = retrieval-only answers")
+    openai_api_key: str | None = Field(default=None, validation_alias=_alias("openai_api_key", "OPENAI_API_KEY"),
+                                       description="API key of the model endpoint")
+    model: str = Field(default="gpt-4o-mini", validation_alias=_alias("model", "CONDUIT_MODEL"), description="chat model name")
     model_read_timeout_s: float = Field(default=180.0, description="max wait between two streamed chunks (seed 000)")
-    model_connect_timeout_s: float = 10.0
+    model_connect_timeout_s: float = Field(default=10.0, description="model endpoint connect timeout (seconds)")
     model_max_retries: int = Field(default=2, description="retries before the first streamed token (seed 000)")
-    model_temperature: float = 0.2
+    model_temperature: float = Field(default=0.2, description="sampling temperature of model calls")
     max_rounds: int = Field(default=8, description="max model rounds per task")
     max_tool_calls: int = Field(default=12, description="max tool calls per task")
     task_deadline_s: float = Field(default=300.0, description="wall-clock limit per task (seed 003)")
     history_turns: int = Field(default=6, description="earlier turns of the session given to the model")
     model_breaker_failures: int = Field(default=3, description="consecutive model failures that open the circuit")
-    model_breaker_cooldown_s: float = 30.0
+    model_breaker_cooldown_s: float = Field(default=30.0, description="seconds the model circuit stays open (retrieval-only answers meanwhile)")
 
     # ---- tools
     tool_timeout_s: float = Field(default=30.0, description="deadline of one tool call (seconds)")
@@ -84,14 +86,14 @@ class Settings(BaseSettings):
 
     # ---- retrieval (seed 000 §5)
     embedding_backend: str = Field(default="use", description="use | openai")
-    embedding_model: str = "text-embedding-3-small"
-    embedding_base_url: str | None = None
+    embedding_model: str = Field(default="text-embedding-3-small", description="model name for the openai embedding backend")
+    embedding_base_url: str | None = Field(default=None, description="OpenAI-compatible embeddings endpoint (backend openai)")
     retrieval_min_score: float = Field(default=0.30, description="seed 000: RETRIEVAL_MIN_SCORE (dense cosine)")
     retrieval_retry_below: float = Field(default=0.50, description="seed 000: retry with compressed query below this")
     retrieval_top_k: int = Field(default=6, description="seed 000: RETRIEVAL_TOP_K")
     chunk_max_chars: int = Field(default=2000, description="seed 000: CHUNK_MAX_CHARS")
     context_max_chars: int = Field(default=12000, description="seed 000: CONTEXT_MAX_CHARS")
-    rrf_k: int = 60
+    rrf_k: int = Field(default=60, description="reciprocal rank fusion constant k (set explicitly: FIELD-NOTES)")
 
     # ---- retriever internals (services/retriever; owned by the retriever engineer)
     qdrant_api_key: str | None = Field(default=None, description="API key of the Qdrant server (qdrant_url)")
@@ -100,14 +102,14 @@ class Settings(BaseSettings):
     embedding_threads: int = Field(default=1, description="BLAS threads of the local USE embedder (1 is fastest on a busy 2-core box)")
 
     # ---- web
-    searxng_url: str | None = None
-    tavily_api_key: str | None = None
+    searxng_url: str | None = Field(default=None, description="SearXNG base URL; enables web_search/web_fetch")
+    tavily_api_key: str | None = Field(default=None, description="Tavily API key; enables web_search/web_fetch")
     web_allow_private: bool = Field(default=False, description="TESTS ONLY: allow fetching 127.0.0.1")
 
     # ---- sandbox
-    sandbox_timeout_s: float = 10.0
-    sandbox_memory_mb: int = 512
-    sandbox_output_bytes: int = 64_000
+    sandbox_timeout_s: float = Field(default=10.0, description="wall-time limit of one code_exec run (seconds, seed 000)")
+    sandbox_memory_mb: int = Field(default=512, description="resident-memory limit of a run (MiB, watchdog)")
+    sandbox_output_bytes: int = Field(default=64_000, description="output kept per run (bytes); the rest is cut with a note")
     sandbox_unsafe: bool = Field(default=False, description="run code without bubblewrap (logged loudly)")
 
     # ---- fault injection (tests and evals only)
@@ -115,8 +117,8 @@ class Settings(BaseSettings):
         default=None, description="TESTS ONLY: 'question' makes the orchestrator exit mid-handler once per task")
 
     # ---- logging
-    log_level: str = "INFO"
-    log_json: bool = True
+    log_level: str = Field(default="INFO", description="log level")
+    log_json: bool = Field(default=True, description="JSON log lines (structlog); false = console format")
 
     def bootstrap_servers(self) -> str:
         """Kafka bootstrap servers: the configured cluster or the embedded broker."""
