@@ -7,8 +7,6 @@ behaves the same everywhere.
 
 from __future__ import annotations
 
-import asyncio
-import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path

@@ -11,7 +11,6 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,12 +18,12 @@ from aiokafka import AIOKafkaConsumer
 
 from conduit import bus, infra
 from conduit.client import SseEvent, create_task, stream_task
-from conduit.services import ServiceProcess, settings_env
+from conduit.services import ServiceProcess
 from conduit.settings import Settings
 from conduit.stack import Stack
 from conduit.testing.scripted_model import ScriptedModel, Turn
 from contracts import topics
-from contracts.events import QuestionAsked, QuestionPayload, parse_event
+from contracts.events import parse_event
 
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 VAT_LAW = "中华人民共和国增值税法"

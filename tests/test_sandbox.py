@@ -13,13 +13,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from conduit import bus
+from conduit.testing.bus import await_tool_result
 from conduit.services import ServiceProcess, settings_env
 from conduit.settings import Settings
 from contracts import topics
-from contracts.events import ToolRequested, ToolRequestPayload, ToolResult
+from contracts.events import ToolRequested, ToolRequestPayload
 from services.sandbox import isolation, watchdog
 from services.sandbox.main import build_service, format_output
 from services.sandbox.runner import Limits, RunResult, SandboxUnavailable, run_code
@@ -185,21 +185,6 @@ def test_format_output_sections() -> None:
                                  "[stopped: wall-time limit of 10 s reached]"]
 
 
-async def _await_result(bootstrap: str, call_id: str, timeout_s: float = 90.0) -> ToolResult:
-    consumer = AIOKafkaConsumer(topics.TOOL_RESULTS, bootstrap_servers=bootstrap, group_id=None,
-                                auto_offset_reset="earliest", fetch_max_wait_ms=10)
-    await consumer.start()
-    try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=200)).values():
-                for record in records:
-                    event = ToolResult.model_validate_json(record.value)
-                    if event.payload.call_id == call_id:
-                        return event
-        raise AssertionError(f"no ToolResult for {call_id} within {timeout_s} s")
-    finally:
-        await consumer.stop()
 
 
 @needs_bwrap
@@ -213,7 +198,7 @@ async def test_bus_round_trip(settings: Settings, tmp_path: Path) -> None:
         request = _request("import numpy as np\nprint(int(np.prod([6, 7])))")
         await bus.publish(broker, topics.TOOL_REQUESTS_SANDBOX, request)
         try:
-            result = await _await_result(settings.bootstrap_servers(), request.payload.call_id)
+            result = await await_tool_result(settings.bootstrap_servers(), request.payload.call_id)
         except AssertionError:
             raise AssertionError(service.log_path.read_text()[-3000:]) from None
         assert result.payload.outcome == "ok", result.payload.error

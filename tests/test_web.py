@@ -20,13 +20,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from conduit import bus
+from conduit.testing.bus import await_tool_result
 from conduit.settings import Settings
 from conduit.toolservice import ToolFailure
 from contracts import topics
-from contracts.events import ToolRequested, ToolRequestPayload, ToolResult
+from contracts.events import ToolRequested, ToolRequestPayload
 from services.web import extract, pipeline, safefetch
 from services.web.main import build_service
 from services.web.providers import SearxngProvider, TavilyProvider, configured_provider, web_tools_available
@@ -287,22 +287,6 @@ async def test_tavily_provider_and_configuration(site) -> None:
 
 
 # ---------------------------------------------------------------- bus round trip
-async def _await_result(bootstrap: str, call_id: str, timeout_s: float = 90.0) -> ToolResult:
-    consumer = AIOKafkaConsumer(topics.TOOL_RESULTS, bootstrap_servers=bootstrap, group_id=None,
-                                auto_offset_reset="earliest", fetch_max_wait_ms=10)
-    await consumer.start()
-    try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=200)
-            for records in batches.values():
-                for record in records:
-                    event = ToolResult.model_validate_json(record.value)
-                    if event.payload.call_id == call_id:
-                        return event
-        raise AssertionError(f"no ToolResult for {call_id} within {timeout_s} s")
-    finally:
-        await consumer.stop()
 
 
 async def test_bus_round_trip(site, settings: Settings) -> None:
@@ -319,7 +303,7 @@ async def test_bus_round_trip(site, settings: Settings) -> None:
             call_id=call_id, tool="web_search", arguments={"query": "增值税 起征点", "reason": "test"},
             step=1, idempotency_key=f"{task_id}:1:{call_id}"))
         await bus.publish(service.broker, topics.TOOL_REQUESTS_WEB, request)
-        result = await _await_result(settings.bootstrap_servers(), call_id)
+        result = await await_tool_result(settings.bootstrap_servers(), call_id)
         assert result.payload.outcome == "ok", result.payload.error
         assert result.payload.evidence and result.payload.evidence[0].kind == "web"
         assert result.payload.evidence[0].metadata["untrusted"] is True

@@ -106,7 +106,9 @@ class Orchestrator:
     async def on_question(self, event: QuestionAsked) -> None:
         """Start a task. A redelivered question (checkpoint exists) changes nothing."""
         if await self.store.load(event.task_id) is not None:
-            return
+            return  # redelivered: the task already exists
+        if await self.events.is_sealed(event.task_id):
+            return  # the gateway gave up on this task (publish timed out) and told the client
         s = self.settings
         if s.fault_crash_once == "question" and await self.redis.set(f"conduit:fault:{event.task_id}", "1", nx=True, ex=600):
             log.error("fault injection: exiting mid-handler before the offset is committed")
@@ -211,7 +213,12 @@ class Orchestrator:
             await self._finish_cancelled(state, "cancelled by user")
             return
         elapsed = (utcnow() - state.created_at).total_seconds()
-        final = state.rounds >= s.max_rounds or state.tool_calls_used >= s.max_tool_calls or elapsed >= s.task_deadline_s
+        limits = {"max_rounds": state.rounds + 1 >= s.max_rounds, "max_tool_calls": state.tool_calls_used >= s.max_tool_calls,
+                  "deadline": elapsed >= s.task_deadline_s}
+        hit = next((name for name, reached in limits.items() if reached), None)
+        final = hit is not None
+        if final:
+            state.stop_reason = hit
         state.step += 1
         state.rounds += 1
         await self._emit(state.task_id, StepStarted(step=state.step, phase="final" if final else "model"))
@@ -417,10 +424,9 @@ class Orchestrator:
         if state.status == "completed":
             pool = EvidencePool(state.evidence)
             _, citations, _ = pool.check_citations(state.answer or "")
-            stop = "max_rounds" if state.rounds > self.settings.max_rounds else None
             event: StreamEvent = TaskCompleted(answer=state.answer or "", citations=citations, usage=state.usage,
                                                latency_ms=latency_ms, mode=state.mode, fallback_reason=state.fallback_reason,
-                                               stop_reason=stop)
+                                               stop_reason=state.stop_reason or "answered")
         elif state.status == "cancelled":
             event = TaskCancelledEvent(reason=next((t.get("reason", "") for t in reversed(state.trace) if t.get("phase") == "cancelled"), "cancelled"))
         else:

@@ -63,6 +63,7 @@ class TaskState(BaseModel):
     trace: list[dict[str, Any]] = Field(default_factory=list)
     mode: Literal["agent", "retrieval_only"] = "agent"
     fallback_reason: str | None = None
+    stop_reason: str | None = None  # max_rounds | max_tool_calls | deadline (a limit forced the final call)
     created_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
     answer: str | None = None

@@ -193,7 +193,8 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
     Raises ``LawDbError``, ``StoreError`` or ``EmbeddingError``.
     """
     laws = lawdb.list_laws(law_names=law_names, limit_laws=limit_laws)
-    documents = [(law_document_id(law), law_chunks(law, list(lawdb.iter_articles(law)))) for law in laws]
+    articles = lawdb.articles_by_law(laws)
+    documents = [(law_document_id(law), law_chunks(law, articles[law.law_id])) for law in laws]
     summary = _run(settings, documents, IngestSummary(), "laws.db", progress, embedder, store)
     if limit_laws is None and law_names is None:
         marker = Path(settings.data_dir) / CORPUS_MARKER

@@ -96,15 +96,27 @@ def list_laws(path: Path | None = None, *, law_names: list[str] | None = None, l
     return laws
 
 
-def iter_articles(law: Law, path: Path | None = None) -> Iterator[Article]:
-    """The current articles of ``law`` in statute order (article number, then row id)."""
-    sql = ("SELECT chapter, section, article_no, article_no_arabic, article_text, status FROM articles "
-           "WHERE law_id = ? AND status = ? ORDER BY article_no_arabic, id")
+def articles_by_law(laws: list[Law], path: Path | None = None) -> dict[str, list[Article]]:
+    """Current, non-empty articles of ``laws`` in statute order, keyed by ``law_id``.
+
+    One pass over the current articles (SQLite would pick the status index for a
+    per-law query and scan 23k rows per law: 7 s for the corpus, against ~0.2 s here).
+    """
+    wanted = {law.law_id: law for law in laws}
+    out: dict[str, list[Article]] = {law_id: [] for law_id in wanted}
+    sql = ("SELECT law_id, chapter, section, article_no, article_no_arabic, article_text, status FROM articles "
+           "WHERE status = ? ORDER BY law_id, article_no_arabic, id")
     with closing(_connect(path)) as conn:
-        rows = conn.execute(sql, (law.law_id, CURRENT)).fetchall()
-    for chapter, section, article_no, arabic, text, status in rows:
-        if text and text.strip():
-            yield Article(law, chapter or None, section or None, article_no or "", arabic, text.strip(), status)
+        for law_id, chapter, section, article_no, arabic, text, status in conn.execute(sql, (CURRENT,)):
+            law = wanted.get(law_id)
+            if law is not None and text and text.strip():
+                out[law_id].append(Article(law, chapter or None, section or None, article_no or "", arabic, text.strip(), status))
+    return out
+
+
+def iter_articles(law: Law, path: Path | None = None) -> Iterator[Article]:
+    """The current articles of one ``law`` in statute order (article number, then row id)."""
+    yield from articles_by_law([law], path)[law.law_id]
 
 
 def count_current_articles(path: Path | None = None) -> int:

@@ -39,7 +39,7 @@ QUESTION_FILLERS = frozenset(
     """
     什么 什么样 啥 咋 怎么办 咋办 怎么 怎样 怎么样 多少 多久 几 吗 呢 吧 啊 呀 嘛 么 请问 是否 是不是 如何 哪些 哪个 哪里 哪儿
     为什么 为何 能否 能不能 可不可以 可以 有没有 一下 我 我们 想 想问 想知道 知道 请 帮 帮我 告诉 告诉我
-    的 了 是 呢 麻烦 谢谢 你好 您好 具体 到底 究竟
+    的 的话 了 是 和 与 及 以及 还有 分别 麻烦 谢谢 你好 您好 具体 到底 究竟
     """.split()
 )
 """Tokens dropped by ``compress_query`` (question words and colloquial filler; seed 000 step 2)."""
@@ -261,14 +261,14 @@ class KbSearcher:
                 self._round("compressed", compressed, flt, merged, attempts)
 
         wanted = topics_in(query)
-        if len(wanted) > 1:
+        if len(wanted) > 1:  # seed 000 step 3 (simple version; TODO(later issue): per-topic sub-questions)
             covered = " ".join(f"{h.payload.get('title', '')} {h.payload.get('text', '')}" for h in merged.values())
+            rest = compress_query(query)
+            for word in sorted((w for t in wanted for w in TOPICS[t]), key=len, reverse=True):
+                rest = rest.replace(word, " ")
+            rest = " ".join(rest.split())
             for topic in wanted:
                 if not any(w in covered for w in TOPICS[topic]):
-                    others = [w for t in wanted if t != topic for w in TOPICS[t]]
-                    rest = compress_query(query)
-                    for w in sorted(others, key=len, reverse=True):
-                        rest = rest.replace(w, " ")
                     self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts)
 
         ranked = sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))[: s.retrieval_top_k]
