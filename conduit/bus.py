@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from faststream.kafka.annotations import KafkaMessage
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
+from conduit import metrics, tracing
 from conduit.settings import Settings
 from contracts import topics
 from contracts.envelope import Envelope
@@ -81,17 +83,21 @@ async def publish(broker: KafkaBroker, topic: str, event: Envelope) -> None:
     """Publish ``event`` to ``topic`` keyed by its ``task_id`` and wait for the broker's ack.
 
     Headers carry ``type`` and ``traceparent`` so consumers and tracing can route
-    without parsing the body.
+    without parsing the body. The publish runs in a PRODUCER span continuing the
+    active span (a consumer's) or the envelope's ``traceparent``; the header
+    carries that span's traceparent, so the consumer's span is its child.
     """
     headers = {"type": event.type, "content-type": "application/json"}
-    if event.traceparent:
-        headers["traceparent"] = event.traceparent
-    await broker.publish(
-        event.model_dump_json().encode("utf-8"),
-        topic,
-        key=topics.partition_key(event.task_id),
-        headers=headers,
-    )
+    parent = tracing.current_traceparent(event.traceparent)
+    body = event.model_dump_json().encode("utf-8")
+    if parent is None:
+        await broker.publish(body, topic, key=topics.partition_key(event.task_id), headers=headers)
+        return
+    with tracing.span(f"{topic} publish", parent, kind=tracing.SpanKind.PRODUCER, task_id=event.task_id,
+                      **{"messaging.system": "kafka", "messaging.destination.name": topic,
+                         "conduit.event_type": event.type}) as tp:
+        headers["traceparent"] = tp
+        await broker.publish(body, topic, key=topics.partition_key(event.task_id), headers=headers)
 
 
 def subscribe(
@@ -104,6 +110,7 @@ def subscribe(
     model: Any,
     handler: Handler,
     consumer_name: str,
+    max_workers: int = 1,
 ) -> None:
     """Register ``handler`` for ``topic`` (one or several topics) in consumer group ``group_id``.
 
@@ -114,6 +121,11 @@ def subscribe(
     validated into it before ``handler`` is called. Delivery is at least once
     (``AckPolicy.NACK_ON_ERROR``): handlers must be idempotent. Parse failures
     and events that raised ``MAX_ATTEMPTS`` times go to ``topics.DEAD_LETTER``.
+
+    ``max_workers`` > 1 (one topic only) starts that many consumers in the group, each
+    handling one message at a time (FastStream's ``ConcurrentBetweenPartitionsSubscriber``):
+    at most ``max_workers`` handlers run at once, offsets still commit after each handler,
+    and waiting messages stay in the topic.
     """
     adapter = TypeAdapter(model)
     subscribed = (topic,) if isinstance(topic, str) else topic
@@ -136,25 +148,39 @@ def subscribe(
             ),
         )
         await publish(broker, topics.DEAD_LETTER, dead)
+        metrics.dead_lettered(consumer_name, "invalid" if task_id == "unknown" else "failed")
         log.warning("dead-lettered message from %s: %s", dead.payload.topic, error[:300])
 
     async def _consume(msg: KafkaMessage) -> None:
+        started = time.perf_counter()
         try:
             event = adapter.validate_json(msg.body)
         except ValidationError as exc:
             await _dead_letter(msg, f"invalid message: {exc.errors(include_url=False)[:3]}")
+            metrics.consumer_handled(consumer_name, "invalid", time.perf_counter() - started)
             return
         attempts_key = f"conduit:attempts:{consumer_name}:{event.event_id}"
-        try:
-            await handler(event)
-        except Exception as exc:  # noqa: BLE001 - decide between redelivery and dead-letter
-            attempts = await redis.incr(attempts_key)
-            await redis.expire(attempts_key, 3600)
-            log.exception("handler %s failed on %s (attempt %s)", consumer_name, event.event_id, attempts)
-            if attempts >= MAX_ATTEMPTS:
-                await _dead_letter(msg, f"{type(exc).__name__}: {exc}", event.task_id, event.session_id)
-                return
-            raise
+        record_topic = getattr(getattr(msg, "raw_message", None), "topic", None) or subscribed[0]
+        parent = (msg.headers or {}).get("traceparent") or event.traceparent
+        outcome = "ok"
+        # span + structlog context (task_id, trace_id) around the handler; logs inside carry both
+        with tracing.span(f"{record_topic} process", parent, kind=tracing.SpanKind.CONSUMER, task_id=event.task_id,
+                          **{"messaging.system": "kafka", "messaging.source.name": record_topic,
+                             "messaging.consumer.group.name": group_id, "conduit.event_type": event.type}):
+            try:
+                await handler(event)
+            except Exception as exc:  # noqa: BLE001 - decide between redelivery and dead-letter
+                attempts = await redis.incr(attempts_key)
+                await redis.expire(attempts_key, 3600)
+                log.exception("handler %s failed on %s (attempt %s)", consumer_name, event.event_id, attempts)
+                if attempts >= MAX_ATTEMPTS:
+                    await _dead_letter(msg, f"{type(exc).__name__}: {exc}", event.task_id, event.session_id)
+                    outcome = "dead_letter"
+                    return
+                outcome = "error"
+                raise
+            finally:
+                metrics.consumer_handled(consumer_name, outcome, time.perf_counter() - started)
 
     broker.subscriber(
         *subscribed,
@@ -165,4 +191,5 @@ def subscribe(
         session_timeout_ms=6_000,
         heartbeat_interval_ms=1_000,
         title=f"{consumer_name}:{','.join(subscribed)}",
+        **({"max_workers": max_workers} if max_workers > 1 else {}),
     )(_consume)

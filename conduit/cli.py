@@ -50,6 +50,11 @@ def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orch
         raise typer.BadParameter(f"unknown service {name!r}; expected one of {', '.join(SERVICES)}")
     settings = get_settings()
     configure_logging(name, settings.log_level, settings.log_json)
+    from conduit import metrics, tracing
+
+    tracing.setup_tracing(name, settings.otlp_endpoint)
+    if name != "gateway":  # the gateway serves GET /metrics itself
+        metrics.start_metrics_server(settings.metrics_port)
     importlib.import_module(f"services.{name}.main").main(settings)
 
 
@@ -188,6 +193,22 @@ def ingest(paths: list[Path] = typer.Argument(None, help="files or folders (txt,
         console.print(ingest_law_db(settings, progress=True).render())
     if paths:
         console.print(ingest_paths(settings, list(paths), tenant_id=tenant, progress=True).render())
+
+
+@app.command("eval")
+def eval_(fast: bool = typer.Option(False, "--fast", help="only the rows marked fast (what CI runs)"),
+          url: str = typer.Option(None, help="run against this gateway instead of a private stack"),
+          suite: list[str] = typer.Option(None, help="golden | fault | security (repeatable; default all)")) -> None:
+    """Run the eval suites (golden questions, fault injection, security); exit 1 when a gate fails."""
+    from conduit.evals import run
+
+    gates = run(url, fast, tuple(suite) if suite else ("golden", "fault", "security"))
+    for g in gates:
+        mark = "[green]PASS[/green]" if g.passed else "[red]FAIL[/red]"
+        out.print(f"{mark} {g.suite:9} {g.name}  [dim]{g.detail}[/dim]")
+    failed = [g for g in gates if not g.passed]
+    out.print(f"{len(gates) - len(failed)}/{len(gates)} gates passed")
+    raise typer.Exit(1 if failed or not gates else 0)
 
 
 def main() -> None:  # pragma: no cover

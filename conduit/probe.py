@@ -15,6 +15,9 @@ Usage (exit status 0 = healthy)::
 - ``ready``: 0 when Redis (``REDIS_URL``) answers and at least one liveness key
   ``conduit:alive:SERVICE:*`` exists (``conduit.liveness.heartbeat`` refreshes it
   every 2 s with a 6 s TTL, from the service's event loop); else 1.
+  For ``sandbox`` it also reads the isolation status keys ``conduit:sandbox:status:*``
+  (``services.sandbox.main.publish_status``) and fails with bubblewrap's reason when no
+  replica can isolate code and unsafe mode is off (``sandbox_not_isolated``).
 - ``live``: 1 only when Redis answers and no such key exists (the service's loop
   stopped beating). When Redis itself is unreachable it answers 0: a Redis outage
   must not make Kubernetes restart every pod at once; ``ready`` reports it instead.
@@ -62,6 +65,30 @@ def heartbeat_present(redis_url: str, service: str) -> bool:
         client.close()
 
 
+def sandbox_isolation(redis_url: str) -> tuple[int, str]:
+    """``(0, how)`` when some sandbox replica isolates code (or runs in the logged unsafe mode), else ``(1, why not)``."""
+    import json  # noqa: PLC0415
+
+    import redis  # noqa: PLC0415
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+    try:
+        reasons = []
+        for k in client.scan_iter(match="conduit:sandbox:status:*", count=500):
+            raw = client.get(k)
+            status = json.loads(raw) if raw else {}
+            if status.get("isolated"):
+                return 0, f"sandbox ready: {status.get('reason')}"
+            if status.get("unsafe"):
+                return 0, f"sandbox UNSAFE (no isolation, CONDUIT_SANDBOX_UNSAFE=true): {status.get('reason')}"
+            reasons.append(str(status.get("reason")))
+    finally:
+        client.close()
+    if not reasons:
+        return 1, "sandbox has not reported its isolation status yet"
+    return 1, "sandbox_not_isolated: " + reasons[0]
+
+
 def check(kind: str, service: str, redis_url: str) -> tuple[int, str]:
     """Run one ``ready`` or ``live`` check; return ``(exit status, one-line reason)``."""
     import redis  # noqa: PLC0415
@@ -72,6 +99,8 @@ def check(kind: str, service: str, redis_url: str) -> tuple[int, str]:
         if kind == "live":
             return 0, f"redis unreachable ({type(exc).__name__}); not a reason to restart {service}"
         return 1, f"redis unreachable: {exc}"
+    if present and kind == "ready" and service == "sandbox":
+        return sandbox_isolation(redis_url)
     if present:
         return 0, f"{service} heartbeat present"
     return 1, f"no heartbeat key {KEY_PATTERN.format(service=service)}"

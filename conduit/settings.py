@@ -77,11 +77,21 @@ class Settings(BaseSettings):
     max_tool_calls: int = Field(default=12, description="max tool calls per task")
     task_deadline_s: float = Field(default=300.0, description="wall-clock limit per task (seed 003)")
     history_turns: int = Field(default=6, description="earlier turns of the session given to the model")
+    max_tokens: int = Field(default=200_000, description="token budget per task (prompt + completion, summed)")
+    context_window_chars: int = Field(default=48_000, description="history sent to the model (characters; tool call and result never split)")
     model_breaker_failures: int = Field(default=3, description="consecutive model failures that open the circuit")
     model_breaker_cooldown_s: float = Field(default=30.0, description="seconds the model circuit stays open (retrieval-only answers meanwhile)")
 
     # ---- tools
     tool_timeout_s: float = Field(default=30.0, description="deadline of one tool call (seconds)")
+    tool_max_retries: int = Field(default=2, description="retries of a transient tool error, backoff with full jitter (seed 003)")
+    tool_retry_base_s: float = Field(default=0.5, description="base of the tool retry backoff (seconds)")
+    tool_breaker_failures: int = Field(default=3, description="consecutive failures that open a tool's circuit breaker")
+    tool_breaker_cooldown_s: float = Field(default=30.0, description="seconds a tool's circuit stays open")
+    approval_policies: dict[str, str] = Field(
+        default={"code_exec": "always"},
+        description="per tool: never, always or if:<arg>~<regex> (JSON object; seed 003)")
+    approval_ttl_s: float = Field(default=300.0, description="seconds a pending approval waits before it expires")
     lease_ttl_s: float = Field(default=15.0, description="task lease; another replica resumes a task after it lapses")
 
     # ---- retrieval (seed 000 §5)
@@ -100,6 +110,10 @@ class Settings(BaseSettings):
     retrieval_candidates: int = Field(default=50, description="candidates per hybrid prefetch branch (dense, sparse) before RRF")
     ingest_batch_size: int = Field(default=128, description="chunks embedded and upserted per batch by `conduit ingest`")
     embedding_threads: int = Field(default=1, description="BLAS threads of the local USE embedder (1 is fastest on a busy 2-core box)")
+    retrieval_query_expansion: bool = Field(default=True, description="append legal terms for everyday words to the query (services/retriever/expansion.py; bench/retrieval)")
+    retrieval_dense_weight: float = Field(default=1.0, description="weight of the dense branch in weighted RRF (bench/retrieval)")
+    retrieval_sparse_weight: float = Field(default=1.0, description="weight of the sparse branch in weighted RRF (bench/retrieval)")
+    retrieval_exact: bool = Field(default=False, description="exact (brute-force) dense search instead of HNSW (bench/retrieval: recall check)")
 
     # ---- web
     searxng_url: str | None = Field(default=None, description="SearXNG base URL; enables web_search/web_fetch")
@@ -111,6 +125,10 @@ class Settings(BaseSettings):
     sandbox_memory_mb: int = Field(default=512, description="resident-memory limit of a run (MiB, watchdog)")
     sandbox_output_bytes: int = Field(default=64_000, description="output kept per run (bytes); the rest is cut with a note")
     sandbox_unsafe: bool = Field(default=False, description="run code without bubblewrap (logged loudly)")
+    sandbox_concurrency: int = Field(default=1, ge=1, le=16, description="code_exec runs at once per sandbox replica (one Kafka consumer each; the rest wait in the topic)")
+    sandbox_artifact_max_files: int = Field(default=10, ge=0, description="output files kept per run as artifacts (0 = none)")
+    sandbox_artifact_max_bytes: int = Field(default=8 * 1024 * 1024, description="bytes of output files kept per run, all files together")
+    sandbox_artifact_ttl_s: int = Field(default=86400, description="lifetime of a code_exec artifact in Redis (seconds)")
 
     # ---- fault injection (tests and evals only)
     fault_crash_once: str | None = Field(
@@ -119,6 +137,10 @@ class Settings(BaseSettings):
     # ---- logging
     log_level: str = Field(default="INFO", description="log level")
     log_json: bool = Field(default=True, description="JSON log lines (structlog); false = console format")
+
+    # ---- observability (conduit.metrics, conduit.tracing)
+    metrics_port: int = Field(default=0, description="port of /metrics for services without HTTP (not the gateway); 0 = off (embedded stack: set per process)")
+    otlp_endpoint: str | None = Field(default=None, description="OTLP/HTTP collector base URL for traces (e.g. http://otel-collector:4318); unset = tracing off")
 
     def bootstrap_servers(self) -> str:
         """Kafka bootstrap servers: the configured cluster or the embedded broker."""

@@ -4,7 +4,8 @@ A tool service (retriever, web, sandbox) registers tool functions with
 ``ToolService``. For each ``ToolRequested`` on its topic the runtime:
 
 1. returns the stored result when the ``idempotency_key`` was already run
-   (seed 003: idempotent tools; results kept ``RESULT_TTL_S`` seconds);
+   (seed 003: idempotent tools; results kept ``RESULT_TTL_S`` seconds; transient
+   failures and timeouts are not stored, so a retry runs the tool again);
 2. validates the arguments with the tool's contract model (``bad_arguments`` error);
 3. runs the tool under its deadline (``timeout`` outcome);
 4. publishes a ``ToolResult`` to ``conduit.tools.results`` keyed by task id.
@@ -25,11 +26,11 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from conduit import bus, liveness
+from conduit import bus, liveness, metrics
 from conduit.redis_client import make_redis
 from conduit.settings import Settings
 from contracts import topics
-from contracts.events import ToolError, ToolRequested, ToolResult, ToolResultPayload
+from contracts.events import ArtifactRef, ToolError, ToolRequested, ToolResult, ToolResultPayload
 from contracts.evidence import EvidenceItem
 from contracts.tools import TOOL_SPECS, ToolArgs
 
@@ -41,10 +42,11 @@ RESULT_TTL_S = 3600
 
 @dataclass
 class ToolOutput:
-    """What a tool returns: evidence passages and/or text ``output`` (computation)."""
+    """What a tool returns: evidence passages and/or text ``output`` (computation), and stored ``artifacts``."""
 
     evidence: list[EvidenceItem] = field(default_factory=list)
     output: str | None = None
+    artifacts: list[ArtifactRef] = field(default_factory=list)
 
 
 class ToolFailure(Exception):
@@ -77,6 +79,8 @@ class ToolService:
         self.settings = settings
         self.timeout_s = timeout_s or settings.tool_timeout_s
         self.tools: dict[str, ToolFn] = {}
+        self.max_workers = 1
+        """Requests handled at once: one Kafka consumer (sequential) per worker; see ``bus.subscribe``."""
         self.redis: Redis = make_redis(settings)
         self.broker = bus.make_broker(settings, client_id=name)
 
@@ -99,6 +103,7 @@ class ToolService:
                 outcome=outcome,  # type: ignore[arg-type]
                 evidence=out.evidence if out else [],
                 output=out.output if out else None,
+                artifacts=out.artifacts if out else [],
                 error=error,
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
             )
@@ -133,14 +138,18 @@ class ToolService:
             payload = ToolResultPayload.model_validate_json(cached)
         else:
             payload = await self.execute(request)
-            await self.redis.set(key, payload.model_dump_json(), ex=RESULT_TTL_S)
+            metrics.tool_call(payload.tool, payload.outcome, (payload.duration_ms or 0) / 1000)
+            transient = payload.outcome == "timeout" or (payload.error is not None and payload.error.kind == "transient")
+            if not transient:  # a retry of a transient failure must run the tool again (seed 003)
+                await self.redis.set(key, payload.model_dump_json(), ex=RESULT_TTL_S)
         await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload))
 
     async def serve(self, ready: Callable[[], Awaitable[None]] | None = None) -> None:
         """Start consuming and run until SIGTERM/SIGINT, then stop cleanly (offsets committed)."""
         await bus.ensure_topics(self.settings)
         bus.subscribe(self.broker, self.settings, self.redis, topic=self.topic, group_id=self.group_id,
-                      model=ToolRequested, handler=self.handle, consumer_name=self.name)
+                      model=ToolRequested, handler=self.handle, consumer_name=self.name,
+                      max_workers=self.max_workers)
         await self.broker.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

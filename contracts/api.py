@@ -70,6 +70,38 @@ class TaskView(BaseModel):
     created_at: datetime
     finished_at: datetime | None = None
     latency_ms: float | None = None
+    stop_reason: str | None = None
+    pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
+    trace: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ApprovalDecisionBody(BaseModel):
+    """``POST /v1/tasks/{id}/approvals/{call_id}`` body (seed 003, human in the loop).
+
+    ``approve`` runs exactly the arguments shown (``arguments_digest``, when given,
+    must match); ``reject`` records a refusal; ``edit`` runs new ``arguments``
+    (validated against the tool's schema again).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject", "edit"]
+    arguments: dict[str, Any] | None = None
+    arguments_digest: str | None = Field(default=None, description="digest shown in tool.approval_required")
+    comment: str | None = Field(default=None, max_length=1000)
+
+
+class ApprovalRecord(BaseModel):
+    """A pending approval as stored in Redis (``conduit:approval:{task_id}:{call_id}``)."""
+
+    task_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    reason: str = ""
+    arguments_digest: str
+    expires_at: datetime
+    status: Literal["pending", "approved", "rejected", "edited", "expired"] = "pending"
 
 
 class ErrorDetail(BaseModel):

@@ -60,11 +60,28 @@ class ToolError(Payload):
     kind: Literal["transient", "bad_arguments", "forbidden", "business"] = "transient"
 
 
+class ArtifactRef(Payload):
+    """A file a tool produced (code_exec: written to the sandbox's output folder ``/tmp/out``).
+
+    The content lives in shared storage (Redis, with a TTL) and is served by the gateway at
+    ``url`` = ``/v1/artifacts/{id}`` to the task's owner only. ``name`` is the file's path
+    relative to the output folder (untrusted: chosen by the code); ``media_type`` is guessed
+    from its extension; ``bytes`` is its size.
+    """
+
+    id: str
+    name: str
+    media_type: str
+    bytes: int
+    url: str
+
+
 class ToolResultPayload(Payload):
     """The outcome of one tool call.
 
     ``evidence`` holds passages (kb_search, web_*); ``output`` holds text output
     (code_exec: computation, not evidence). ``duration_ms`` is the run time.
+    ``artifacts`` lists files the tool stored (code_exec plots, CSV), empty otherwise.
     """
 
     call_id: str
@@ -75,6 +92,7 @@ class ToolResultPayload(Payload):
     output: str | None = None
     error: ToolError | None = None
     duration_ms: float = 0.0
+    artifacts: list[ArtifactRef] = Field(default_factory=list)
 
 
 class ApprovalRequestPayload(Payload):

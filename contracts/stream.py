@@ -108,6 +108,18 @@ class ApprovalRequiredEvent(StreamEvent):
     expires_at: str
 
 
+class TraceEvent(StreamEvent):
+    """A timing/accounting fact of the task (seed 000: trace phase=llm|tool).
+
+    ``phase`` is ``llm`` (first_token_s, total_s, retries, prompt/completion tokens)
+    or ``tool`` (tool, call_id, queue_ms, run_ms, outcome); ``data`` holds the fields.
+    """
+
+    type: Literal["trace"] = "trace"
+    phase: str
+    data: dict[str, Any]
+
+
 class TaskCompleted(StreamEvent):
     """Terminal: the answer, its checked citations, token usage and latency (ms).
 
@@ -152,6 +164,7 @@ TaskStreamEvent = Annotated[
         ToolCompletedEvent,
         EvidenceEvent,
         ApprovalRequiredEvent,
+        TraceEvent,
         TaskCompleted,
         TaskFailed,
         TaskCancelledEvent,

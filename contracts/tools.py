@@ -8,6 +8,8 @@ chat-completions ``tools`` parameter (``openai_tool_schema``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -119,3 +121,12 @@ def openai_tool_schema(name: str) -> dict[str, Any]:
         "type": "function",
         "function": {"name": spec.name, "description": spec.description, "parameters": schema},
     }
+
+
+def arguments_digest(arguments: dict[str, Any]) -> str:
+    """SHA-256 hex digest of a tool call's exact arguments (canonical JSON).
+
+    Seed 003: an approval names this digest, so what runs is exactly what was approved.
+    """
+    raw = json.dumps(arguments, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()

@@ -20,13 +20,13 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from conduit import bus
+from conduit import bus, metrics
 from conduit.liveness import heartbeat
 from conduit.redis_client import make_redis
 from conduit.settings import Settings
 from conduit.taskstore import TaskStore
 from conduit.taskstream import TaskEventLog
-from services.gateway import health, routes
+from services.gateway import approvals, artifacts, health, routes
 from services.gateway.errors import install_error_handlers
 from services.gateway.state import GatewayState
 
@@ -74,6 +74,9 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    metrics.instrument_app(app)  # GET /metrics, HTTP request counters and latency, open SSE streams
     app.include_router(routes.router)
     app.include_router(health.router)
+    app.include_router(approvals.router)
+    app.include_router(artifacts.router)
     return app

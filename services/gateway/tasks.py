@@ -18,7 +18,7 @@ import asyncio
 import logging
 import uuid
 
-from conduit import bus
+from conduit import bus, tracing
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
 from contracts.envelope import Envelope, utcnow
@@ -51,6 +51,12 @@ async def create_task(state: GatewayState, body: TaskCreate, traceparent: str | 
         redis.RedisError: Redis failed (answered 503 ``store_unavailable``).
     """
     task_id = uuid.uuid4().hex
+    # one trace per task: continue the client's traceparent or start one (tracing off: a random id)
+    with tracing.span("task create", traceparent, kind=tracing.SpanKind.SERVER, task_id=task_id) as tp:
+        return await _create_task(state, body, task_id, tp)
+
+
+async def _create_task(state: GatewayState, body: TaskCreate, task_id: str, traceparent: str) -> TaskCreated:
     session_id = body.session_id or uuid.uuid4().hex
     tenant = state.settings.default_tenant
     view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=body.user_id,

@@ -26,26 +26,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 import uuid
 from datetime import timedelta
 from typing import Any
 
+from pydantic import ValidationError
+
 import structlog
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
-from conduit import bus
+from conduit import approvals, bus
 from conduit.settings import Settings
 from conduit.taskstore import TaskStore
 from conduit.taskstream import TaskEventLog
 from conduit.toolcatalog import available_tools
 from contracts import topics
-from contracts.api import StepRecord, TaskView
+from contracts.api import ApprovalRecord, StepRecord, TaskView
 from contracts.envelope import utcnow
 from contracts.events import (
     AgentEvent,
     AgentEventPayload,
+    ApprovalDecided,
     QuestionAsked,
     TaskCancelled,
     ToolError,
@@ -57,6 +61,7 @@ from contracts.events import (
 from contracts.stream import (
     AnswerDelta,
     AnswerReset,
+    ApprovalRequiredEvent,
     EvidenceEvent,
     StepStarted,
     StreamEvent,
@@ -65,14 +70,16 @@ from contracts.stream import (
     TaskFailed,
     ToolCompletedEvent,
     ToolRequestedEvent,
+    TraceEvent,
 )
-from contracts.tools import TOOL_SPECS, openai_tool_schema
-from services.orchestrator import fallback, prompt
+from contracts.tools import TOOL_SPECS, arguments_digest, openai_tool_schema
+from services.orchestrator import fallback, policies, prompt
 from services.orchestrator.breaker import CircuitBreaker
 from services.orchestrator.evidence import EvidencePool
 from services.orchestrator.model import ModelClient, ModelError, parse_arguments
 from services.orchestrator.state import PendingCall, TaskState
 from services.orchestrator.store import LEASES, TOOL_DEADLINES, StaleState, StateStore
+from services.orchestrator.window import window
 
 log = structlog.get_logger("conduit.orchestrator")
 
@@ -100,6 +107,8 @@ class Orchestrator:
         self.store = StateStore(redis, settings.task_events_ttl_s)
         self.model = ModelClient(settings) if settings.model_configured else None
         self.breaker = CircuitBreaker(settings.model_breaker_failures, settings.model_breaker_cooldown_s)
+        self.tool_breakers = {name: CircuitBreaker(settings.tool_breaker_failures, settings.tool_breaker_cooldown_s)
+                              for name in TOOL_SPECS}
         self.running: dict[str, asyncio.Task[None]] = {}
 
     # ================================================================ bus handlers
@@ -147,7 +156,10 @@ class Orchestrator:
         await self._record_results(event.task_id, [event.payload])
 
     async def on_control(self, event: Any) -> None:
-        """Handle control events (cancel; approvals arrive in a later version)."""
+        """Handle control events: cancel and approval decisions (both idempotent)."""
+        if isinstance(event, ApprovalDecided):
+            await self._decide(event)
+            return
         if isinstance(event, TaskCancelled):
             await self.store.request_cancel(event.task_id)
             for _ in range(SAVE_RETRIES):
@@ -214,7 +226,8 @@ class Orchestrator:
             return
         elapsed = (utcnow() - state.created_at).total_seconds()
         limits = {"max_rounds": state.rounds + 1 >= s.max_rounds, "max_tool_calls": state.tool_calls_used >= s.max_tool_calls,
-                  "deadline": elapsed >= s.task_deadline_s}
+                  "max_tokens": state.usage.total_tokens >= s.max_tokens, "deadline": elapsed >= s.task_deadline_s}
+        soft = not any(limits.values()) and (state.rounds + 2 >= s.max_rounds or state.tool_calls_used + 2 >= s.max_tool_calls)
         hit = next((name for name, reached in limits.items() if reached), None)
         final = hit is not None
         if final:
@@ -229,9 +242,11 @@ class Orchestrator:
             await self._retrieval_only_step(state)
             return
 
-        messages = list(state.messages)
+        messages = window(state.messages, s.context_window_chars)
         if final:
             messages.append({"role": "system", "content": prompt.LIMIT_NOTE})
+        elif soft:
+            messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
         tools = None if final or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
 
         async def on_delta(text: str) -> None:
@@ -260,10 +275,10 @@ class Orchestrator:
             return
 
         state.usage = state.usage.add(resp.usage)
-        state.trace.append({
-            "phase": "llm", "step": state.step, "first_token_s": resp.first_token_s, "total_s": round(resp.total_s, 4),
-            "retries": resp.retries, "prompt_tokens": resp.usage.prompt_tokens, "completion_tokens": resp.usage.completion_tokens,
-        })
+        llm = {"step": state.step, "first_token_s": resp.first_token_s, "total_s": round(resp.total_s, 4),
+               "retries": resp.retries, "prompt_tokens": resp.usage.prompt_tokens, "completion_tokens": resp.usage.completion_tokens}
+        state.trace.append({"phase": "llm", **llm})
+        await self._emit(state.task_id, TraceEvent(phase="llm", data=llm))
         state.steps.append(StepRecord(step=state.step, kind="model", duration_ms=round(resp.total_s * 1000, 2)))
         if await self.store.cancel_requested(state.task_id):
             await self._finish_cancelled(state, "cancelled by user")
@@ -301,13 +316,22 @@ class Orchestrator:
         await self._complete(state, answer.rstrip())
 
     async def _request_tools(self, state: TaskState, calls: list[tuple[str, str, dict[str, Any] | None]]) -> None:
-        """Turn the model's tool calls into pending calls, checkpoint, then publish the requests."""
+        """Turn the model's tool calls into pending calls, checkpoint, then publish the requests.
+
+        Each call is checked in order: tool offered, arguments valid, not rejected
+        before by a person, loop detection (seed 003: third identical call is
+        answered "you already have that result", a fourth ends the task), budget,
+        the tool's circuit breaker, and the approval policy.
+        """
         s = self.settings
-        deadline = utcnow() + timedelta(seconds=s.tool_timeout_s)
+        now = utcnow()
+        deadline = now + timedelta(seconds=s.tool_timeout_s)
         pending: list[PendingCall] = []
+        loop_stop = False
         for call_id, name, args in calls:
+            known = name in TOOL_SPECS
             call = PendingCall(
-                call_id=call_id, tool=name if name in TOOL_SPECS else "kb_search", arguments=args or {},
+                call_id=call_id, tool=name if known else "kb_search", arguments=args or {},
                 reason=str((args or {}).get("reason", ""))[:500], step=state.step,
                 idempotency_key=f"{state.task_id}:{state.step}:{call_id}", deadline_at=deadline,
             )
@@ -318,54 +342,192 @@ class Orchestrator:
             elif args is None:
                 error = ToolError(error_code="bad_arguments", message="arguments are not a JSON object",
                                   hint="send the arguments as a JSON object matching the schema", kind="bad_arguments")
-            elif state.tool_calls_used >= s.max_tool_calls:
-                error = ToolError(error_code="tool_budget_exhausted", message="the tool-call budget is used up",
-                                  hint="answer with the evidence you have", kind="forbidden")
             else:
-                state.tool_calls_used += 1
+                try:
+                    TOOL_SPECS[name].args_model.model_validate(args)
+                except ValidationError as exc:
+                    error = ToolError(error_code="bad_arguments", message=str(exc.errors(include_url=False))[:500],
+                                      hint="fix the arguments to match the tool's JSON Schema", kind="bad_arguments")
+            if error is None:
+                sig = policies.signature(name, args or {})
+                count = state.signatures[sig] = state.signatures.get(sig, 0) + 1
+                if sig in state.rejected:
+                    error = ToolError(error_code="rejected_by_user", kind="forbidden",
+                                      message="a person rejected this exact call earlier in this task",
+                                      hint="do not ask for it again; answer with what you have or do something else")
+                elif count >= policies.LOOP_STOP_AT:
+                    loop_stop = True
+                elif count == policies.LOOP_WARN_AT:
+                    error = ToolError(error_code="repeated_call", kind="business",
+                                      message=f"you already called {name} with these arguments {count - 1} times and have that result",
+                                      hint="use the result you have, change the arguments, or answer now")
+                elif state.tool_calls_used >= s.max_tool_calls:
+                    error = ToolError(error_code="tool_budget_exhausted", message="the tool-call budget is used up",
+                                      hint="answer with the evidence you have", kind="forbidden")
+                elif self.tool_breakers[name].open:
+                    error = ToolError(error_code="circuit_open", kind="transient",
+                                      message=f"{name} failed repeatedly and is paused for {s.tool_breaker_cooldown_s:.0f} s",
+                                      hint="use another tool or answer with what you have")
+                else:
+                    state.tool_calls_used += 1
+                    if policies.needs_approval(s.approval_policies, name, args or {}):
+                        call.approval = "pending"
+                        call.arguments_digest = arguments_digest(call.arguments)
+                        call.expires_at = now + timedelta(seconds=s.approval_ttl_s)
             if error is not None:
-                call.tool = name if name in TOOL_SPECS else call.tool
                 call.result = ToolResultPayload(call_id=call_id, tool=call.tool, idempotency_key=call.idempotency_key,
                                                 outcome="error", error=error)
+                call.received_at = now
             pending.append(call)
+        if loop_stop:
+            await self._finish_loop(state)
+            return
         state.pending = pending
-        state.phase, state.status = "tools", "waiting_tool"
+        state.phase = "tools"
+        state.status = "waiting_approval" if state.pending_approvals() else "waiting_tool"
         await self.store.save(state)
-        await self.store.set_tool_deadline(state.task_id, deadline.timestamp())
+        await self._schedule(state)
         await self.store.drop_lease(state.task_id)
         await self._write_view(state)
         for call in pending:
             if call.result is not None:
                 continue
             await self._emit(state.task_id, ToolRequestedEvent(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason))
-            request = ToolRequested(
-                task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id, user_id=state.user_id,
-                traceparent=state.traceparent,
-                payload=ToolRequestPayload(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,  # type: ignore[arg-type]
-                                           step=call.step, idempotency_key=call.idempotency_key, deadline_at=call.deadline_at),
-            )
-            await bus.publish(self.broker, TOOL_SPECS[call.tool].request_topic, request)
-            await self._public(state, "tool.requested", tool=call.tool)
+            if call.approval == "pending":
+                await self._ask_approval(state, call)
+            else:
+                await self._publish_request(state, call)
         if state.all_results_in():
             await self._record_results(state.task_id, [])
 
+    async def _publish_request(self, state: TaskState, call: PendingCall) -> None:
+        """Send one ``ToolRequested`` to its tool's topic (idempotency key ``task:step:call``)."""
+        request = ToolRequested(
+            task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id, user_id=state.user_id,
+            traceparent=state.traceparent,
+            payload=ToolRequestPayload(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,  # type: ignore[arg-type]
+                                       step=call.step, idempotency_key=call.idempotency_key, deadline_at=call.deadline_at),
+        )
+        await bus.publish(self.broker, TOOL_SPECS[call.tool].request_topic, request)
+        await self._public(state, "tool.requested", tool=call.tool)
+
+    async def _ask_approval(self, state: TaskState, call: PendingCall) -> None:
+        """Record the pending approval for the gateway and tell the client (``tool.approval_required``)."""
+        assert call.arguments_digest and call.expires_at
+        await approvals.save(self.redis, ApprovalRecord(
+            task_id=state.task_id, call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,
+            arguments_digest=call.arguments_digest, expires_at=call.expires_at))
+        await self._emit(state.task_id, ApprovalRequiredEvent(
+            call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,
+            arguments_digest=call.arguments_digest, expires_at=call.expires_at.isoformat()))
+
+    async def _schedule(self, state: TaskState) -> None:
+        """Wake the sweeper at the earliest approval expiry, retry time or tool deadline."""
+        times = [t for t in (c.next_wakeup() for c in state.pending) if t is not None]
+        if times:
+            await self.store.set_tool_deadline(state.task_id, min(times).timestamp())
+        else:
+            await self.store.clear_tool_deadline(state.task_id)
+
+    async def _decide(self, event: ApprovalDecided) -> None:
+        """Apply a human decision to a pending call (idempotent; a rejection is final)."""
+        d = event.payload
+        for _ in range(SAVE_RETRIES):
+            state = await self.store.load(event.task_id)
+            if state is None or state.terminal or state.phase != "tools":
+                return
+            call = next((c for c in state.pending if c.call_id == d.call_id), None)
+            if call is None or call.approval != "pending" or call.result is not None:
+                return  # unknown, already decided or expired: a repeat changes nothing
+            now = utcnow()
+            run = False
+            rejection: ToolResultPayload | None = None
+            if d.decision == "approve":
+                if d.arguments_digest and d.arguments_digest != call.arguments_digest:
+                    log.warning("approval digest mismatch: nothing runs", call_id=d.call_id)
+                    return
+                call.approval, run = "approved", True
+            elif d.decision == "edit":
+                try:
+                    TOOL_SPECS[call.tool].args_model.model_validate(d.arguments or {})
+                except ValidationError:
+                    log.warning("edited arguments invalid: nothing runs", call_id=d.call_id)
+                    return
+                call.arguments = dict(d.arguments or {})
+                call.arguments_digest = arguments_digest(call.arguments)
+                call.approval, run = "edited", True
+            else:
+                call.approval = "rejected"
+                state.rejected.append(policies.signature(call.tool, call.arguments))
+                rejection = ToolResultPayload(
+                    call_id=call.call_id, tool=call.tool, idempotency_key=call.idempotency_key, outcome="error",  # type: ignore[arg-type]
+                    error=ToolError(error_code="rejected_by_user", kind="forbidden",
+                                    message="a person rejected this call" + (f": {d.comment}" if d.comment else ""),
+                                    hint="do not ask for it again; answer with what you have"))
+            if run:
+                call.requested_at = now
+                call.deadline_at = now + timedelta(seconds=self.settings.tool_timeout_s)
+            state.status = "waiting_approval" if state.pending_approvals() else "waiting_tool"
+            state.trace.append({"phase": "approval", "call_id": call.call_id, "decision": d.decision})
+            try:
+                await self.store.save(state)
+            except StaleState:
+                continue
+            record = await approvals.load(self.redis, state.task_id, call.call_id)
+            if record:
+                record.status = call.approval  # type: ignore[assignment]
+                record.arguments, record.arguments_digest = call.arguments, call.arguments_digest or record.arguments_digest
+                await approvals.save(self.redis, record)
+            await self._schedule(state)
+            await self._write_view(state)
+            if run:
+                await self._publish_request(state, call)
+            if rejection is not None:
+                await self._record_results(state.task_id, [rejection])
+            return
+
     async def _record_results(self, task_id: str, results: list[ToolResultPayload]) -> None:
-        """Attach results to pending calls (idempotent); advance when all are in."""
+        """Attach results to pending calls (idempotent); advance when all are in.
+
+        A transient error is retried (at most ``tool_max_retries`` times, backoff with
+        full jitter: seed 003) instead of being shown to the model; every result
+        feeds its tool's circuit breaker.
+        """
+        s = self.settings
         for _ in range(SAVE_RETRIES):
             state = await self.store.load(task_id)
             if state is None or state.terminal or state.phase != "tools":
                 return
+            now = utcnow()
             fresh: list[ToolResultPayload] = []
+            retries: list[PendingCall] = []
+            traces: list[dict[str, Any]] = []
             for r in results:
                 call = next((c for c in state.pending if c.call_id == r.call_id and c.idempotency_key == r.idempotency_key), None)
                 if call is None or call.result is not None:
                     continue  # unknown or duplicate delivery
-                call.result = r
+                transient = r.outcome == "timeout" or (r.error is not None and r.error.kind == "transient")
+                if r.error is None or r.error.error_code not in ("circuit_open", "rejected_by_user", "approval_expired"):
+                    breaker = self.tool_breakers.get(call.tool)
+                    if breaker:
+                        breaker.failure() if transient else breaker.success()
+                if r.outcome == "error" and transient and call.attempts < s.tool_max_retries:
+                    call.attempts += 1
+                    backoff = random.uniform(0, s.tool_retry_base_s * 2 ** call.attempts)  # full jitter
+                    call.retry_at = now + timedelta(seconds=backoff)
+                    call.deadline_at = call.retry_at + timedelta(seconds=s.tool_timeout_s)
+                    retries.append(call)
+                    continue
+                call.result, call.received_at = r, now
                 fresh.append(r)
+                waited_ms = (now - call.requested_at).total_seconds() * 1000
+                traces.append({"tool": call.tool, "call_id": call.call_id, "outcome": r.outcome, "attempts": call.attempts + 1,
+                               "run_ms": r.duration_ms, "queue_ms": round(max(0.0, waited_ms - r.duration_ms), 2)})
                 state.steps.append(StepRecord(step=call.step, kind="tool", tool=call.tool, call_id=call.call_id,
                                               arguments=call.arguments, outcome=r.outcome, duration_ms=r.duration_ms))
-            if not fresh and results:
+            if not fresh and not retries and results:
                 return
+            state.trace.extend({"phase": "tool", **t} for t in traces)
             new_evidence = []
             done = state.all_results_in()
             if done:
@@ -378,7 +540,7 @@ class Orchestrator:
                                            "content": prompt.render_tool_result(call.result, in_context)})
                 state.pending = []
                 state.phase, state.status = "model", "running"
-                await self.store.take_lease(task_id, self.settings.lease_ttl_s)
+                await self.store.take_lease(task_id, s.lease_ttl_s)
             try:
                 await self.store.save(state)
             except StaleState:
@@ -388,12 +550,16 @@ class Orchestrator:
                 await self._emit(task_id, ToolCompletedEvent(call_id=r.call_id, tool=r.tool, outcome=r.outcome,
                                                              duration_ms=r.duration_ms, error_code=code))
                 await self._public(state, "tool.completed", tool=r.tool, outcome=r.outcome, duration_ms=r.duration_ms)
+            for t in traces:
+                await self._emit(task_id, TraceEvent(phase="tool", data=t))
             if done:
                 if new_evidence:
                     await self._emit(task_id, EvidenceEvent(items=new_evidence))
                 await self.store.clear_tool_deadline(task_id)
                 await self._write_view(state)
                 self._spawn(task_id)
+            else:
+                await self._schedule(state)
             return
 
     # ================================================================ endings
@@ -405,6 +571,16 @@ class Orchestrator:
         state.status, state.phase, state.answer, state.finished_at = "completed", "done", answer, utcnow()
         await self.store.save(state)
         await self._announce_terminal(state)
+
+    async def _finish_loop(self, state: TaskState) -> None:
+        """End a task whose model keeps repeating a call, with a report of what was tried (seed 003)."""
+        tried = sorted(state.signatures.items(), key=lambda kv: -kv[1])
+        lines = [f"- {sig} ×{n}" for sig, n in tried[:10]]
+        report = ("The agent stopped because it kept repeating the same tool call. What was tried:\n" + "\n".join(lines))
+        await self._emit(state.task_id, AnswerReset(reason="loop detected"))
+        await self._emit(state.task_id, AnswerDelta(text=report))
+        state.stop_reason = "loop_detected"
+        await self._complete(state, report)
 
     async def _finish_failed(self, state: TaskState, code: str, message: str) -> None:
         state.status, state.phase, state.finished_at = "failed", "done", utcnow()
@@ -457,20 +633,57 @@ class Orchestrator:
         for task_id in await self.store.due_tool_deadlines():
             if not await self.store.claim(TOOL_DEADLINES, task_id, 5.0):
                 continue
-            state = await self.store.load(task_id)
-            if state is None or state.terminal or state.phase != "tools":
-                await self.store.clear_tool_deadline(task_id)
+            await self._wake(task_id)
+
+    async def _wake(self, task_id: str) -> None:
+        """Handle a task's due timers: expire approvals, re-send retried calls, time out late results."""
+        s = self.settings
+        state = await self.store.load(task_id)
+        if state is None or state.terminal or state.phase != "tools":
+            await self.store.clear_tool_deadline(task_id)
+            return
+        now = utcnow()
+        late: list[ToolResultPayload] = []
+        resend: list[PendingCall] = []
+        for c in state.pending:
+            if c.result is not None:
                 continue
-            now = utcnow()
-            overdue = [
-                ToolResultPayload(call_id=c.call_id, tool=c.tool, idempotency_key=c.idempotency_key, outcome="timeout",  # type: ignore[arg-type]
-                                  error=ToolError(error_code="tool_timeout", kind="transient",
-                                                  message=f"{c.tool} gave no result within {s.tool_timeout_s:.0f} s",
-                                                  hint="the tool service may be down; answer with what you have or try another tool"),
-                                  duration_ms=round((now - c.requested_at).total_seconds() * 1000, 2))
-                for c in state.pending if c.result is None and c.deadline_at <= now
-            ]
-            await self._record_results(task_id, overdue)
+            if c.approval == "pending":
+                if c.expires_at and c.expires_at <= now:
+                    late.append(ToolResultPayload(
+                        call_id=c.call_id, tool=c.tool, idempotency_key=c.idempotency_key, outcome="error",  # type: ignore[arg-type]
+                        error=ToolError(error_code="approval_expired", kind="forbidden",
+                                        message="nobody approved this call in time; it did not run",
+                                        hint="answer without it, or say what you would need")))
+            elif c.retry_at and c.retry_at <= now:
+                resend.append(c)
+            elif c.deadline_at <= now:
+                late.append(ToolResultPayload(
+                    call_id=c.call_id, tool=c.tool, idempotency_key=c.idempotency_key, outcome="timeout",  # type: ignore[arg-type]
+                    error=ToolError(error_code="tool_timeout", kind="transient",
+                                    message=f"{c.tool} gave no result within {s.tool_timeout_s:.0f} s",
+                                    hint="the tool service may be down; answer with what you have or try another tool"),
+                    duration_ms=round((now - c.requested_at).total_seconds() * 1000, 2)))
+        if resend:
+            for c in resend:
+                c.retry_at = None
+            try:
+                await self.store.save(state)
+            except StaleState:
+                return  # someone else moved it; its timers are rescheduled there
+            for c in resend:
+                await self._publish_request(state, c)
+            await self._schedule(state)
+        expired = [r.call_id for r in late if r.error and r.error.error_code == "approval_expired"]
+        for call_id in expired:
+            record = await approvals.load(self.redis, task_id, call_id)
+            if record and record.status == "pending":
+                record.status = "expired"
+                await approvals.save(self.redis, record)
+        if late:
+            await self._record_results(task_id, late)
+        elif not resend:
+            await self._schedule(state)
 
     async def run_sweeper(self, every_s: float = 0.5) -> None:
         """Forever: ``sweep`` every ``every_s`` seconds."""
@@ -495,7 +708,11 @@ class Orchestrator:
             task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id, user_id=state.user_id,
             status=state.status, question=state.question, answer=state.answer, citations=citations, steps=state.steps,
             usage=state.usage, mode=state.mode, error=error, created_at=state.created_at, finished_at=state.finished_at,
-            latency_ms=latency_ms,
+            latency_ms=latency_ms, stop_reason=state.stop_reason, trace=state.trace,
+            pending_approvals=[{"call_id": c.call_id, "tool": c.tool, "arguments": c.arguments, "reason": c.reason,
+                                "arguments_digest": c.arguments_digest,
+                                "expires_at": c.expires_at.isoformat() if c.expires_at else None}
+                               for c in state.pending_approvals()],
         ))
 
     async def _public(self, state: TaskState, kind: str, **fields: Any) -> None:

@@ -26,6 +26,8 @@ Rules:
 
 LIMIT_NOTE = "You have reached the tool-call budget. Do not call tools any more: answer now with the evidence you have, citing it."
 
+SOFT_LIMIT_NOTE = "You are close to the step or tool-call budget: finish the research and write the answer soon."
+
 _KIND_LABEL = {"original": "知识库原文", "summary": "知识库摘要", "web": "网页"}
 
 

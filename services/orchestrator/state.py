@@ -37,6 +37,20 @@ class PendingCall(BaseModel):
     requested_at: datetime = Field(default_factory=utcnow)
     deadline_at: datetime
     result: ToolResultPayload | None = None
+    received_at: datetime | None = None
+    attempts: int = 0
+    retry_at: datetime | None = None
+    approval: Literal["pending", "approved", "rejected", "edited"] | None = None
+    arguments_digest: str | None = None
+    expires_at: datetime | None = None
+
+    def next_wakeup(self) -> datetime | None:
+        """When the sweeper must look at this call: approval expiry, retry time or result deadline."""
+        if self.result is not None:
+            return None
+        if self.approval == "pending":
+            return self.expires_at
+        return self.retry_at or self.deadline_at
 
 
 class TaskState(BaseModel):
@@ -60,6 +74,8 @@ class TaskState(BaseModel):
     evidence: list[NumberedEvidence] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     steps: list[StepRecord] = Field(default_factory=list)
+    signatures: dict[str, int] = Field(default_factory=dict)  # loop detection: call signature -> count
+    rejected: list[str] = Field(default_factory=list)  # signatures a person rejected (never retried)
     trace: list[dict[str, Any]] = Field(default_factory=list)
     mode: Literal["agent", "retrieval_only"] = "agent"
     fallback_reason: str | None = None
@@ -72,6 +88,10 @@ class TaskState(BaseModel):
     def terminal(self) -> bool:
         """True once completed, failed or cancelled."""
         return self.status in ("completed", "failed", "cancelled")
+
+    def pending_approvals(self) -> list[PendingCall]:
+        """Calls waiting for a human decision."""
+        return [c for c in self.pending if c.approval == "pending" and c.result is None]
 
     def all_results_in(self) -> bool:
         """True when every pending call has a result."""

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from conduit.settings import Settings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
+from services.retriever.expansion import expand_query
 from services.retriever.sparse import SparseEncoder, jieba_tokenizer
 from services.retriever.store import Hit, SearchFilter, VectorStore
 
@@ -226,8 +227,9 @@ class KbSearcher:
 
     def _round(self, kind: str, query: str, flt: SearchFilter, merged: dict[str, Hit], attempts: list[Attempt]) -> None:
         s = self.settings
+        text = expand_query(query) if s.retrieval_query_expansion else query
         hits = self.store.hybrid_query(
-            self.embedder.embed_query(query), self.encoder.encode_query(query), flt,
+            self.embedder.embed_query(text), self.encoder.encode_query(text), flt,
             limit=max(3 * s.retrieval_top_k, s.retrieval_top_k + 10), prefetch_limit=s.retrieval_candidates,
         )
         kept = [h for h in hits if h.dense_score is None or h.dense_score >= s.retrieval_min_score]
@@ -241,6 +243,10 @@ class KbSearcher:
                     old.dense_score = h.dense_score if old.dense_score is None else max(old.dense_score, h.dense_score)
         best = max((h.dense_score for h in kept if h.dense_score is not None), default=None)
         attempts.append(Attempt(kind, query, len(hits), len(kept), None if best is None else round(best, 4)))
+
+    def _ranked(self, merged: dict[str, Hit]) -> list[Hit]:
+        """The top ``retrieval_top_k`` of ``merged`` by fused score (ties: dense cosine, id)."""
+        return sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))[: self.settings.retrieval_top_k]
 
     def search(self, query: str, tenant_id: str) -> SearchOutcome:
         """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
@@ -262,7 +268,8 @@ class KbSearcher:
 
         wanted = topics_in(query)
         if len(wanted) > 1:  # seed 000 step 3 (simple version; TODO(later issue): per-topic sub-questions)
-            covered = " ".join(f"{h.payload.get('title', '')} {h.payload.get('text', '')}" for h in merged.values())
+            # covered = named in what the model would get (the top k), not in any candidate
+            covered = " ".join(f"{h.payload.get('title', '')} {h.payload.get('text', '')}" for h in self._ranked(merged))
             rest = compress_query(query)
             for word in sorted((w for t in wanted for w in TOPICS[t]), key=len, reverse=True):
                 rest = rest.replace(word, " ")
@@ -271,7 +278,7 @@ class KbSearcher:
                 if not any(w in covered for w in TOPICS[topic]):
                     self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts)
 
-        ranked = sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))[: s.retrieval_top_k]
+        ranked = self._ranked(merged)
         evidence = pack(ranked, query, s.chunk_max_chars, s.context_max_chars)
         log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
                  [(a.kind, a.kept, a.best) for a in attempts], len(evidence))

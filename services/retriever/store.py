@@ -124,6 +124,10 @@ class VectorStore(ABC):
     def __init__(self, dim: int, rrf_k: int) -> None:
         self.dim = dim
         self.rrf_k = rrf_k
+        self.rrf_weights: tuple[float, float] | None = None
+        """(dense, sparse) RRF weights; None = equal (plain RRF)."""
+        self.exact = False
+        """True: dense search scans every vector (exact) instead of the HNSW graph."""
 
     # ---- writes
     @abstractmethod
@@ -291,20 +295,25 @@ class EdgeVectorStore(VectorStore):
     def _query(self, *, dense, sparse, flt, limit, prefetch_limit):
         qe = self._qe
         nf = self._native_filter(flt)
-        branches = []
+        branches, params = [], []
+        exact = qe.SearchParams(exact=True) if self.exact else None
         if dense is not None:
             branches.append(qe.Query.Nearest(dense.tolist(), using=DENSE))
+            params.append(exact)
         if sparse is not None:
             branches.append(qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE))
+            params.append(None)
         if len(branches) == 2:
+            weights = list(self.rrf_weights) if self.rrf_weights else None
             request = qe.QueryRequest(
                 limit=limit,
-                prefetches=[qe.Prefetch(limit=prefetch_limit, query=b, filter=nf) for b in branches],
-                query=qe.Fusion.Rrf(k=self.rrf_k),
+                prefetches=[qe.Prefetch(limit=prefetch_limit, query=b, filter=nf, params=p)
+                            for b, p in zip(branches, params)],
+                query=qe.Fusion.Rrf(k=self.rrf_k, weights=weights),
                 filter=nf, with_payload=True, with_vector=[DENSE],
             )
         else:
-            request = qe.QueryRequest(limit=limit, query=branches[0], filter=nf, with_payload=True,
+            request = qe.QueryRequest(limit=limit, query=branches[0], filter=nf, with_payload=True, params=params[0],
                                       with_vector=[DENSE] if dense is not None else False)
         with self._lock:
             points = self._shard.query(request)
@@ -420,17 +429,19 @@ class ClientVectorStore(VectorStore):
         m = self._m
         nf = self._native_filter(flt)
         sparse_q = m.SparseVector(indices=list(sparse.indices), values=list(sparse.values)) if sparse is not None else None
+        exact = m.SearchParams(exact=True) if self.exact else None
         if dense is not None and sparse_q is not None:
+            weights = list(self.rrf_weights) if self.rrf_weights else None
             response = self._client.query_points(
                 self.collection,
-                prefetch=[m.Prefetch(query=dense.tolist(), using=DENSE, limit=prefetch_limit, filter=nf),
+                prefetch=[m.Prefetch(query=dense.tolist(), using=DENSE, limit=prefetch_limit, filter=nf, params=exact),
                           m.Prefetch(query=sparse_q, using=SPARSE, limit=prefetch_limit, filter=nf)],
-                query=m.RrfQuery(rrf=m.Rrf(k=self.rrf_k)),
+                query=m.RrfQuery(rrf=m.Rrf(k=self.rrf_k, weights=weights)),
                 query_filter=nf, limit=limit, with_payload=True, with_vectors=[DENSE],
             )
         elif dense is not None:
             response = self._client.query_points(self.collection, query=dense.tolist(), using=DENSE, query_filter=nf,
-                                                 limit=limit, with_payload=True, with_vectors=[DENSE])
+                                                 search_params=exact, limit=limit, with_payload=True, with_vectors=[DENSE])
         else:
             response = self._client.query_points(self.collection, query=sparse_q, using=SPARSE, query_filter=nf,
                                                  limit=limit, with_payload=True, with_vectors=False)
@@ -451,7 +462,19 @@ def edge_path(settings: Settings) -> Path:
 def open_store(settings: Settings, dim: int) -> VectorStore:
     """Open the configured store: a Qdrant server when ``settings.qdrant_url`` is set,
     else the embedded Edge shard in ``edge_path(settings)``. Raises ``StoreError``."""
+    store: VectorStore
     if settings.qdrant_url:
-        return ClientVectorStore(settings.qdrant_collection, dim, settings.rrf_k, url=settings.qdrant_url,
-                                 api_key=settings.qdrant_api_key)
-    return EdgeVectorStore(edge_path(settings), dim, settings.rrf_k)
+        store = ClientVectorStore(settings.qdrant_collection, dim, settings.rrf_k, url=settings.qdrant_url,
+                                  api_key=settings.qdrant_api_key)
+    else:
+        store = EdgeVectorStore(edge_path(settings), dim, settings.rrf_k)
+    return configure(store, settings)
+
+
+def configure(store: VectorStore, settings: Settings) -> VectorStore:
+    """Apply the search settings to ``store``: RRF weights (None when both are 1.0,
+    i.e. plain RRF) and exact dense search (``retrieval_exact``). Returns ``store``."""
+    weights = (settings.retrieval_dense_weight, settings.retrieval_sparse_weight)
+    store.rrf_weights = None if weights == (1.0, 1.0) else weights
+    store.exact = settings.retrieval_exact
+    return store

@@ -37,6 +37,11 @@ from pathlib import Path
 SANDBOX_UID = 65534
 """uid/gid inside the sandbox, and on the host when the service runs as root (``nobody``)."""
 CODE_PATH = "/sandbox/main.py"
+LAUNCHER_PATH = "/sandbox/launch.py"
+"""``services/sandbox/launcher.py`` inside: runs the code, then hands ``OUT_DIR``'s files out on fd 3."""
+LAUNCHER_SOURCE = Path(__file__).with_name("launcher.py")
+OUT_DIR = "/tmp/out"
+"""The output folder inside (``./out`` from the working directory): its files become artifacts."""
 SITE_PATH = "/opt/site"
 WORK_DIR = "/tmp"
 PRLIMIT = "/usr/bin/prlimit"
@@ -81,11 +86,15 @@ def _root_links() -> list[str]:
 
 
 def bwrap_command(plan: Plan, code_file: str, *, cpu_s: int, max_procs: int, file_bytes: int,
-                  tmpfs_bytes: int, open_files: int = 256) -> list[str]:
+                  tmpfs_bytes: int, open_files: int = 256, max_files: int = 0, max_file_bytes: int = 0,
+                  files_fd: int = -1) -> list[str]:
     """The full argv that runs ``code_file`` (host path) under ``plan`` with rlimits set by ``prlimit``.
 
     Units: ``cpu_s`` seconds (soft; SIGKILL one second later), ``file_bytes`` largest
     file written, ``tmpfs_bytes`` size of ``/tmp``; ``max_procs`` is ``RLIMIT_NPROC``.
+    The interpreter runs ``launcher.py``, which runs the code and then writes up to
+    ``max_files`` output files (``max_file_bytes`` in total; 0 = none) to the inherited pipe
+    ``files_fd`` (-1 = none; the caller passes it with ``pass_fds``, same number inside).
     """
     args = [plan.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL",
@@ -97,18 +106,21 @@ def bwrap_command(plan: Plan, code_file: str, *, cpu_s: int, max_procs: int, fil
     if plan.prefix:
         args += ["--ro-bind", plan.prefix, plan.prefix]
     env = {"HOME": WORK_DIR, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONIOENCODING": "utf-8", "MPLBACKEND": "Agg", **THREAD_ENV}
+           "PYTHONIOENCODING": "utf-8", "MPLBACKEND": "Agg", "MPLCONFIGDIR": f"{WORK_DIR}/.matplotlib",
+           **THREAD_ENV}
     if plan.site:
         args += ["--ro-bind", plan.site, SITE_PATH]
         env["PYTHONPATH"] = SITE_PATH
-    args += ["--ro-bind", code_file, CODE_PATH, "--remount-ro", "/dev", "--remount-ro", "/",
+    args += ["--ro-bind", code_file, CODE_PATH, "--ro-bind", str(Path(code_file).with_name("launch.py")), LAUNCHER_PATH,
+             "--remount-ro", "/dev", "--remount-ro", "/",
              "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
     args += ["--chdir", WORK_DIR, "--",
              PRLIMIT, f"--cpu={cpu_s}:{cpu_s + 1}", f"--nproc={max_procs}", f"--fsize={file_bytes}",
              f"--nofile={open_files}", "--core=0",
-             plan.python, "-s", "-B", CODE_PATH]
+             plan.python, "-s", "-B", LAUNCHER_PATH, str(max_files), str(max_file_bytes),
+             str(files_fd)]
     return args
 
 
@@ -120,20 +132,23 @@ def spawn_user(run_as: int | None) -> dict:
 
 
 def prepare_code_dir(code: str, run_as: int | None) -> Path:
-    """Write ``code`` to ``<new temp dir>/main.py``; return the file path.
+    """Write ``code`` to ``<new temp dir>/main.py`` and the launcher beside it (``launch.py``); return main.py's path.
 
-    The directory is 0700 and the file 0400, both owned by host uid ``run_as`` when set
-    (bwrap started as that uid must be able to bind the file).
+    The directory is 0700 and the files 0400, all owned by host uid ``run_as`` when set
+    (bwrap started as that uid must be able to bind the files; the project folder may be closed to it).
 
     The caller removes the directory (``shutil.rmtree(path.parent)``).
     """
     folder = Path(tempfile.mkdtemp(prefix="conduit-sandbox-"))
     path = folder / "main.py"
     path.write_text(code, encoding="utf-8")
-    path.chmod(0o400)
+    launcher = folder / "launch.py"
+    launcher.write_bytes(LAUNCHER_SOURCE.read_bytes())
+    for file in (path, launcher):
+        file.chmod(0o400)
     if run_as is not None:
-        os.chown(folder, run_as, run_as)
-        os.chown(path, run_as, run_as)
+        for item in (folder, path, launcher):
+            os.chown(item, run_as, run_as)
     return path
 
 

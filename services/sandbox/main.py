@@ -7,13 +7,32 @@ the runner's own wall-time limit fires first. The result is text in ``ToolOutput
 
 Without working bubblewrap every call fails with ``ToolFailure("sandbox_unavailable",
 kind="forbidden")`` carrying the reason, unless ``CONDUIT_SANDBOX_UNSAFE=true``.
+
+Files the code leaves in ``/tmp/out`` (``./out``) are stored as artifacts
+(``conduit.artifacts.ArtifactStore``: Redis, TTL ``sandbox_artifact_ttl_s``) owned by the
+request's task, user and tenant, listed in ``ToolResultPayload.artifacts`` and named in the
+text output, so the model can mention them.
+
+Concurrency: ``sandbox_concurrency`` (N) Kafka consumers in the sandbox group, each handling
+one request at a time (FastStream ``max_workers``; ``conduit.bus.subscribe``), so a replica runs
+at most N programs at once. Offsets are committed after a run, so waiting requests stay in
+the topic: only what aiokafka has already fetched (bounded by its fetch size) sits in memory,
+uncommitted, and is redelivered if the process dies.
+
+Readiness: ``python -m conduit.probe ready sandbox`` also reads the status key written by
+``publish_status`` (``conduit:sandbox:status:{host}:{pid}``: ``{"isolated", "unsafe", "reason"}``)
+and fails, printing the reason, when no replica can isolate code and unsafe mode is off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import socket
 
+from conduit.artifacts import ArtifactStore
 from conduit.settings import Settings
 from conduit.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
@@ -46,7 +65,31 @@ def format_output(result: RunResult, limits: Limits) -> str:
             reason=result.killed_reason) + "]")
     if result.truncated:
         parts.append(f"[output cut at {limits.output_bytes} bytes]")
+    if result.files_dropped:
+        parts.append(f"[{result.files_dropped} output file(s) not kept: limits are {limits.max_files} files, "
+                     f"{limits.max_file_bytes} bytes, and none when a limit stopped the run]")
     return "\n".join(parts)
+
+
+STATUS_TTL_S = 30
+"""Seconds a sandbox status key lives; ``publish_status`` rewrites it every ``STATUS_TTL_S / 3``."""
+
+
+def status_key() -> str:
+    """This process's readiness key: ``conduit:sandbox:status:{host}:{pid}``."""
+    return f"conduit:sandbox:status:{socket.gethostname()}:{os.getpid()}"
+
+
+async def publish_status(service: ToolService, setup: Setup | None = None) -> None:
+    """Keep this replica's isolation status in Redis (JSON ``{"isolated", "unsafe", "reason"}``) until cancelled."""
+    ok, reason = (setup[0] is not None, setup[1]) if setup is not None else sandbox_status()
+    body = json.dumps({"isolated": ok, "unsafe": service.settings.sandbox_unsafe, "reason": reason})
+    while True:
+        try:
+            await service.redis.set(status_key(), body, ex=STATUS_TTL_S)
+        except Exception as exc:  # noqa: BLE001 - Redis down: readiness says so by itself
+            log.warning("cannot write sandbox status: %r", exc)
+        await asyncio.sleep(STATUS_TTL_S / 3)
 
 
 def build_service(settings: Settings, setup: Setup | None = None) -> ToolService:
@@ -55,6 +98,7 @@ def build_service(settings: Settings, setup: Setup | None = None) -> ToolService
     ``setup`` overrides the probed isolation (``isolation.discover()``), e.g. to test refusal.
     """
     limits = Limits.from_settings(settings)
+    service: ToolService
 
     async def code_exec(args: CodeExecArgs, request: ToolRequested) -> ToolOutput:
         try:
@@ -62,10 +106,18 @@ def build_service(settings: Settings, setup: Setup | None = None) -> ToolService
         except SandboxUnavailable as exc:
             raise ToolFailure("sandbox_unavailable", f"code execution is disabled: {exc}",
                               hint="compute without code_exec", kind="forbidden") from exc
-        return ToolOutput(output=format_output(result, limits))
+        store = ArtifactStore(service.redis, settings.sandbox_artifact_ttl_s)
+        refs = [(await store.save(name, data, task_id=request.task_id, tenant_id=request.tenant_id,
+                                  user_id=request.user_id)).ref() for name, data in result.files]
+        text = format_output(result, limits)
+        if refs:
+            text += "\n[files saved as artifacts: " + ", ".join(f"{r.name} ({r.media_type}, {r.bytes} bytes)"
+                                                             for r in refs) + "]"
+        return ToolOutput(output=text, artifacts=refs)
 
     service = ToolService("sandbox", topics.TOOL_REQUESTS_SANDBOX, topics.GROUP_SANDBOX, settings,
                           timeout_s=settings.sandbox_timeout_s + 5)
+    service.max_workers = settings.sandbox_concurrency
     service.tool("code_exec", code_exec)  # type: ignore[arg-type]
     return service
 
@@ -79,4 +131,13 @@ def main(settings: Settings) -> None:
         log.warning("SANDBOX UNSAFE: no isolation (%s); code runs as a plain subprocess", reason)
     else:
         log.error("sandbox unavailable, code_exec will be refused: %s", reason)
-    asyncio.run(build_service(settings).serve())
+    service = build_service(settings)
+
+    async def run() -> None:
+        status = asyncio.create_task(publish_status(service))
+        try:
+            await service.serve()
+        finally:
+            status.cancel()
+
+    asyncio.run(run())

@@ -11,7 +11,11 @@ Isolation comes from ``isolation`` (bubblewrap). Limits, all enforced per run:
 - the watchdog also kills a tree larger than ``max_procs`` (``RLIMIT_NPROC`` does not bind
   host root, so this is the backstop when bwrap has to run as root);
 - output: stdout + stderr together are kept up to ``output_bytes`` (settings.sandbox_output_bytes);
-  past that the run is stopped and ``truncated`` is set.
+  past that the run is stopped and ``truncated`` is set;
+- output files: what the code leaves in ``/tmp/out`` (``./out``) when it exits comes back in
+  ``RunResult.files`` (at most ``max_files`` regular files, ``max_file_bytes`` in total, read
+  from a pipe on fd 3 that only the launcher holds; the rest is dropped and ``files_dropped`` says so).
+  A run killed by a limit returns no files. Unsafe mode returns none either.
 
 Without a working bubblewrap ``run_code`` raises ``SandboxUnavailable`` unless
 ``allow_unsafe`` (settings.sandbox_unsafe): then it runs ``python -I -B`` as a plain
@@ -23,6 +27,7 @@ a temporary working directory, and logs a loud warning every time.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
@@ -39,8 +44,10 @@ from services.sandbox import isolation, watchdog
 log = logging.getLogger("conduit.sandbox.runner")
 
 MIB = 1024 * 1024
-BWRAP_OVERHEAD_PROCS = 2
-"""Processes bwrap adds to the tree (its monitor and the namespace's pid 1)."""
+BWRAP_OVERHEAD_PROCS = 3
+"""Processes added to the tree: bwrap's monitor, the namespace's pid 1 and the launcher."""
+HEADER_MAX = 1024
+"""Longest accepted header line of one output file on the pipe (bytes)."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -59,12 +66,15 @@ class Limits:
     tmpfs_bytes: int = 64 * MIB
     cpu_s: int | None = None
     poll_s: float = 0.05
+    max_files: int = 10
+    max_file_bytes: int = 8 * MIB
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Limits":
         """Limits from ``sandbox_timeout_s``, ``sandbox_memory_mb`` and ``sandbox_output_bytes``."""
         return cls(timeout_s=settings.sandbox_timeout_s, memory_mb=settings.sandbox_memory_mb,
-                   output_bytes=settings.sandbox_output_bytes)
+                   output_bytes=settings.sandbox_output_bytes,
+                   max_files=settings.sandbox_artifact_max_files, max_file_bytes=settings.sandbox_artifact_max_bytes)
 
     @property
     def cpu_seconds(self) -> int:
@@ -79,6 +89,8 @@ class RunResult:
     reports a signal inside as 128 + signal). ``killed_reason``: why Conduit or a limit
     stopped it: ``timeout``, ``memory``, ``processes``, ``output_limit``, ``cpu_time`` or None.
     ``truncated``: output was cut at ``Limits.output_bytes``. ``duration_s``: wall seconds.
+    ``files``: ``(relative name, content)`` of the output folder's files; ``files_dropped``:
+    how many were left out (over the count or byte caps, or malformed).
     """
 
     stdout: str
@@ -88,6 +100,8 @@ class RunResult:
     killed_reason: str | None
     truncated: bool
     duration_s: float
+    files: list[tuple[str, bytes]] = field(default_factory=list)
+    files_dropped: int = 0
 
 
 @dataclass
@@ -158,10 +172,15 @@ async def run_code(code: str, limits: Limits, *, allow_unsafe: bool = False,
     if plan is None and not allow_unsafe:
         raise SandboxUnavailable(why)
     path = isolation.prepare_code_dir(code, run_as)
+    read_fd = write_fd = -1
     try:
         if plan is not None:
+            if limits.max_files > 0:
+                read_fd, write_fd = os.pipe()
             cmd = isolation.bwrap_command(plan, str(path), cpu_s=limits.cpu_seconds, max_procs=limits.max_procs,
-                                          file_bytes=limits.file_bytes, tmpfs_bytes=limits.tmpfs_bytes)
+                                          file_bytes=limits.file_bytes, tmpfs_bytes=limits.tmpfs_bytes,
+                                          max_files=limits.max_files, max_file_bytes=limits.max_file_bytes,
+                                          files_fd=write_fd)
             env, cwd = {"PATH": "/usr/bin:/bin"}, "/"
         else:
             log.warning("SANDBOX UNSAFE: running model-written code WITHOUT isolation "
@@ -170,12 +189,79 @@ async def run_code(code: str, limits: Limits, *, allow_unsafe: bool = False,
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(path.parent), **isolation.THREAD_ENV}
             cwd = str(path.parent)
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, cwd=cwd, start_new_session=True, **isolation.spawn_user(run_as))
-        return await _supervise(proc, limits, started)
+        fds = {"pass_fds": (write_fd,)} if write_fd >= 0 else {}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=env, cwd=cwd, start_new_session=True, **fds, **isolation.spawn_user(run_as))
+        finally:
+            if write_fd >= 0:
+                os.close(write_fd)  # the child holds it now; EOF comes when the launcher closes its copy
+        files = asyncio.create_task(_read_files(read_fd, limits)) if read_fd >= 0 else None
+        read_fd = -1 if files else read_fd  # the reader owns it now
+        result = await _supervise(proc, limits, started)
+        if files is not None:
+            try:
+                result.files, result.files_dropped = await asyncio.wait_for(files, timeout=2.0)
+            except TimeoutError:  # a grandchild kept the pipe open: the run's files are lost
+                result.files_dropped += 1
+            if result.killed_reason:
+                result.files_dropped += len(result.files)
+                result.files = []
+        return result
     finally:
+        if read_fd >= 0:
+            os.close(read_fd)
         shutil.rmtree(path.parent, ignore_errors=True)
+
+
+async def _read_files(fd: int, limits: Limits) -> tuple[list[tuple[str, bytes]], int]:
+    """Read the launcher's output files from pipe ``fd`` (closed on return) within the caps.
+
+    Returns ``(files, dropped)``; reading stops at ``max_file_bytes`` + headers, at a malformed
+    header or a name that is not a plain relative path.
+    """
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=HEADER_MAX)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0))
+    files: list[tuple[str, bytes]] = []
+    dropped, budget = 0, limits.max_file_bytes
+    try:
+        while True:
+            try:
+                line = await reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as exc:
+                dropped += bool(exc.partial)
+                break
+            except asyncio.LimitOverrunError:
+                dropped += 1
+                break
+            try:
+                head = json.loads(line)
+                name, size = str(head["name"]), int(head["bytes"])
+            except (ValueError, KeyError, TypeError):
+                dropped += 1
+                break
+            if size < 0 or size > budget or len(files) >= limits.max_files or not _plain_name(name):
+                dropped += 1
+                break
+            try:
+                data = await reader.readexactly(size)
+            except asyncio.IncompleteReadError:
+                dropped += 1
+                break
+            budget -= size
+            files.append((name, data))
+    finally:
+        transport.close()
+    return files, dropped
+
+
+def _plain_name(name: str) -> bool:
+    """A relative path without ``..``, empty parts or control characters, at most 200 characters."""
+    parts = name.split("/")
+    return (0 < len(name) <= 200 and all(p not in ("", ".", "..") for p in parts)
+            and not any(ord(c) < 32 or c == "\\" for c in name))
 
 
 async def _supervise(proc: asyncio.subprocess.Process, limits: Limits, started: float) -> RunResult:

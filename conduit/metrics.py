@@ -1,0 +1,184 @@
+"""Prometheus metrics of every Conduit service (prometheus-client, default registry).
+
+Names follow Prometheus conventions: ``conduit_`` prefix, counters end in
+``_total``, durations are ``_seconds`` histograms (base units).
+
+| metric | type | labels | recorded by |
+| --- | --- | --- | --- |
+| ``conduit_http_requests_total`` | counter | method, route, status | gateway ASGI middleware (``instrument_app``) |
+| ``conduit_http_request_duration_seconds`` | histogram | method, route | same; time to the response *start* (an SSE stream counts until its headers) |
+| ``conduit_sse_streams_open`` | gauge | | same; responses of type ``text/event-stream`` in flight |
+| ``conduit_tasks_total`` | counter | outcome, mode | ``task_finished`` (orchestrator, once per terminal event) |
+| ``conduit_model_time_to_first_token_seconds`` | histogram | | ``observe_model_call`` |
+| ``conduit_model_call_duration_seconds`` | histogram | outcome | ``observe_model_call`` |
+| ``conduit_model_tokens_total`` | counter | direction (in/out) | ``observe_model_call`` |
+| ``conduit_tool_calls_total`` | counter | tool, outcome | ``tool_call`` (``conduit.toolservice``) |
+| ``conduit_tool_call_duration_seconds`` | histogram | tool | ``tool_call`` |
+| ``conduit_consumer_handling_seconds`` | histogram | consumer, outcome | ``conduit.bus.subscribe`` (outcome ok/error/invalid/dead_letter) |
+| ``conduit_dead_letters_total`` | counter | consumer, reason | ``conduit.bus.subscribe`` (reason invalid/failed) |
+| ``conduit_approvals_pending`` | gauge | | ``set_approvals_pending`` / ``approval_requested`` / ``approval_decided`` |
+
+Exposure: the gateway serves ``GET /metrics`` (``instrument_app``); the other
+services, which have no HTTP server, call ``start_metrics_server(port)`` from
+``conduit serve`` when ``CONDUIT_METRICS_PORT`` is non-zero (default 0 = off, so
+the embedded stack's processes never clash on one port).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest, start_http_server
+
+log = logging.getLogger("conduit.metrics")
+
+# seconds: 1 ms .. 60 s, fine at the low end where bus hops live
+_FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_SLOW = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+HTTP_REQUESTS = Counter("conduit_http_requests_total", "HTTP requests answered", ["method", "route", "status"])
+HTTP_LATENCY = Histogram("conduit_http_request_duration_seconds", "Time from request to response start",
+                         ["method", "route"], buckets=_FAST)
+SSE_OPEN = Gauge("conduit_sse_streams_open", "Server-Sent Event streams currently open")
+TASKS = Counter("conduit_tasks_total", "Tasks finished, by outcome (completed/failed/cancelled) and mode", ["outcome", "mode"])
+MODEL_TTFT = Histogram("conduit_model_time_to_first_token_seconds", "Model call start to first streamed token", buckets=_SLOW)
+MODEL_TOTAL = Histogram("conduit_model_call_duration_seconds", "Model call start to end of stream", ["outcome"], buckets=_SLOW)
+MODEL_TOKENS = Counter("conduit_model_tokens_total", "Model tokens, direction in (prompt) or out (completion)", ["direction"])
+TOOL_CALLS = Counter("conduit_tool_calls_total", "Tool calls executed by tool services", ["tool", "outcome"])
+TOOL_LATENCY = Histogram("conduit_tool_call_duration_seconds", "Tool execution time in the tool service", ["tool"], buckets=_FAST)
+CONSUMER_HANDLING = Histogram("conduit_consumer_handling_seconds", "Bus message handling time per consumer",
+                              ["consumer", "outcome"], buckets=_FAST)
+DEAD_LETTERS = Counter("conduit_dead_letters_total", "Messages sent to the dead-letter topic", ["consumer", "reason"])
+APPROVALS_PENDING = Gauge("conduit_approvals_pending", "Tool calls waiting for a human approval")
+
+
+# ---------------------------------------------------------------- orchestrator-facing API
+def observe_model_call(ttft_s: float | None, total_s: float, tokens_in: int, tokens_out: int, outcome: str = "ok") -> None:
+    """Record one model call.
+
+    Args:
+        ttft_s: seconds from call start to the first streamed token (None: no token came).
+        total_s: seconds from call start to the end of the stream (or the failure).
+        tokens_in / tokens_out: prompt and completion tokens reported by the endpoint.
+        outcome: ``ok`` or a short failure class (``error``, ``timeout``, ``cancelled``).
+    """
+    if ttft_s is not None:
+        MODEL_TTFT.observe(ttft_s)
+    MODEL_TOTAL.labels(outcome).observe(total_s)
+    if tokens_in:
+        MODEL_TOKENS.labels("in").inc(tokens_in)
+    if tokens_out:
+        MODEL_TOKENS.labels("out").inc(tokens_out)
+
+
+def task_finished(outcome: str, mode: str = "agent") -> None:
+    """Count one finished task; ``outcome`` is completed/failed/cancelled, ``mode`` agent/retrieval_only."""
+    TASKS.labels(outcome, mode or "agent").inc()
+
+
+def tool_call(tool: str, outcome: str, seconds: float) -> None:
+    """Count one executed tool call (``outcome`` ok/error/timeout) taking ``seconds``."""
+    TOOL_CALLS.labels(tool, outcome).inc()
+    TOOL_LATENCY.labels(tool).observe(seconds)
+
+
+def set_approvals_pending(n: int) -> None:
+    """Set the number of tool calls waiting for approval (e.g. from a Redis count)."""
+    APPROVALS_PENDING.set(n)
+
+
+def approval_requested() -> None:
+    """One more tool call waits for approval."""
+    APPROVALS_PENDING.inc()
+
+
+def approval_decided() -> None:
+    """One approval was decided (approved, denied or expired)."""
+    APPROVALS_PENDING.dec()
+
+
+# ---------------------------------------------------------------- bus-facing API
+def consumer_handled(consumer: str, outcome: str, seconds: float) -> None:
+    """Record one bus message handled by ``consumer`` (outcome ok/error/invalid/dead_letter)."""
+    CONSUMER_HANDLING.labels(consumer, outcome).observe(seconds)
+
+
+def dead_lettered(consumer: str, reason: str) -> None:
+    """Count one message ``consumer`` sent to the dead-letter topic (reason invalid/failed)."""
+    DEAD_LETTERS.labels(consumer, reason).inc()
+
+
+# ---------------------------------------------------------------- exposure
+def render() -> tuple[bytes, str]:
+    """The default registry in Prometheus text format: ``(body, content_type)``."""
+    return generate_latest(), CONTENT_TYPE_LATEST
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0") -> bool:
+    """Serve ``/metrics`` on ``addr:port`` from a daemon thread; ``port`` 0 = off.
+
+    Returns True when serving. A busy port is logged and ignored (a service must
+    not die because two processes on one host were given the same port).
+    """
+    if not port:
+        return False
+    try:
+        start_http_server(port, addr=addr)
+    except OSError as exc:
+        log.warning("metrics server not started on %s:%s: %s", addr, port, exc)
+        return False
+    log.info("metrics on http://%s:%s/metrics", addr, port)
+    return True
+
+
+class _HttpMetrics:
+    """Pure ASGI middleware (streams pass through untouched, unlike BaseHTTPMiddleware).
+
+    Labels use the matched route template (``/v1/tasks/{task_id}``), never the raw path,
+    so label cardinality stays bounded; unmatched requests are ``route="unmatched"``.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+        streaming = [False]
+
+        async def send_wrapper(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                route = scope.get("route")
+                path = getattr(route, "path", None) or "unmatched"
+                HTTP_LATENCY.labels(scope["method"], path).observe(time.perf_counter() - started)
+                ctype = dict(message.get("headers") or []).get(b"content-type", b"")
+                if ctype.startswith(b"text/event-stream"):
+                    streaming[0] = True
+                    SSE_OPEN.inc()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            if streaming[0]:
+                SSE_OPEN.dec()
+            path = getattr(scope.get("route"), "path", None) or "unmatched"
+            HTTP_REQUESTS.labels(scope["method"], path, str(status[0])).inc()
+
+
+def instrument_app(app: Any) -> None:
+    """Add HTTP metrics middleware and a ``GET /metrics`` route to a FastAPI ``app``."""
+    from fastapi import Response
+
+    app.add_middleware(_HttpMetrics)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_endpoint() -> Response:
+        body, ctype = render()
+        return Response(body, media_type=ctype)

@@ -1,0 +1,77 @@
+"""Human approval and trace routes (seed 003: human in the loop; seed 000: trace).
+
+- ``POST /v1/tasks/{id}/approvals/{call_id}`` body ``ApprovalDecisionBody`` -> 202;
+  validated against the pending record (404 ``approval_not_found``, 409
+  ``approval_not_pending`` / ``approval_expired`` / ``digest_mismatch``, 422
+  ``invalid_arguments`` for an edit that does not fit the tool's schema), then
+  published as ``ApprovalDecided`` on ``conduit.control``.
+- ``GET /v1/tasks/{id}/trace`` -> the task's timeline (model calls and tool calls).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from conduit import approvals
+from contracts import topics
+from contracts.api import ApprovalDecisionBody
+from contracts.events import ApprovalDecided, ApprovalDecisionPayload
+from contracts.tools import TOOL_SPECS, arguments_digest
+from services.gateway import inputs, tasks
+from services.gateway.errors import ApiError
+from services.gateway.state import GatewayState, get_state
+
+router = APIRouter(prefix="/v1")
+
+
+@router.post("/tasks/{task_id}/approvals/{call_id}", status_code=202)
+async def decide(task_id: str, call_id: str, request: Request, state: GatewayState = Depends(get_state)) -> JSONResponse:
+    """Approve, reject or edit a pending tool call."""
+    view = await tasks.get_task(state, task_id)
+    try:
+        body = ApprovalDecisionBody.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", "body must be {decision, arguments?, arguments_digest?, comment?}",
+                       json.loads(exc.json(include_url=False))) from None
+    record = await approvals.load(state.redis, task_id, call_id)
+    if record is None:
+        raise ApiError(404, "approval_not_found", f"no pending approval {call_id!r} for task {task_id!r}")
+    if record.status != "pending":
+        raise ApiError(409, "approval_not_pending", f"approval {call_id!r} is already {record.status}", {"status": record.status})
+    if record.expires_at <= datetime.now(UTC):
+        raise ApiError(409, "approval_expired", f"approval {call_id!r} expired at {record.expires_at.isoformat()}")
+    arguments, new_digest = None, None
+    if body.decision == "approve" and body.arguments_digest and body.arguments_digest != record.arguments_digest:
+        raise ApiError(409, "digest_mismatch", "the arguments changed since you saw them; review them again",
+                       {"arguments": record.arguments, "arguments_digest": record.arguments_digest})
+    if body.decision == "edit":
+        if body.arguments is None:
+            raise ApiError(422, "invalid_arguments", "an edit needs the new arguments")
+        try:
+            TOOL_SPECS[record.tool].args_model.model_validate(body.arguments)
+        except ValidationError as exc:
+            raise ApiError(422, "invalid_arguments", f"arguments do not fit {record.tool}",
+                           json.loads(exc.json(include_url=False))) from None
+        arguments, new_digest = body.arguments, arguments_digest(body.arguments)
+    event = ApprovalDecided(
+        task_id=task_id, session_id=view.session_id, tenant_id=view.tenant_id, user_id=view.user_id,
+        traceparent=inputs.traceparent(request),
+        payload=ApprovalDecisionPayload(call_id=call_id, decision=body.decision, arguments=arguments,
+                                        arguments_digest=new_digest or record.arguments_digest, comment=body.comment),
+    )
+    await tasks._publish(state, topics.CONTROL, event)
+    return JSONResponse({"task_id": task_id, "call_id": call_id, "decision": body.decision,
+                         "arguments_digest": event.payload.arguments_digest}, status_code=202)
+
+
+@router.get("/tasks/{task_id}/trace")
+async def trace(task_id: str, state: GatewayState = Depends(get_state)) -> JSONResponse:
+    """The task's timeline: per model call time to first token, total time, retries, tokens;
+    per tool call queue time, run time and outcome."""
+    view = await tasks.get_task(state, task_id)
+    return JSONResponse({"task_id": task_id, "status": view.status, "stop_reason": view.stop_reason, "trace": view.trace})
