@@ -50,7 +50,8 @@ def install(dev: bool) -> None:
     if not dev:
         cmd.append("--no-dev")
     print("installing dependencies from uv.lock …", flush=True)
-    env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(VENV))
+    # compiled bytecode: the sandbox mounts site-packages read-only, so it cannot compile at import
+    env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(VENV), UV_COMPILE_BYTECODE="1")
     subprocess.run(cmd, check=True, cwd=ROOT, env=env)
     stamp_file.write_text(want)
 

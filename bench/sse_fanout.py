@@ -32,24 +32,34 @@ from contracts.stream import AnswerDelta, TaskCompleted
 
 
 async def stream(client: httpx.AsyncClient, task_id: str, lat: list[float], got: dict[str, list[int]],
-                 connected: asyncio.Event, counter: list[int], n: int) -> None:
+                 connected: asyncio.Event, counter: list[int], n: int, reconnects: list[int]) -> None:
+    """Follow one task's stream like a browser EventSource: on a cut, reconnect with Last-Event-ID."""
     seqs = got.setdefault(task_id, [])
-    event = None
-    async with client.stream("GET", f"/v1/tasks/{task_id}/events", timeout=httpx.Timeout(None)) as resp:
-        async for line in resp.aiter_lines():
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                if event == "task.accepted":
-                    counter[0] += 1
-                    if counter[0] == n:
-                        connected.set()
-                elif event == "answer.delta":
-                    j, sent = json.loads(line[6:])["text"].split("|")
-                    lat.append(time.time() - float(sent))
-                    seqs.append(int(j))
-                elif event == "task.completed":
-                    return
+    event, last_id = None, 0
+    while True:
+        try:
+            async with client.stream("GET", f"/v1/tasks/{task_id}/events", timeout=httpx.Timeout(None),
+                                     headers={"Last-Event-ID": str(last_id)}) as resp:
+                async for line in resp.aiter_lines():
+                    if line.startswith("id: "):
+                        last_id = int(line[4:])
+                    elif line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        if event == "task.accepted":
+                            counter[0] += 1
+                            if counter[0] == n:
+                                connected.set()
+                        elif event == "answer.delta":
+                            j, sent = json.loads(line[6:])["text"].split("|")
+                            lat.append(time.time() - float(sent))
+                            seqs.append(int(j))
+                        elif event == "task.completed":
+                            return
+        except httpx.HTTPError:
+            pass
+        reconnects[0] += 1
+        await asyncio.sleep(1.0)  # the gateway's retry: hint
 
 
 async def run(tasks: int, deltas: int, interval_s: float) -> dict:
@@ -81,8 +91,9 @@ async def run(tasks: int, deltas: int, interval_s: float) -> dict:
                 rss = {"before": rss_mib(gw.proc.pid), "peak": 0.0}
                 lat: list[float] = []
                 got: dict[str, list[int]] = {}
-                connected, counter = asyncio.Event(), [0]
-                readers = [asyncio.create_task(stream(client, t, lat, got, connected, counter, tasks)) for t in ids]
+                connected, counter, reconnects = asyncio.Event(), [0], [0]
+                readers = [asyncio.create_task(stream(client, t, lat, got, connected, counter, tasks, reconnects))
+                           for t in ids]
                 await asyncio.wait_for(connected.wait(), 120)
                 redis = make_redis(settings)
                 log = TaskEventLog(redis, ttl_s=3600, maxlen=20000)
@@ -111,7 +122,7 @@ async def run(tasks: int, deltas: int, interval_s: float) -> dict:
     received = sum(len(v) for v in got.values())
     disorder = sum(1 for v in got.values() if v != list(range(deltas)))
     return {"lost": tasks * deltas - received, "received": received, "disorder": disorder, "lat": lat,
-            "rss": rss, "write_s": write_s, "drain_s": drain_s}
+            "rss": rss, "write_s": write_s, "drain_s": drain_s, "reconnects": reconnects[0]}
 
 
 def main() -> None:
@@ -133,7 +144,7 @@ task logs in rounds every {a.interval_ms:g} ms; one gateway process; client and 
 
 | figure | value |
 | --- | --- |
-| events lost | **{r["lost"]}** (received {r["received"]:,}); streams out of order: {r["disorder"]} |
+| events lost | **{r["lost"]}** (received {r["received"]:,}); streams out of order: {r["disorder"]}; client reconnects (Last-Event-ID): {r["reconnects"]} |
 | delivery latency (append → client) | p50 {pct(ms, 50):.1f} ms, p99 {pct(ms, 99):.1f} ms, max {max(ms):.1f} ms |
 | delivered rate | {rate:,.0f} events/s (writing took {r["write_s"]:.1f} s, all streams ended after {r["drain_s"]:.1f} s) |
 | gateway RSS | before {r["rss"]["before"]:.0f} MiB, peak {r["rss"]["peak"]:.0f} MiB, 5 s after the streams ended {r["rss"]["after"]:.0f} MiB |

@@ -190,6 +190,7 @@ def subscribe(
         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
         session_timeout_ms=6_000,
         heartbeat_interval_ms=1_000,
+        rebalance_timeout_ms=10_000,
         title=f"{consumer_name}:{','.join(subscribed)}",
         **({"max_workers": max_workers} if max_workers > 1 else {}),
     )(_consume)

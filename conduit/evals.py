@@ -146,8 +146,13 @@ def ssrf_gates() -> list[Gate]:
     return gates
 
 
-def run(url: str | None, fast: bool, suites: tuple[str, ...] = ("golden", "fault", "security")) -> list[Gate]:
-    """Run ``suites`` against ``url`` or a private stack; return every gate."""
+def run(url: str | None, fast: bool, suites: tuple[str, ...] = ("golden", "fault", "security"),
+        infra_settings: object | None = None) -> list[Gate]:
+    """Run ``suites`` against ``url`` or a private stack; return every gate.
+
+    ``infra_settings`` (a ``Settings`` with broker and Redis addresses) makes the
+    private stack reuse that broker and Redis instead of starting its own (tests).
+    """
     from conduit.settings import Settings, get_settings
 
     if url:
@@ -166,8 +171,9 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = ("golden", "fault
 
     laws = sorted({r["law"] for r in _rows("golden.jsonl", fast)})
     data_dir = Path(tempfile.mkdtemp(prefix="conduit-eval-"))
-    settings = Settings(data_dir=data_dir, embedded_kafka_port=infra.free_port(),
-                        embedded_redis_port=infra.free_port(), gateway_port=infra.free_port())
+    base = infra_settings if isinstance(infra_settings, Settings) else Settings(
+        embedded_kafka_port=infra.free_port(), embedded_redis_port=infra.free_port())
+    settings = base.model_copy(update={"data_dir": data_dir, "gateway_port": infra.free_port()})
     ingest_law_db(settings, law_names=laws, progress=False)
     dead_model = f"http://127.0.0.1:{infra.free_port()}/v1"
     stack = Stack(settings, services=("retriever", "orchestrator", "gateway"),

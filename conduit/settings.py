@@ -28,6 +28,7 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path(".conduit"), description="data directory (Qdrant Edge shard, embedded Redis, logs)")
     embedded_kafka_port: int = Field(default=19092, description="port of the embedded tansu broker")
     embedded_redis_port: int = Field(default=16379, description="port of the private embedded redis-server")
+    stack_ready_timeout_s: float = Field(default=300.0, description="how long `conduit up`/`demo` wait for every service to check in (seconds)")
 
     # ---- infrastructure addresses
     kafka_bootstrap_servers: str | None = Field(
@@ -140,6 +141,7 @@ class Settings(BaseSettings):
 
     # ---- observability (conduit.metrics, conduit.tracing)
     metrics_port: int = Field(default=0, description="port of /metrics for services without HTTP (not the gateway); 0 = off (embedded stack: set per process)")
+    redis_max_connections: int = Field(default=4096, description="Redis connections per process (each open SSE stream holds one)")
     otlp_endpoint: str | None = Field(default=None, description="OTLP/HTTP collector base URL for traces (e.g. http://otel-collector:4318); unset = tracing off")
 
     def bootstrap_servers(self) -> str:

@@ -65,8 +65,8 @@ class Stack:
             self.infra_procs.append(("redis", infra.start_redis(s.embedded_redis_port, self.data_dir / "redis", self.log_dir / "redis.log")))
         asyncio.run(bus.ensure_topics(s))
 
-    def start_services(self, timeout_s: float = 90.0) -> None:
-        """Start every service process and wait until all are ready."""
+    def start_services(self, timeout_s: float | None = None) -> None:
+        """Start every service process and wait until all are ready (``stack_ready_timeout_s``)."""
         s = self.settings
         env = settings_env(s.bootstrap_servers(), s.redis(), self.data_dir, **self.extra_env)
         env["CONDUIT_GATEWAY_HOST"] = s.gateway_host
@@ -75,7 +75,7 @@ class Stack:
             raise StackError(f"port {s.gateway_port} is busy: set CONDUIT_GATEWAY_PORT to a free port.")
         for name in self.services:
             self.procs[name] = ServiceProcess(name, env, self.log_dir).start()
-        self.wait_ready(timeout_s)
+        self.wait_ready(timeout_s or self.settings.stack_ready_timeout_s)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Block until every service process checked in (its own liveness key, set once its

@@ -16,12 +16,12 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from conduit import bus, infra
+from conduit import bus
 from conduit.client import SseEvent, create_task, stream_task
-from conduit.services import ServiceProcess
 from conduit.settings import Settings
 from conduit.stack import Stack
 from conduit.testing.scripted_model import ScriptedModel, Turn
+from conduit.testing.stack import restart, start_stack
 from contracts import topics
 from contracts.events import parse_event
 
@@ -62,27 +62,17 @@ def model() -> Iterator[ScriptedModel]:
 @pytest.fixture(scope="module")
 def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     """Retriever, orchestrator and gateway processes over the session broker and Redis."""
-    from services.retriever.ingest import ingest_law_db
-
-    data_dir = tmp_path_factory.mktemp("e2e-data")
-    settings = Settings(kafka_bootstrap_servers=infra_stack.bootstrap, redis_url=infra_stack.redis_url,
-                        data_dir=data_dir, gateway_port=infra.free_port())
-    ingest_law_db(settings, law_names=LAWS, progress=False)
-    st = Stack(settings, services=("retriever", "orchestrator", "gateway"),
-               extra_env={"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
-                          "CONDUIT_TOOL_TIMEOUT_S": "20"})
-    st.start()
+    st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("e2e-data"),
+                     ("retriever", "orchestrator", "gateway"),
+                     {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
+                      "CONDUIT_TOOL_TIMEOUT_S": "20"}, laws=LAWS)
     yield st
     st.stop()
 
 
 def restart_orchestrator(stack: Stack, **env: str) -> None:
     """Replace the orchestrator process with one started with ``env`` overrides."""
-    old = stack.procs["orchestrator"]
-    old.stop()
-    new_env = {k: v for k, v in old.env.items() if k not in ("OPENAI_BASE_URL", "CONDUIT_FAULT_CRASH_ONCE")} | env
-    stack.procs["orchestrator"] = ServiceProcess("orchestrator", new_env, stack.log_dir).start()
-    stack.wait_ready(60)
+    restart(stack, "orchestrator", drop=("OPENAI_BASE_URL", "CONDUIT_FAULT_CRASH_ONCE"), **env)
 
 
 def run(stack: Stack, question: str = QUESTION, **extra) -> tuple[dict, list[SseEvent]]:

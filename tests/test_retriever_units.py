@@ -140,3 +140,29 @@ def test_law_db_reader_and_law_chunks() -> None:
     with pytest.raises(lawdb.LawDbError, match="not found"):
         lawdb.list_laws(law_names=["不存在的法"])
     assert lawdb.count_current_articles() == 23490
+
+
+def test_html_file_chunks_keep_main_text_headings_and_metadata(tmp_path: Path) -> None:
+    page = tmp_path / "policy.html"
+    page.write_text(
+        "<html><head><title>报销制度</title></head><body><nav>首页 | 关于我们 | 登录</nav>"
+        "<article><h1>报销制度</h1><h2>差旅报销</h2><p>出差结束后三十日内通过费用系统提交报销申请，并附电子发票。"
+        "超过三十日未提交的，财务部有权不予报销。</p><h2>住宿标准</h2>"
+        "<p>一线城市每晚不超过六百元，其他城市每晚不超过四百元。住宿须选择协议酒店。</p></article>"
+        "<footer>版权所有 © 2024</footer></body></html>", encoding="utf-8")
+    chunks = file_chunks(page, "acme")
+    texts = "\n".join(c.payload["text"] for c in chunks)
+    assert "三十日内" in texts and "六百元" in texts and "登录" not in texts
+    first = chunks[0].payload
+    assert first["title"] == "《报销制度》" and first["tenant_id"] == "acme"
+    assert {c.payload["section"] for c in chunks} >= {"差旅报销", "住宿标准"}
+    assert first["version_date"] and first["ingested_at"] and first["page"] is None
+    assert [c.id for c in file_chunks(page, "acme")] == [c.id for c in chunks]  # deterministic ids
+
+
+def test_file_over_the_size_limit_is_refused_with_a_reason(tmp_path: Path) -> None:
+    big = tmp_path / "big.md"
+    big.write_text("# 大文件\n\n" + "很长的段落。" * 200, encoding="utf-8")
+    with pytest.raises(DocumentError, match="over the size limit"):
+        file_chunks(big, "acme", max_bytes=1000)
+    assert file_chunks(big, "acme")  # under the default limit (20 MiB)

@@ -61,7 +61,7 @@ def is_answer(item: dict, payload: dict) -> bool:
     """True when ``payload`` (a hit's payload or evidence metadata) answers ``item``."""
     if "law_name" in item:
         return payload.get("law_name") == item["law_name"] and payload.get("article_no") == item["article_no"]
-    src = str(payload.get("source_path") or payload.get("source") or "")
+    src = str(payload.get("source_path") or payload.get("file_name") or "")  # evidence metadata keeps file_name
     return src.endswith(item["doc"]) and item["contains"] in str(payload.get("text") or "")
 
 

@@ -85,6 +85,9 @@ log = structlog.get_logger("conduit.orchestrator")
 
 SAVE_RETRIES = 8
 """Attempts of a load-modify-save transition before giving up (optimistic concurrency)."""
+TIMER_GRACE_S = 3.0
+"""Seconds after start before tool deadlines fire, so results that arrived while no
+replica was up are consumed first instead of being declared timeouts."""
 CANCEL_POLL_S = 0.25
 """Seconds between two checks of the cancel flag while a model streams."""
 
@@ -110,6 +113,7 @@ class Orchestrator:
         self.tool_breakers = {name: CircuitBreaker(settings.tool_breaker_failures, settings.tool_breaker_cooldown_s)
                               for name in TOOL_SPECS}
         self.running: dict[str, asyncio.Task[None]] = {}
+        self.timers_from = time.monotonic() + TIMER_GRACE_S
 
     # ================================================================ bus handlers
     async def on_question(self, event: QuestionAsked) -> None:
@@ -390,9 +394,12 @@ class Orchestrator:
         await self.store.drop_lease(state.task_id)
         await self._write_view(state)
         for call in pending:
-            if call.result is not None:
-                continue
             await self._emit(state.task_id, ToolRequestedEvent(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason))
+            if call.result is not None:  # refused before running (not offered, bad arguments, loop, budget, breaker)
+                await self._emit(state.task_id, ToolCompletedEvent(
+                    call_id=call.call_id, tool=call.tool, outcome=call.result.outcome, duration_ms=0.0,
+                    error_code=call.result.error.error_code if call.result.error else None))
+                continue
             if call.approval == "pending":
                 await self._ask_approval(state, call)
             else:
@@ -630,6 +637,8 @@ class Orchestrator:
             if await self.store.claim(LEASES, task_id, s.lease_ttl_s):
                 log.warning("resuming task after lease lapsed", task_id=task_id)
                 self._spawn(task_id, resumed=True)
+        if time.monotonic() < self.timers_from:
+            return  # just started: consume results waiting in the topic before declaring anything late
         for task_id in await self.store.due_tool_deadlines():
             if not await self.store.claim(TOOL_DEADLINES, task_id, 5.0):
                 continue
@@ -687,6 +696,7 @@ class Orchestrator:
 
     async def run_sweeper(self, every_s: float = 0.5) -> None:
         """Forever: ``sweep`` every ``every_s`` seconds."""
+        self.timers_from = time.monotonic() + TIMER_GRACE_S
         while True:
             try:
                 await self.sweep()

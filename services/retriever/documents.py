@@ -17,6 +17,7 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,10 @@ FILE_CHUNK_CHARS = 1500
 """Target size of a file chunk in characters (brief: ~1,500; under seed 000 CHUNK_MAX_CHARS=2000)."""
 TEXT_SUFFIXES = frozenset({".txt", ".text", ".md", ".markdown"})
 PDF_SUFFIXES = frozenset({".pdf"})
-SUPPORTED_SUFFIXES = TEXT_SUFFIXES | PDF_SUFFIXES
+HTML_SUFFIXES = frozenset({".html", ".htm"})
+SUPPORTED_SUFFIXES = TEXT_SUFFIXES | PDF_SUFFIXES | HTML_SUFFIXES
+MAX_FILE_BYTES = 20 * 1024 * 1024
+"""Files larger than this (20 MiB) are refused with a per-file reason (``file_chunks(max_bytes=...)``)."""
 
 
 class DocumentError(ValueError):
@@ -168,8 +172,20 @@ def _sections(text: str) -> tuple[str | None, list[tuple[str | None, list[str]]]
     return first_heading, [(h, p) for h, p in sections if p]
 
 
-def _file_payload(doc_id: str, tenant_id: str, pos: int, path: Path, title: str, locator: str, text: str) -> dict[str, Any]:
+def _file_payload(doc_id: str, tenant_id: str, pos: int, path: Path, title: str, locator: str, text: str,
+                  *, section: str | None = None, page: int | None = None) -> dict[str, Any]:
+    """Payload of a file chunk: tenant, ids, title, locator, text, plus ``section`` (heading),
+    ``page`` (PDF, 1-based), ``version_date`` (file mtime, ``YYYY-MM-DD``) and ``ingested_at``
+    (UTC ISO time; not part of the content hash, see ``ingest.content_hash``)."""
+    try:
+        version_date = datetime.fromtimestamp(path.stat().st_mtime, UTC).date().isoformat()
+    except OSError:
+        version_date = None
     return {
+        "section": section,
+        "page": page,
+        "version_date": version_date,
+        "ingested_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "tenant_id": tenant_id,
         "document_id": doc_id,
         "position": pos,
@@ -187,11 +203,16 @@ def text_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
 
     Locator: the chunk's heading (other than the title), else ``片段 N``. Raises ``DocumentError``.
     """
-    text = read_text_file(path)
+    return markdown_chunks(read_text_file(path), path, tenant_id)
+
+
+def markdown_chunks(text: str, path: Path, tenant_id: str, title: str | None = None) -> list[Chunk]:
+    """Chunks of Markdown/plain ``text`` read from ``path`` (see ``text_file_chunks``);
+    ``title`` overrides the first heading. Raises ``DocumentError("no text")``."""
     first_heading, sections = _sections(text)
     if not sections:
         raise DocumentError("no text")
-    title = first_heading or path.stem
+    title = title or first_heading or path.stem
     doc_id = file_document_id(path, tenant_id)
     chunks: list[Chunk] = []
     for heading, paragraphs in sections:
@@ -200,8 +221,27 @@ def text_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
             locator = heading if heading and heading != title else f"片段 {pos + 1}"
             prefix = " ".join(x for x in (title, heading if heading != title else None) if x)
             chunks.append(Chunk(doc_id, pos, f"{prefix}\n{piece}",
-                                _file_payload(doc_id, tenant_id, pos, path, title, locator, piece)))
+                                _file_payload(doc_id, tenant_id, pos, path, title, locator, piece,
+                                              section=heading if heading != title else None)))
     return chunks
+
+
+def html_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
+    """Chunks of an HTML page: main text extracted by trafilatura as Markdown (headings
+    kept, boilerplate dropped); title = the page's ``<title>``/metadata title, else the
+    first heading, else the file stem. Raises ``DocumentError``."""
+    import trafilatura  # noqa: PLC0415
+
+    html = read_text_file(path)
+    try:
+        text = trafilatura.extract(html, output_format="markdown", include_tables=True, include_comments=False,
+                                   favor_recall=True) or ""
+        meta = trafilatura.extract_metadata(html)
+    except Exception as exc:  # noqa: BLE001 - lxml raises many types
+        raise DocumentError(f"unreadable HTML: {type(exc).__name__}: {exc}") from exc
+    if not text.strip():
+        raise DocumentError("no text")
+    return markdown_chunks(text, path, tenant_id, title=(meta.title if meta and meta.title else None))
 
 
 def pdf_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
@@ -225,15 +265,24 @@ def pdf_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
         for piece in pack_paragraphs(paragraphs):
             pos = len(chunks)
             chunks.append(Chunk(doc_id, pos, f"{title}\n{piece}",
-                                _file_payload(doc_id, tenant_id, pos, path, title, f"第 {number} 页", piece)))
+                                _file_payload(doc_id, tenant_id, pos, path, title, f"第 {number} 页", piece,
+                                              page=number)))
     if not chunks:
         raise DocumentError("no extractable text (scanned PDF?)")
     return chunks
 
 
-def file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
-    """Chunks of one file by suffix (.txt/.md/.markdown/.pdf); raises ``DocumentError``."""
+def file_chunks(path: Path, tenant_id: str, max_bytes: int = MAX_FILE_BYTES) -> list[Chunk]:
+    """Chunks of one file by suffix (.txt/.md/.markdown/.html/.htm/.pdf).
+
+    Raises ``DocumentError`` with the per-file reason: wrong type, over the size
+    limit (``max_bytes``), unreadable, or no text.
+    """
     suffix = path.suffix.lower()
+    if suffix in SUPPORTED_SUFFIXES and path.stat().st_size > max_bytes:
+        raise DocumentError(f"over the size limit: {path.stat().st_size} bytes > {max_bytes}")
+    if suffix in HTML_SUFFIXES:
+        return html_file_chunks(path, tenant_id)
     if suffix in TEXT_SUFFIXES:
         return text_file_chunks(path, tenant_id)
     if suffix in PDF_SUFFIXES:

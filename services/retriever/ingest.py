@@ -82,8 +82,10 @@ class IngestSummary:
 
 
 def content_hash(embedder_name: str, chunk: Chunk) -> str:
-    """SHA-1 of the embedder name, the index text and the payload (sorted JSON)."""
-    body = json.dumps(chunk.payload, ensure_ascii=False, sort_keys=True, default=str)
+    """SHA-1 of the embedder name, the index text and the payload (sorted JSON) without
+    ``ingested_at`` (a re-ingest of unchanged content must change nothing)."""
+    stable = {k: v for k, v in chunk.payload.items() if k != "ingested_at"}
+    body = json.dumps(stable, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.sha1(f"{embedder_name}\n{chunk.index_text}\n{body}".encode("utf-8")).hexdigest()
 
 

@@ -1,0 +1,97 @@
+"""Benchmark 4: throughput and scaling with a 1 s model.
+
+    python -m bench.throughput [--sessions 50,200,500] [--replicas 1,2] [--seconds 20]
+
+The embedded stack (tansu, redis-server, orchestrator, gateway as processes) with the
+scripted model answering directly after ``--model-delay-s`` (default 1 s). For each
+orchestrator replica count and each session count C: C closed-loop clients each
+``POST /v1/tasks`` and follow the task's SSE stream to its terminal event, then ask
+again, for ``--seconds``. Reported: completed tasks per second (completions inside the
+window / window), task latency p50/p99, and failures. With 2 replicas a second
+orchestrator process joins the consumer group (rebalance awaited before measuring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+import httpx
+
+from bench.common import machine, pct, write_section
+from bench.stackbench import model_stack, sse_events
+from conduit.services import ServiceProcess
+from conduit.testing.scripted_model import Turn
+
+
+async def load(base: str, sessions: int, seconds: float) -> dict:
+    done: list[float] = []
+    failed = [0]
+    stop_at = time.perf_counter() + seconds
+    async with httpx.AsyncClient(base_url=base, limits=httpx.Limits(max_connections=2 * sessions + 20),
+                                 timeout=60) as client:
+        async def session(i: int) -> None:
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    r = await client.post("/v1/tasks", json={"question": f"load {i}"})
+                    r.raise_for_status()
+                    end = None
+                    async for ev, _ in sse_events(client, "GET", f"/v1/tasks/{r.json()['task_id']}/events"):
+                        if ev in ("task.completed", "task.failed", "task.cancelled"):
+                            end = ev
+                            break
+                except httpx.HTTPError:
+                    end = None
+                if end == "task.completed" and time.perf_counter() <= stop_at:
+                    done.append(time.perf_counter() - t0)
+                elif end != "task.completed":
+                    failed[0] += 1
+
+        await asyncio.gather(*(session(i) for i in range(sessions)))
+    return {"rate": len(done) / seconds, "lat": done, "failed": failed[0]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", default="50,200,500")
+    ap.add_argument("--replicas", default="1,2")
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--model-delay-s", type=float, default=1.0)
+    a = ap.parse_args()
+    rows = []
+    with model_stack(Turn(content="吞吐基准的回答。", chunks=4, delay_s=a.model_delay_s)) as (stack, _):
+        extra: list[ServiceProcess] = []
+        try:
+            for replicas in [int(x) for x in a.replicas.split(",")]:
+                while len(extra) + 1 < replicas:
+                    extra.append(ServiceProcess("orchestrator", stack.procs["orchestrator"].env, stack.log_dir).start())
+                    time.sleep(25)  # tansu: a joining member and the rebalance take ~5-20 s
+                asyncio.run(load(stack.gateway_url, 10, 5))  # warm up (and settle the rebalance)
+                for c in [int(x) for x in a.sessions.split(",")]:
+                    r = asyncio.run(load(stack.gateway_url, c, a.seconds))
+                    ms = [x * 1000 for x in r["lat"]]
+                    rows.append(f"| {replicas} | {c} | **{r['rate']:.1f}** | {pct(ms, 50):.0f} ms | {pct(ms, 99):.0f} ms | {r['failed']} |")
+                    print(rows[-1], flush=True)
+        finally:
+            for p in extra:
+                p.stop()
+    table = "\n".join(rows)
+    write_section("throughput", f"""
+## 4. Throughput and scaling (model delay {a.model_delay_s:g} s)
+
+Command: `python -m bench.throughput --sessions {a.sessions} --replicas {a.replicas} --seconds {a.seconds:g}` · machine: {machine()}
+
+Closed-loop sessions (ask, stream to the end, ask again) for {a.seconds:g} s per row through the embedded stack;
+the scripted model answers directly after {a.model_delay_s:g} s. Ideal rate = sessions / (1 s + overhead).
+Everything (broker, Redis, gateway, orchestrators, model, clients) shares the same 2 cores.
+
+| orchestrators | sessions | completed tasks/s | task latency p50 | p99 | failed |
+| --- | --- | --- | --- | --- | --- |
+{table}
+""")
+
+
+if __name__ == "__main__":
+    main()

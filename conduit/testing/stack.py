@@ -1,0 +1,46 @@
+"""Start a real Conduit stack inside a test: services as processes over the test's broker and Redis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conduit import infra
+from conduit.services import ServiceProcess
+from conduit.settings import Settings
+from conduit.stack import Stack
+
+
+def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[str, ...],
+                env: dict[str, str], laws: list[str] | None = None) -> Stack:
+    """Ingest ``laws`` (real articles from the law corpus) into ``data_dir``, then start ``services``.
+
+    ``env`` is given to every service process (model endpoint, limits...). Returns the
+    running ``Stack``; the caller stops it.
+    """
+    settings = Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
+                        gateway_port=infra.free_port())
+    if laws:
+        from services.retriever.ingest import ingest_law_db
+
+        ingest_law_db(settings, law_names=laws, progress=False)
+    return Stack(settings, services=services, extra_env=env).start()
+
+
+def restart(stack: Stack, name: str, drop: tuple[str, ...] = (), **env: str) -> ServiceProcess:
+    """Replace service ``name`` with a new process: its old environment minus ``drop`` plus ``env``.
+
+    Waits until the new process checked in; returns it.
+    """
+    old = stack.procs[name]
+    old.stop()
+    new_env = {k: v for k, v in old.env.items() if k not in drop} | env
+    stack.procs[name] = ServiceProcess(name, new_env, stack.log_dir).start()
+    stack.wait_ready(90)
+    return stack.procs[name]
+
+
+def add_replica(stack: Stack, name: str, key: str) -> ServiceProcess:
+    """Start one more process of service ``name`` (registered as ``key``) with the same environment."""
+    proc = ServiceProcess(name, dict(stack.procs[name].env), stack.log_dir).start()
+    stack.procs[key] = proc
+    return proc

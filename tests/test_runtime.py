@@ -1,0 +1,340 @@
+"""The durable agent runtime (issue 5) over the real stack: approvals, loop detection, limits,
+tool timeouts and circuit breaker, parallel calls, cancel, disconnecting clients, and
+SIGKILLed orchestrators (while streaming, after a tool request, while waiting for approval),
+plus two replicas sharing the work.
+
+Real tansu broker, real Redis, Qdrant Edge with one real law, the sandbox (bubblewrap when
+present), scripted OpenAI-compatible model over HTTP.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from conduit.client import SseEvent, create_task, stream_task
+from conduit.stack import Stack
+from conduit.testing.scripted_model import ScriptedModel, Turn
+from conduit.testing.stack import add_replica, restart, start_stack
+
+TOOL_TIMEOUT_S = 4
+APPROVAL_TTL_S = 60
+SHORT_APPROVAL_TTL_S = 3
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ScriptedModel]:
+    m = ScriptedModel().start()
+    yield m
+    m.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
+    st = start_stack(
+        infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("runtime-data"),
+        ("retriever", "sandbox", "orchestrator", "gateway"),
+        {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
+         "CONDUIT_TOOL_TIMEOUT_S": str(TOOL_TIMEOUT_S), "CONDUIT_LEASE_TTL_S": "3",
+         "CONDUIT_APPROVAL_TTL_S": str(APPROVAL_TTL_S), "CONDUIT_MAX_ROUNDS": "6",
+         "CONDUIT_TOOL_BREAKER_FAILURES": "2", "CONDUIT_TOOL_BREAKER_COOLDOWN_S": "60",
+         # web tools are offered, but no web service runs: their calls time out
+         "CONDUIT_SEARXNG_URL": "http://127.0.0.1:9"},
+        laws=["中华人民共和国增值税法"])
+    yield st
+    st.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_script(model):
+    model.script.clear()
+    model.default = Turn(content="OK.")
+    yield
+
+
+def kb(query: str) -> dict:
+    return {"name": "kb_search", "arguments": {"query": query, "reason": "查法条"}}
+
+
+def code(src: str) -> dict:
+    return {"name": "code_exec", "arguments": {"code": src, "reason": "精确计算"}}
+
+
+def tool_messages(body: dict) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def events_of(stack: Stack, question: str, on_event=None, **extra) -> tuple[str, list[SseEvent]]:
+    created = create_task(stack.gateway_url, question, **extra)
+    seen: list[SseEvent] = []
+    for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=120, reconnects=30):
+        seen.append(ev)
+        if on_event:
+            on_event(created["task_id"], ev)
+    return created["task_id"], seen
+
+
+def decide(stack: Stack, task_id: str, call_id: str, **body) -> httpx.Response:
+    return httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/approvals/{call_id}", json=body, timeout=10)
+
+
+def types(events: list[SseEvent]) -> list[str]:
+    return [e.event for e in events]
+
+
+# ------------------------------------------------------------------------------------ approvals
+def test_approval_approve_runs_exactly_what_was_approved(stack, model):
+    model.push(Turn(tool_calls=[code("print(6*7)")]), Turn(content="结果是 42（沙箱计算）。"))
+    answers: list[httpx.Response] = []
+
+    def on_event(task_id: str, ev: SseEvent) -> None:
+        if ev.event == "tool.approval_required":
+            view = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}").json()
+            assert view["status"] == "waiting_approval" and view["pending_approvals"][0]["call_id"] == ev.data["call_id"]
+            answers.append(decide(stack, task_id, ev.data["call_id"], decision="approve", arguments_digest="0" * 64))
+            answers.append(decide(stack, task_id, ev.data["call_id"], decision="approve",
+                                  arguments_digest=ev.data["arguments_digest"]))
+            answers.append(decide(stack, task_id, "no-such-call", decision="approve"))
+
+    task_id, events = events_of(stack, "6 乘 7 等于几？", on_event)
+    assert [a.status_code for a in answers] == [409, 202, 404]
+    assert answers[0].json()["error"]["code"] == "digest_mismatch"
+    t = types(events)
+    assert t.index("tool.requested") < t.index("tool.approval_required") < t.index("tool.completed")
+    assert t[-1] == "task.completed"
+    sandbox_msg = tool_messages(model.requests[-1])[0]
+    assert "沙箱" in sandbox_msg or "sandbox" in sandbox_msg
+    trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace").json()["trace"]
+    assert any(x["phase"] == "approval" and x["decision"] == "approve" for x in trace)
+    assert any(x["phase"] == "tool" and x["tool"] == "code_exec" for x in trace)
+
+
+def test_approval_edit_validates_and_runs_the_edited_arguments(stack, model):
+    model.push(Turn(tool_calls=[code("print('ORIGINAL')")]), Turn(content="好的。"))
+    codes: list[int] = []
+
+    def on_event(task_id: str, ev: SseEvent) -> None:
+        if ev.event == "tool.approval_required":
+            bad = decide(stack, task_id, ev.data["call_id"], decision="edit", arguments={"code": ""})
+            codes.append(bad.status_code)
+            good = decide(stack, task_id, ev.data["call_id"], decision="edit",
+                          arguments={"code": "print('EDITED')", "reason": "改过的代码"})
+            codes.append(good.status_code)
+
+    _, events = events_of(stack, "打印点东西", on_event)
+    assert codes == [422, 202]
+    assert events[-1].event == "task.completed"
+    msg = tool_messages(model.requests[-1])[0]
+    assert "ORIGINAL" not in msg
+    if '"outcome": "error"' not in msg:  # bubblewrap present: the edited code really ran
+        assert "EDITED" in msg
+
+
+def test_approval_reject_is_final_and_a_repeat_is_refused_without_asking(stack, model):
+    model.push(Turn(tool_calls=[code("import os; print(os.listdir('/'))")]),
+               Turn(tool_calls=[code("import os; print(os.listdir('/'))")]),
+               Turn(content="不执行了。"))
+    asked: list[str] = []
+
+    def on_event(task_id: str, ev: SseEvent) -> None:
+        if ev.event == "tool.approval_required":
+            asked.append(ev.data["call_id"])
+            assert decide(stack, task_id, ev.data["call_id"], decision="reject", comment="不允许").status_code == 202
+            again = decide(stack, task_id, ev.data["call_id"], decision="approve")
+            assert again.status_code in (202, 409)  # raced or refused; either way nothing runs
+
+    _, events = events_of(stack, "列出根目录", on_event)
+    assert len(asked) == 1, "the repeated call must be refused without a new approval"
+    assert events[-1].event == "task.completed"
+    msgs = tool_messages(model.requests[-1])
+    assert all("rejected_by_user" in m for m in msgs) and len(msgs) == 2
+    assert "tool.completed" in types(events)
+
+
+def test_pending_approvals_in_one_step_are_decided_independently(stack, model):
+    model.push(Turn(tool_calls=[code("print('A')"), code("print('B')")]), Turn(content="两个都处理了。"))
+
+    def on_event(task_id: str, ev: SseEvent) -> None:
+        if ev.event == "tool.approval_required":
+            verdict = "approve" if "'A'" in ev.data["arguments"]["code"] else "reject"
+            assert decide(stack, task_id, ev.data["call_id"], decision=verdict).status_code == 202
+
+    _, events = events_of(stack, "两段代码", on_event)
+    assert types(events).count("tool.approval_required") == 2
+    msgs = tool_messages(model.requests[-1])
+    assert len(msgs) == 2 and "rejected_by_user" in msgs[1] and "rejected_by_user" not in msgs[0]
+
+
+# ------------------------------------------------------------------------- loop, limits, tools
+def test_loop_detector_warns_on_third_repeat_and_stops_on_fourth(stack, model):
+    model.default = Turn(tool_calls=[kb("增值税 征收率")])
+    _, events = events_of(stack, "一直查同一个东西")
+    done = events[-1]
+    assert done.event == "task.completed" and done.data["stop_reason"] == "loop_detected"
+    assert "kb_search" in done.data["answer"]
+    assert any("repeated_call" in m for m in tool_messages(model.requests[-1]))
+
+
+def test_round_limit_forces_a_final_call_without_tools(stack, model):
+    queries = iter(f"查询{i}" for i in range(100))
+    model.default = lambda body: Turn(tool_calls=[kb(next(queries))]) if body.get("tools") else Turn(content="最终回答。")
+    _, events = events_of(stack, "无限追问")
+    done = events[-1]
+    assert done.event == "task.completed" and done.data["stop_reason"] == "max_rounds"
+    assert done.data["answer"] == "最终回答。"
+    assert "tools" not in model.requests[-1]
+    assert any("budget" in (m.get("content") or "") for m in model.requests[-1]["messages"] if m["role"] == "system")
+
+
+def test_parallel_tool_calls_run_together_and_return_together(stack, model):
+    model.push(Turn(tool_calls=[kb("增值税 税率"), kb("简易计税 征收率")]), Turn(content="合并回答。"))
+    _, events = events_of(stack, "两个问题一起查")
+    assert types(events).count("tool.requested") == 2 and types(events).count("tool.completed") == 2
+    assert len(tool_messages(model.requests[-1])) == 2
+    assert events[-1].event == "task.completed"
+
+
+def test_dead_tool_times_out_then_circuit_breaker_fails_fast(stack, model):
+    url = {"url": "https://example.org/x", "reason": "读网页"}
+    model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": url}]),
+               Turn(tool_calls=[{"name": "web_fetch", "arguments": {**url, "url": "https://example.org/y"}}]),
+               Turn(tool_calls=[{"name": "web_fetch", "arguments": {**url, "url": "https://example.org/z"}}]),
+               Turn(content="网页服务不可用。"))
+    started = time.monotonic()
+    _, events = events_of(stack, "读三个网页")
+    assert events[-1].event == "task.completed"
+    outcomes = [e.data for e in events if e.event == "tool.completed"]
+    assert [o["outcome"] for o in outcomes[:2]] == ["timeout", "timeout"]
+    assert outcomes[2]["error_code"] == "circuit_open"
+    assert time.monotonic() - started < 3 * TOOL_TIMEOUT_S + 15  # the third call did not wait
+
+
+def test_cancel_stops_a_streaming_answer(stack, model):
+    model.push(Turn(content="很长的回答。" * 60, chunks=60, chunk_delay_s=0.2))
+
+    def on_event(task_id: str, ev: SseEvent) -> None:
+        if ev.event == "answer.delta" and not getattr(on_event, "sent", False):
+            on_event.sent = True  # type: ignore[attr-defined]
+            assert httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10).status_code == 202
+
+    started = time.monotonic()
+    task_id, events = events_of(stack, "慢慢回答", on_event)
+    assert events[-1].event == "task.cancelled" and time.monotonic() - started < 10
+    assert httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}").json()["status"] == "cancelled"
+    again = httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10)
+    assert again.status_code == 409
+
+
+def test_disconnecting_client_does_not_stop_the_task(stack, model):
+    model.push(Turn(content="客户端走了我也会写完。", chunks=10, chunk_delay_s=0.1))
+    created = create_task(stack.gateway_url, "断开测试")
+    with httpx.stream("GET", f"{stack.gateway_url}/v1/tasks/{created['task_id']}/events", timeout=10) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("event:"):
+                break  # hang up after the first event
+    deadline = time.monotonic() + 30
+    view = {}
+    while time.monotonic() < deadline:
+        view = httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}").json()
+        if view["status"] == "completed":
+            break
+        time.sleep(0.2)
+    assert view["status"] == "completed" and view["answer"] == "客户端走了我也会写完。"
+
+
+# ----------------------------------------------------------------------- crashes and replicas
+def _kill_and_replace_orchestrator(stack: Stack) -> None:
+    stack.procs["orchestrator"].kill()
+    restart(stack, "orchestrator")
+
+
+def test_sigkill_while_streaming_resumes_from_checkpoint_with_answer_reset(stack, model):
+    model.push(Turn(content="第一次写到一半。" * 40, chunks=40, chunk_delay_s=0.2), Turn(content="重新写的完整答案。"))
+    killed = threading.Event()
+
+    def on_event(task_id: str, ev: SseEvent) -> None:
+        if ev.event == "answer.delta" and not killed.is_set():
+            killed.set()
+            threading.Thread(target=_kill_and_replace_orchestrator, args=(stack,), daemon=True).start()
+
+    _, events = events_of(stack, "写一个长答案", on_event)
+    t = types(events)
+    assert killed.is_set() and "answer.reset" in t and t.count("task.completed") == 1
+    assert events[-1].data["answer"] == "重新写的完整答案。"
+    after_reset = "".join(e.data["text"] for e in events[t.index("answer.reset"):] if e.event == "answer.delta")
+    assert after_reset == "重新写的完整答案。"
+
+
+def test_sigkill_after_tool_request_runs_the_tool_once(stack, model):
+    model.push(Turn(tool_calls=[kb("小规模纳税人 征收率")]),
+               lambda body: Turn(content="答案[1]。" if tool_messages(body) else "没有工具结果。"))
+    killed = threading.Event()
+
+    def on_event(task_id: str, ev: SseEvent) -> None:
+        if ev.event == "tool.requested" and not killed.is_set():
+            killed.set()
+            threading.Thread(target=_kill_and_replace_orchestrator, args=(stack,), daemon=True).start()
+
+    task_id, events = events_of(stack, "查征收率", on_event)
+    assert events[-1].event == "task.completed" and events[-1].data["answer"] == "答案[1]。"
+    assert types(events).count("tool.requested") == 1 and types(events).count("tool.completed") == 1
+    trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace").json()["trace"]
+    assert len([x for x in trace if x["phase"] == "tool"]) == 1
+
+
+def test_sigkill_while_waiting_for_approval(stack, model):
+    model.push(Turn(tool_calls=[code("print(2+2)")]), Turn(content="4（沙箱计算）。"))
+
+    def on_event(task_id: str, ev: SseEvent) -> None:
+        if ev.event == "tool.approval_required":
+            _kill_and_replace_orchestrator(stack)
+            assert decide(stack, task_id, ev.data["call_id"], decision="approve").status_code == 202
+
+    _, events = events_of(stack, "2+2", on_event)
+    assert events[-1].event == "task.completed" and types(events).count("tool.completed") == 1
+
+
+def test_two_replicas_share_tasks_and_run_each_tool_once(stack, model):
+    def agent(body: dict) -> Turn:
+        if not tool_messages(body):
+            question = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+            return Turn(tool_calls=[kb(f"增值税 {question[-2:]}")])
+        return Turn(content="完成[1]。")
+
+    model.default = agent
+    results: dict[str, list[SseEvent]] = {}
+
+    def one(i: int) -> None:
+        task_id, evs = events_of(stack, f"并发问题{i:02d}")
+        results[task_id] = evs
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for t in threads[:3]:
+        t.start()
+    add_replica(stack, "orchestrator", "orchestrator-2")  # join during the run
+    for t in threads[3:]:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    try:
+        assert len(results) == 6
+        for task_id, evs in results.items():
+            assert evs[-1].event == "task.completed", (task_id, types(evs))
+            assert types(evs).count("tool.completed") == 1 and types(evs).count("task.completed") == 1
+    finally:
+        stack.procs.pop("orchestrator-2").stop()
+
+
+def test_approval_expiry_runs_nothing(stack, model):
+    """Runs last: it restarts the orchestrator with a short approval TTL."""
+    restart(stack, "orchestrator", CONDUIT_APPROVAL_TTL_S=str(SHORT_APPROVAL_TTL_S))
+    model.push(Turn(tool_calls=[code("print(1)")]), Turn(content="没有获批。"))
+    started = time.monotonic()
+    _, events = events_of(stack, "算一下")
+    assert SHORT_APPROVAL_TTL_S - 1 <= time.monotonic() - started < SHORT_APPROVAL_TTL_S + 20
+    assert events[-1].event == "task.completed"
+    assert "approval_expired" in tool_messages(model.requests[-1])[0]
