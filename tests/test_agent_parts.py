@@ -45,7 +45,7 @@ def test_fallback_quotes_best_passages_with_citations():
     pool.add([kb("a", score=0.4), kb("b", score=0.9)])
     text = fallback.compose("问题", pool.items, model_configured=False)
     assert text.startswith("（未配置语言模型") and "OPENAI_BASE_URL" in text
-    assert text.index("[2]") < text.index("[1]")  # best score first
+    assert text.index("[1]") < text.index("[2]")  # the retriever's ranking, not the dense score
     assert fallback.NOTHING_FOUND in fallback.compose("q", [], model_configured=True)
 
 

@@ -118,6 +118,8 @@ def test_compressed_retry_fires_when_best_score_is_low(kb: KB) -> None:
 
 
 def test_multi_topic_query_searches_a_missing_topic(kb: KB) -> None:
+    # expansion off: the first round sees only the colloquial 个税 (with it on, 个人所得税 is searched at once)
+    kb.searcher.settings = kb.settings.model_copy(update={"retrieval_query_expansion": False})
     outcome = kb.searcher.search("发票和个税", "default")
     topic_rounds = [a for a in outcome.attempts if a.kind.startswith("topic:")]
     assert [(a.kind, a.query) for a in topic_rounds] == [("topic:个人所得税", "个人所得税")]

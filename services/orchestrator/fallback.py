@@ -52,7 +52,8 @@ def best_excerpt(text: str, question: str, limit: int = MAX_QUOTE_CHARS) -> str:
 
 
 def compose(question: str, evidence: list[NumberedEvidence], model_configured: bool) -> str:
-    """Compose the retrieval-only answer from pool evidence (best first).
+    """Compose the retrieval-only answer from pool evidence, in pool order (the
+    retriever's hybrid ranking: the dense score alone ranks worse, see docs/retrieval.md).
 
     Returns text whose first line says why no model answered, followed by up to
     ``MAX_PASSAGES`` quoted passages each ending with its ``[n]`` citation.
@@ -60,7 +61,7 @@ def compose(question: str, evidence: list[NumberedEvidence], model_configured: b
     head = MODEL_FAILED_LINE if model_configured else NO_MODEL_LINE
     if not evidence:
         return f"{head}\n\n{NOTHING_FOUND}"
-    ranked = sorted(evidence, key=lambda e: -(e.score if e.score is not None else 0.0))[:MAX_PASSAGES]
+    ranked = sorted(evidence, key=lambda e: e.index)[:MAX_PASSAGES]  # pool order = the retriever's fused ranking
     parts = [head, ""]
     for e in ranked:
         where = f"{e.title}{e.locator or ''}"
