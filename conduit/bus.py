@@ -49,6 +49,7 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
     """
     return KafkaBroker(
         settings.bootstrap_servers(),
+        graceful_timeout=settings.tool_timeout_s + 5,  # in-flight handlers may finish a tool call on SIGTERM
         client_id=client_id,
         acks="all",
         enable_idempotence=settings.kafka_idempotent_producer,

@@ -94,6 +94,7 @@ class Settings(BaseSettings):
         description="per tool: never, always or if:<arg>~<regex> (JSON object; seed 003)")
     approval_ttl_s: float = Field(default=300.0, description="seconds a pending approval waits before it expires")
     lease_ttl_s: float = Field(default=15.0, description="task lease; another replica resumes a task after it lapses")
+    shutdown_grace_s: float = Field(default=10.0, description="on SIGTERM, seconds running model steps may finish before they are handed over")
 
     # ---- retrieval (seed 000 §5)
     embedding_backend: str = Field(default="use", description="use | openai")

@@ -38,7 +38,7 @@ import structlog
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
-from conduit import approvals, bus
+from conduit import approvals, bus, metrics
 from conduit.settings import Settings
 from conduit.taskstore import TaskStore
 from conduit.taskstream import TaskEventLog
@@ -265,11 +265,15 @@ class Orchestrator:
             last_check[0] = now
             return await self.store.cancel_requested(state.task_id)
 
+        t0 = time.perf_counter()
         try:
             resp = await self.model.stream(messages, tools, on_delta, should_stop)
             self.breaker.success()
+            metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
+                                       resp.usage.completion_tokens, "ok")
         except ModelError as exc:
             self.breaker.failure()
+            metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
             log.warning("model call failed", error=str(exc), streamed=exc.streamed)
             if exc.streamed:
                 await self._emit(state.task_id, AnswerReset(reason="the model call failed; answering from the knowledge base"))
@@ -421,6 +425,7 @@ class Orchestrator:
     async def _ask_approval(self, state: TaskState, call: PendingCall) -> None:
         """Record the pending approval for the gateway and tell the client (``tool.approval_required``)."""
         assert call.arguments_digest and call.expires_at
+        metrics.approval_requested()
         await approvals.save(self.redis, ApprovalRecord(
             task_id=state.task_id, call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,
             arguments_digest=call.arguments_digest, expires_at=call.expires_at))
@@ -471,6 +476,7 @@ class Orchestrator:
                     error=ToolError(error_code="rejected_by_user", kind="forbidden",
                                     message="a person rejected this call" + (f": {d.comment}" if d.comment else ""),
                                     hint="do not ask for it again; answer with what you have"))
+            metrics.approval_decided()
             if run:
                 call.requested_at = now
                 call.deadline_at = now + timedelta(seconds=self.settings.tool_timeout_s)
@@ -618,6 +624,7 @@ class Orchestrator:
         first = await self.events.append(state.task_id, event) > 0
         await self._write_view(state, latency_ms)
         if first:
+            metrics.task_finished(state.status, state.mode)
             if state.status == "completed":
                 await self.tasks.add_turn(state.session_id, state.question, state.answer or "")
             kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled"}[state.status]

@@ -46,13 +46,19 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     background = [asyncio.create_task(orch.run_sweeper()), asyncio.create_task(liveness.heartbeat(redis, "orchestrator"))]
     await stop.wait()
-    await broker.stop()
-    for t in background:
-        t.cancel()
-    # running model steps are abandoned with their leases: another replica resumes them from the checkpoint
-    for t in list(orch.running.values()):
-        t.cancel()
-    await asyncio.gather(*orch.running.values(), return_exceptions=True)
+    background[1].cancel()  # stop announcing liveness first
+    await broker.stop()  # stop taking messages; in-flight handlers finish and commit
+    background[0].cancel()
+    running = dict(orch.running)
+    if running:  # let short model steps finish, then hand the rest over
+        await asyncio.wait(running.values(), timeout=settings.shutdown_grace_s)
+    for task_id, t in running.items():
+        if not t.done():
+            t.cancel()
+    await asyncio.gather(*running.values(), return_exceptions=True)
+    for task_id, t in running.items():
+        if t.cancelled():  # checkpointed before the model call: another replica resumes it now, not after the lease
+            await orch.store.expire_lease(task_id)
     await redis.aclose()
 
 

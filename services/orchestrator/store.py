@@ -89,6 +89,10 @@ class StateStore:
         """Hold (or renew) the task's lease for ``ttl_s`` seconds."""
         await self.redis.zadd(LEASES, {task_id: time.time() + ttl_s})
 
+    async def expire_lease(self, task_id: str) -> None:
+        """Mark the lease lapsed now, so any replica's sweeper resumes the task at once (graceful hand-over)."""
+        await self.redis.zadd(LEASES, {task_id: 0}, xx=True)
+
     async def drop_lease(self, task_id: str) -> None:
         """Release the task's lease (the step finished or handed over to tools)."""
         await self.redis.zrem(LEASES, task_id)
