@@ -30,6 +30,7 @@ from faststream.kafka import KafkaBroker
 from faststream.specification import AsyncAPI
 
 from contracts import topics
+from contracts.documents import DocumentDeleteRequested, DocumentIngestRequested, SearchRequested
 from contracts.events import (
     AgentEvent,
     ApprovalDecided,
@@ -59,6 +60,9 @@ All other topics are internal and may change without notice.
 
 ControlEvent = TaskCancelled | ApprovalDecided
 """What the gateway writes to ``conduit.control`` (discriminated by ``type``)."""
+
+RetrieverRequestEvent = SearchRequested | DocumentIngestRequested | DocumentDeleteRequested
+"""What the gateway writes to ``conduit.retriever.requests`` (discriminated by ``type``)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,10 @@ TOPIC_DOCS: tuple[TopicDoc, ...] = (
              "consumer group; see docs/events.md."),
     TopicDoc(topics.DEAD_LETTER, DeadLetter, "any consumer", (),
              "Messages no consumer could parse or handle after retries (DeadLetter), for inspection and replay."),
+    TopicDoc(topics.RETRIEVER_REQUESTS, RetrieverRequestEvent, "gateway", (topics.GROUP_RETRIEVER,),
+             "Search without the agent (SearchRequested; the reply goes to Redis conduit:reply:{request_id}) and "
+             "document ingestion/deletion (DocumentIngestRequested, DocumentDeleteRequested; key: the document's "
+             "store id). Read by the retriever's one consumer with the kb_search requests."),
 )
 """Every topic of ``contracts.topics.ALL_TOPICS``, in the same order."""
 

@@ -10,12 +10,16 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import typer
 from rich.console import Console
 
 from conduit.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from conduit.stack import Stack
 
 app = typer.Typer(help="Conduit: event-driven agentic question answering over Kafka and Redis.", no_args_is_help=True,
                   add_completion=False)
@@ -40,6 +44,20 @@ def _ensure_corpus(settings: Settings) -> None:
     console.print(f"[green]ingested[/green] {summary.render()}")
 
 
+def _start_stack(settings: Settings) -> "Stack":
+    """Start the embedded stack with a spinner; exit 1 with the reason if it cannot start."""
+    from conduit.stack import Stack, StackError
+
+    stack = Stack(settings)
+    try:
+        with console.status("starting broker, Redis and services…"):
+            stack.start()
+    except StackError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    return stack
+
+
 @app.command()
 def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orchestrator | gateway")) -> None:
     """Run one service in the foreground until SIGTERM (what each process of the stack runs)."""
@@ -61,18 +79,10 @@ def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orch
 @app.command()
 def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if the knowledge base is empty")) -> None:
     """Start the whole stack in the foreground (broker, Redis, every service); Ctrl-C stops it."""
-    from conduit.stack import Stack, StackError
-
     settings = get_settings()
     if ingest:
         _ensure_corpus(settings)
-    stack = Stack(settings)
-    try:
-        with console.status("starting broker, Redis and services…"):
-            stack.start()
-    except StackError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+    stack = _start_stack(settings)
     console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}  (logs: {stack.log_dir})")
     console.print(f"try: conduit ask \"{SAMPLE_QUESTION}\"")
     stopping = []
@@ -115,6 +125,8 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
                           f" [dim]{d.get('reason', '')}[/dim]")
         elif ev.event == "tool.completed":
             console.print(f"[cyan]← {d['tool']}[/cyan] {d['outcome']} in {d['duration_ms']:.0f} ms")
+        elif ev.event == "tool.approval_required":
+            _approve_interactively(base_url, created["task_id"], d)
         elif ev.event == "evidence" and show_events:
             for item in d["items"]:
                 console.print(f"[dim][{item['index']}] {item['title']}{item.get('locator') or ''}[/dim]")
@@ -136,6 +148,22 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
     return 1
 
 
+def _approve_interactively(base_url: str, task_id: str, d: dict) -> None:
+    """Show a pending tool call; on a terminal ask y/N and send the decision, else print how to decide."""
+    console.print(f"[yellow]approval needed[/yellow] for {d['tool']}: {d.get('reason', '')}")
+    console.print(d["arguments"].get("code") or d["arguments"])
+    url = f"{base_url}/v1/tasks/{task_id}/approvals/{d['call_id']}"
+    if not sys.stdin.isatty():
+        console.print(f"decide with: curl -X POST {url} -H 'content-type: application/json' "
+                      f"-d '{{\"decision\":\"approve\",\"arguments_digest\":\"{d['arguments_digest']}\"}}'")
+        return
+    yes = typer.confirm("run it?", default=False)
+    body = {"decision": "approve", "arguments_digest": d["arguments_digest"]} if yes else {"decision": "reject"}
+    resp = httpx.post(url, json=body, timeout=10)
+    if resp.status_code != 202:
+        console.print(f"[red]decision refused ({resp.status_code}):[/red] {resp.text}")
+
+
 @app.command()
 def ask(question: str = typer.Argument(..., help="the question"),
         session_id: str = typer.Option(None, help="continue a conversation"),
@@ -149,17 +177,9 @@ def ask(question: str = typer.Argument(..., help="the question"),
 def demo(question: str = typer.Argument(SAMPLE_QUESTION, help="question to ask"),
          keep: bool = typer.Option(False, help="keep the stack running after the answer")) -> None:
     """Ingest the law corpus once, start the embedded stack, ask a question, stream the answer."""
-    from conduit.stack import Stack, StackError
-
     settings = get_settings()
     _ensure_corpus(settings)
-    stack = Stack(settings)
-    try:
-        with console.status("starting broker, Redis and services…"):
-            stack.start()
-    except StackError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+    stack = _start_stack(settings)
     try:
         console.print(f"[bold]Q:[/bold] {question}")
         code = _ask(stack.gateway_url, question, None, True)

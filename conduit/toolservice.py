@@ -22,14 +22,16 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Annotated, Any, Union
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from redis.asyncio import Redis
 
 from conduit import bus, liveness, metrics
 from conduit.redis_client import make_redis
 from conduit.settings import Settings
 from contracts import topics
+from contracts.envelope import Envelope
 from contracts.events import ArtifactRef, ToolError, ToolRequested, ToolResult, ToolResultPayload
 from contracts.evidence import EvidenceItem
 from contracts.tools import TOOL_SPECS, ToolArgs
@@ -83,6 +85,28 @@ class ToolService:
         """Requests handled at once: one Kafka consumer (sequential) per worker; see ``bus.subscribe``."""
         self.redis: Redis = make_redis(settings)
         self.broker = bus.make_broker(settings, client_id=name)
+        self.extra: list[tuple[str, tuple[type[Envelope], ...], Callable[[Any], Awaitable[None]]]] = []
+        """Other (topic, event classes, handler) read by the same consumer; see ``consume``."""
+
+    def consume(self, topic: str, events: tuple[type[Envelope], ...], handler: Callable[[Any], Awaitable[None]]) -> None:
+        """Also handle ``events`` (envelope classes with distinct ``type`` literals) from ``topic``.
+
+        They are read by this service's one consumer (same group, one join: tansu joins
+        cost seconds) with the tool requests, one message at a time; ``handler(event)``
+        must be idempotent (at-least-once delivery, see ``bus.subscribe``).
+        """
+        self.extra.append((topic, events, handler))
+
+    async def _dispatch(self, event: Any) -> None:
+        """Route one message of the combined subscription to its handler."""
+        if isinstance(event, ToolRequested):
+            await self.handle(event)
+            return
+        for _, classes, handler in self.extra:
+            if isinstance(event, classes):
+                await handler(event)
+                return
+        raise TypeError(f"{self.name} has no handler for {type(event).__name__}")
 
     def tool(self, name: str, fn: ToolFn) -> None:
         """Register ``fn`` as the implementation of tool ``name`` (a key of ``TOOL_SPECS``)."""
@@ -147,9 +171,16 @@ class ToolService:
     async def serve(self, ready: Callable[[], Awaitable[None]] | None = None) -> None:
         """Start consuming and run until SIGTERM/SIGINT, then stop cleanly (offsets committed)."""
         await bus.ensure_topics(self.settings)
-        bus.subscribe(self.broker, self.settings, self.redis, topic=self.topic, group_id=self.group_id,
-                      model=ToolRequested, handler=self.handle, consumer_name=self.name,
-                      max_workers=self.max_workers)
+        if self.extra:  # one subscriber for every topic: a tuple of topics and a union model
+            classes = (ToolRequested, *(c for _, cs, _ in self.extra for c in cs))
+            names = tuple(dict.fromkeys([self.topic, *(t for t, _, _ in self.extra)]))
+            bus.subscribe(self.broker, self.settings, self.redis, topic=names, group_id=self.group_id,
+                          model=Annotated[Union[classes], Field(discriminator="type")], handler=self._dispatch,
+                          consumer_name=self.name)
+        else:
+            bus.subscribe(self.broker, self.settings, self.redis, topic=self.topic, group_id=self.group_id,
+                          model=ToolRequested, handler=self.handle, consumer_name=self.name,
+                          max_workers=self.max_workers)
         await self.broker.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

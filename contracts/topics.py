@@ -17,6 +17,7 @@ TOOL_REQUESTS_SANDBOX = f"{PREFIX}.tools.sandbox.requests"  # ToolRequested(code
 TOOL_RESULTS = f"{PREFIX}.tools.results"  # ToolResult: tool services -> orchestrator
 AGENT_EVENTS = f"{PREFIX}.agent.events"  # public, coarse AgentEvent stream for other teams
 DEAD_LETTER = f"{PREFIX}.dead-letter"  # DeadLetter: messages no consumer could handle
+RETRIEVER_REQUESTS = f"{PREFIX}.retriever.requests"  # SearchRequested, DocumentIngest/DeleteRequested: gateway -> retriever
 
 ALL_TOPICS: tuple[str, ...] = (
     QUESTIONS,
@@ -27,6 +28,7 @@ ALL_TOPICS: tuple[str, ...] = (
     TOOL_RESULTS,
     AGENT_EVENTS,
     DEAD_LETTER,
+    RETRIEVER_REQUESTS,
 )
 
 # consumer group ids, one per service; each service has one consumer, so every

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from conduit import infra
 from conduit.settings import Settings
+from conduit.testing.scripted_model import ScriptedModel
 
 
 @dataclass
@@ -65,3 +66,11 @@ async def redis(infra_stack: Infra) -> AsyncIterator[Redis]:
     client = Redis.from_url(infra_stack.redis_url)
     yield client
     await client.aclose()
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ScriptedModel]:
+    """A scripted OpenAI-compatible model server over real HTTP, one per test module."""
+    m = ScriptedModel().start()
+    yield m
+    m.stop()

@@ -20,7 +20,7 @@ from conduit import bus
 from conduit.client import SseEvent, create_task, stream_task
 from conduit.settings import Settings
 from conduit.stack import Stack
-from conduit.testing.scripted_model import ScriptedModel, Turn
+from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import restart, start_stack
 from contracts import topics
 from contracts.events import parse_event
@@ -50,13 +50,6 @@ def cite_vat_article(body: dict) -> Turn:
 
 def kb_call(query: str = "小规模纳税人 简易计税方法 征收率") -> Turn:
     return Turn(tool_calls=[{"name": "kb_search", "arguments": {"query": query, "reason": "查找增值税法中简易计税的征收率"}}])
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[ScriptedModel]:
-    m = ScriptedModel().start()
-    yield m
-    m.stop()
 
 
 @pytest.fixture(scope="module")

@@ -77,13 +77,6 @@ def site() -> Iterator[_Site]:
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[ScriptedModel]:
-    m = ScriptedModel().start()
-    yield m
-    m.stop()
-
-
-@pytest.fixture(scope="module")
 def stack(infra_stack, tmp_path_factory, site, model) -> Iterator[Stack]:
     settings = Settings(kafka_bootstrap_servers=infra_stack.bootstrap, redis_url=infra_stack.redis_url,
                         data_dir=tmp_path_factory.mktemp("injection"), gateway_port=infra.free_port())

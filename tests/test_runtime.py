@@ -18,19 +18,12 @@ import pytest
 
 from conduit.client import SseEvent, create_task, stream_task
 from conduit.stack import Stack
-from conduit.testing.scripted_model import ScriptedModel, Turn
+from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import add_replica, restart, start_stack
 
 TOOL_TIMEOUT_S = 4
 APPROVAL_TTL_S = 60
 SHORT_APPROVAL_TTL_S = 3
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[ScriptedModel]:
-    m = ScriptedModel().start()
-    yield m
-    m.stop()
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from conduit.settings import Settings
 from conduit.taskstore import TaskStore
 from conduit.taskstream import TaskEventLog
 from services.gateway import approvals, artifacts, health, routes
+from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers
 from services.gateway.state import GatewayState
 
@@ -79,4 +80,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     app.include_router(approvals.router)
     app.include_router(artifacts.router)
+    app.include_router(documents_routes.router)  # /v1/search, /v1/documents (served by the retriever over the bus)
     return app

@@ -219,9 +219,9 @@ def expand_paths(paths: list[Path]) -> Iterator[Path]:
 
 def ingest_paths(settings: Settings, paths: list[Path], tenant_id: str = "default", progress: bool = True, *,
                  embedder: Embedder | None = None, store: VectorStore | None = None) -> IngestSummary:
-    """Ingest text, Markdown and PDF files (directories recursively) for ``tenant_id``.
+    """Ingest text, Markdown, HTML and PDF files (directories recursively) for ``tenant_id``.
 
-    A file that cannot be read (missing, unsupported type, undecodable, empty)
+    A file that cannot be read (missing, unsupported type, over 20 MiB, undecodable, empty)
     is listed in ``summary.failures`` with its reason; the others still go in.
     Raises ``StoreError`` / ``EmbeddingError`` only for store or model failures.
     """

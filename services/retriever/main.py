@@ -1,4 +1,6 @@
-"""The retriever service: serves the ``kb_search`` tool on ``conduit.tools.kb.requests``.
+"""The retriever service: serves the ``kb_search`` tool on ``conduit.tools.kb.requests``, and
+the gateway's ``/v1/search`` and ``/v1/documents`` requests on ``conduit.retriever.requests``
+(same consumer; ``services/retriever/requests.py``).
 
 ``python -m conduit serve retriever`` calls ``main(settings)``. At start it loads
 the embedder and opens the vector store once (both before consuming), warms the
@@ -20,10 +22,12 @@ import logging
 from conduit.settings import Settings
 from conduit.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
+from contracts.documents import RETRIEVER_REQUEST_EVENTS
 from contracts.events import ToolRequested
 from contracts.tools import KbSearchArgs
 from services.retriever.embeddings import EmbeddingError, make_embedder
 from services.retriever.pipeline import KbSearcher
+from services.retriever.requests import RetrieverRequests
 from services.retriever.store import StoreError, open_store
 
 log = logging.getLogger("conduit.retriever")
@@ -76,6 +80,8 @@ async def run(settings: Settings) -> None:
     try:
         service = ToolService("retriever", topics.TOOL_REQUESTS_KB, topics.GROUP_RETRIEVER, settings)
         service.tool("kb_search", make_kb_search_tool(searcher))
+        # POST /v1/search and /v1/documents: same consumer (one group join), see services/retriever/requests.py
+        service.consume(topics.RETRIEVER_REQUESTS, RETRIEVER_REQUEST_EVENTS, RetrieverRequests(searcher, service.redis).handle)
         await service.serve()
     finally:
         await asyncio.to_thread(searcher.store.close)

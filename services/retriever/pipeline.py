@@ -248,14 +248,17 @@ class KbSearcher:
         """The top ``retrieval_top_k`` of ``merged`` by fused score (ties: dense cosine, id)."""
         return sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))[: self.settings.retrieval_top_k]
 
-    def search(self, query: str, tenant_id: str) -> SearchOutcome:
+    def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None) -> SearchOutcome:
         """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
 
-        Returns evidence ordered by fused rank (empty when nothing passes the
-        threshold). Raises ``EmbeddingError`` / ``StoreError`` from the backends.
+        ``document_ids`` (optional) restricts every round to those store documents
+        (``POST /v1/search`` filters). Returns evidence ordered by fused rank (empty
+        when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
         """
         s = self.settings
         flt = SearchFilter.for_tenant(tenant_id)
+        if document_ids:
+            flt = SearchFilter(tenant_ids=flt.tenant_ids, document_ids=tuple(document_ids))
         merged: dict[str, Hit] = {}
         attempts: list[Attempt] = []
         self._round("original", query, flt, merged, attempts)

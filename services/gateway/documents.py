@@ -1,0 +1,225 @@
+"""Search and documents over HTTP, served by the retriever over the bus (contracts: ``contracts/documents.py``).
+
+Routes (tenant = ``settings.default_tenant``; bodies are JSON, read with a byte limit):
+
+- ``POST /v1/search`` ``{query, top_k?, filters?}`` -> 200 ``SearchResponse``: publishes
+  ``SearchRequested`` to ``conduit.retriever.requests`` and BLPOPs the retriever's
+  ``SearchReply`` from ``conduit:reply:{request_id}`` for at most ``TOOL_TIMEOUT_S`` seconds.
+  The items are exactly what ``kb_search`` gives the agent (same ``KbSearcher``).
+- ``POST /v1/documents`` ``{title, text, source?, document_id?}`` -> 202 ``DocumentAccepted``
+  (status ``queued``): saves the record, then publishes ``DocumentIngestRequested``; the
+  retriever indexes it and sets the record to ``ingested`` or ``failed`` (with ``reason``).
+- ``GET /v1/documents`` -> ``DocumentList``; ``GET /v1/documents/{id}`` -> ``DocumentView``.
+- ``DELETE /v1/documents/{id}`` -> 202 (status ``deleting``); the retriever deletes the
+  chunks, then the record (a later GET answers 404).
+
+Errors (``ErrorBody``): 422 ``invalid_request`` (malformed JSON, empty query or text, bad
+``document_id``, unknown fields), 413 ``document_too_large`` (text over
+``MAX_DOCUMENT_CHARS`` characters) / ``body_too_large``, 404 ``document_not_found``,
+503 ``broker_unavailable`` (Kafka did not ack) / ``kb_backend_unavailable`` (the retriever's
+store or model failed) / ``store_unavailable`` (Redis), 504 ``retriever_timeout``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+from typing import TypeVar
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+
+from contracts import topics
+from contracts.api import ErrorBody
+from contracts.documents import (
+    DOCUMENT_ID_PATTERN,
+    MAX_DOCUMENT_CHARS,
+    DocumentAccepted,
+    DocumentCreate,
+    DocumentDeletePayload,
+    DocumentDeleteRequested,
+    DocumentIngestPayload,
+    DocumentIngestRequested,
+    DocumentList,
+    DocumentView,
+    SearchReply,
+    SearchRequest,
+    SearchRequested,
+    SearchRequestPayload,
+    SearchResponse,
+    document_key,
+    documents_key,
+    index_document_id,
+    reply_key,
+)
+from contracts.envelope import utcnow
+from services.gateway.errors import ApiError
+from services.gateway.state import GatewayState, get_state
+from services.gateway.tasks import _publish
+
+log = logging.getLogger("conduit.gateway.documents")
+
+router = APIRouter(prefix="/v1")
+
+_OVERHEAD_BYTES = 16 * 1024
+SEARCH_BODY_BYTES = 64 * 1024
+"""Largest ``POST /v1/search`` body (bytes)."""
+DOCUMENT_BODY_BYTES = MAX_DOCUMENT_CHARS * 6 + _OVERHEAD_BYTES
+"""Largest ``POST /v1/documents`` body (bytes): 6 bytes per text char (``\\uXXXX``) + 16 KiB."""
+
+M = TypeVar("M", bound=BaseModel)
+_ERRORS = {r: {"model": ErrorBody} for r in (404, 413, 422, 503, 504)}
+
+
+async def _read_body(request: Request, model: type[M], limit: int) -> M:
+    """Read at most ``limit`` bytes of JSON and validate it into ``model``.
+
+    Raises ``ApiError`` 413 ``body_too_large`` / ``document_too_large`` (text too long),
+    ``RequestValidationError`` (-> 422 ``invalid_request``) otherwise.
+    """
+    too_large = ApiError(413, "body_too_large", f"the request body is larger than {limit} bytes", {"max_bytes": limit})
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    try:
+        return model.model_validate_json(b"".join(chunks))
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        if any(e["type"] == "string_too_long" and tuple(e["loc"]) == ("text",) for e in errors):
+            raise ApiError(413, "document_too_large", f"the document text is longer than {MAX_DOCUMENT_CHARS} characters",
+                           {"max_document_chars": MAX_DOCUMENT_CHARS}) from None
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
+
+
+async def _send(state: GatewayState, event) -> None:
+    """Publish to ``RETRIEVER_REQUESTS``; raises ``ApiError`` 503 ``broker_unavailable`` on failure."""
+    try:
+        await _publish(state, topics.RETRIEVER_REQUESTS, event)
+    except Exception as exc:  # noqa: BLE001 - any publish failure means nothing was queued
+        log.error("publish of %s failed: %r", event.type, exc)
+        raise ApiError(503, "broker_unavailable", "the message broker is unavailable; the request was not queued") from None
+
+
+# ====================================================================== search
+@router.post("/search", response_model=SearchResponse, responses=_ERRORS)
+async def search(request: Request, state: GatewayState = Depends(get_state)) -> SearchResponse:
+    """Search the knowledge base as the agent's ``kb_search`` does (body: ``SearchRequest``)."""
+    body = await _read_body(request, SearchRequest, SEARCH_BODY_BYTES)
+    timeout_s = state.settings.tool_timeout_s
+    request_id = uuid.uuid4().hex
+    event = SearchRequested(
+        task_id=request_id, session_id=request_id, tenant_id=state.settings.default_tenant,
+        payload=SearchRequestPayload(
+            request_id=request_id, query=body.query, top_k=body.top_k,
+            document_ids=body.filters.document_ids if body.filters else None,
+            deadline_at=utcnow() + timedelta(seconds=timeout_s)),
+    )
+    await _send(state, event)
+    popped = await state.redis.blpop([reply_key(request_id)], timeout=timeout_s)
+    if popped is None:
+        raise ApiError(504, "retriever_timeout", f"the retriever did not answer within {timeout_s:.0f} s",
+                       {"timeout_s": timeout_s})
+    reply = SearchReply.model_validate_json(popped[1])
+    if reply.outcome != "ok":
+        raise ApiError(503, reply.error_code or "kb_backend_unavailable", reply.message or "the knowledge base failed")
+    return SearchResponse(query=body.query, items=reply.items, attempts=reply.attempts, duration_ms=reply.duration_ms)
+
+
+# ====================================================================== documents
+def _url(document_id: str) -> str:
+    return f"/v1/documents/{document_id}"
+
+
+async def _load(state: GatewayState, document_id: str) -> DocumentView:
+    raw = await state.redis.get(document_key(state.settings.default_tenant, document_id))
+    if not raw:
+        raise ApiError(404, "document_not_found", f"no document {document_id!r} (unknown or deleted)",
+                       {"document_id": document_id})
+    return DocumentView.model_validate_json(raw)
+
+
+async def _save(state: GatewayState, view: DocumentView) -> None:
+    async with state.redis.pipeline(transaction=True) as pipe:
+        pipe.set(document_key(view.tenant_id, view.document_id), view.model_dump_json())
+        pipe.sadd(documents_key(view.tenant_id), view.document_id)
+        await pipe.execute()
+
+
+@router.post("/documents", status_code=202, response_model=DocumentAccepted, responses=_ERRORS)
+async def create_document(request: Request, state: GatewayState = Depends(get_state)) -> DocumentAccepted:
+    """Queue a document for ingestion (body: ``DocumentCreate``); re-posting an id replaces it."""
+    body = await _read_body(request, DocumentCreate, DOCUMENT_BODY_BYTES)
+    tenant = state.settings.default_tenant
+    document_id = body.document_id or uuid.uuid4().hex
+    index_id = index_document_id(tenant, document_id)
+    event = DocumentIngestRequested(
+        task_id=index_id, session_id=index_id, tenant_id=tenant,
+        payload=DocumentIngestPayload(document_id=document_id, index_document_id=index_id, title=body.title,
+                                      text=body.text, source=body.source),
+    )
+    now = utcnow()
+    previous = await state.redis.get(document_key(tenant, document_id))
+    created_at = DocumentView.model_validate_json(previous).created_at if previous else now
+    view = DocumentView(document_id=document_id, tenant_id=tenant, index_document_id=index_id, title=body.title,
+                        source=body.source, status="queued", chars=len(body.text), request_id=str(event.event_id),
+                        created_at=created_at, updated_at=now)
+    await _save(state, view)
+    try:
+        await _send(state, event)
+    except ApiError:
+        await _save(state, view.model_copy(update={"status": "failed", "reason": "broker_unavailable: not queued"}))
+        raise
+    return DocumentAccepted(document_id=document_id, status="queued", url=_url(document_id))
+
+
+@router.get("/documents", response_model=DocumentList, responses=_ERRORS)
+async def list_documents(state: GatewayState = Depends(get_state)) -> DocumentList:
+    """The tenant's documents with their status, oldest first."""
+    tenant = state.settings.default_tenant
+    ids = sorted(m.decode() for m in await state.redis.smembers(documents_key(tenant)))
+    views = []
+    if ids:
+        for document_id, raw in zip(ids, await state.redis.mget([document_key(tenant, i) for i in ids])):
+            if raw:
+                views.append(DocumentView.model_validate_json(raw))
+            else:  # deleted meanwhile
+                await state.redis.srem(documents_key(tenant), document_id)
+    views.sort(key=lambda v: (v.created_at, v.document_id))
+    return DocumentList(documents=views)
+
+
+_DOC_ID = Path(pattern=DOCUMENT_ID_PATTERN, description="document id")
+
+
+@router.get("/documents/{document_id}", response_model=DocumentView, responses=_ERRORS)
+async def get_document(document_id: str = _DOC_ID, state: GatewayState = Depends(get_state)) -> DocumentView:
+    """One document's record (404 ``document_not_found`` when unknown or deleted)."""
+    return await _load(state, document_id)
+
+
+@router.delete("/documents/{document_id}", status_code=202, response_model=DocumentAccepted, responses=_ERRORS)
+async def delete_document(document_id: str = _DOC_ID, state: GatewayState = Depends(get_state)) -> DocumentAccepted:
+    """Queue the deletion of a document's chunks and record (404 when unknown)."""
+    view = await _load(state, document_id)
+    event = DocumentDeleteRequested(
+        task_id=view.index_document_id, session_id=view.index_document_id, tenant_id=view.tenant_id,
+        payload=DocumentDeletePayload(document_id=document_id, index_document_id=view.index_document_id),
+    )
+    previous = view
+    await _save(state, view.model_copy(update={"status": "deleting", "request_id": str(event.event_id),
+                                               "updated_at": utcnow()}))
+    try:
+        await _send(state, event)
+    except ApiError:
+        await _save(state, previous)
+        raise
+    return DocumentAccepted(document_id=document_id, status="deleting", url=_url(document_id))
+

@@ -1,0 +1,161 @@
+"""The retriever's side of ``POST /v1/search`` and ``/v1/documents`` (topic ``conduit.retriever.requests``).
+
+``RetrieverRequests(searcher, redis).handle(event)`` is registered with
+``ToolService.consume`` so these events share the retriever's one Kafka consumer with
+the ``kb_search`` tool requests (one group join; handled one at a time, in order).
+
+- ``SearchRequested``: runs the same ``KbSearcher.search`` the ``kb_search`` tool runs
+  (``top_k`` other than ``RETRIEVAL_TOP_K`` uses a copy of the settings with that value),
+  then LPUSHes a ``SearchReply`` to ``reply_key(request_id)`` with TTL ``REPLY_TTL_S``.
+  A request past its ``deadline_at`` is dropped (the gateway already answered 504).
+- ``DocumentIngestRequested``: chunks the text like a Markdown file
+  (``documents.markdown_chunks``; store document id ``doc:{tenant}:{id}``), indexes it with
+  the open store (embedding only changed chunks; a shorter new version drops the old tail),
+  and sets the Redis record to ``ingested`` (with ``chunks``) or ``failed`` (with ``reason``).
+- ``DocumentDeleteRequested``: deletes the document's chunks, then its record.
+
+Idempotence: the Redis record's ``request_id`` names the latest request about a document;
+an ingest whose event is not that request (superseded, or replayed after a delete) is
+skipped, and a delete removes the record only when it is still the latest request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from contracts.documents import (
+    REPLY_TTL_S,
+    DocumentDeleteRequested,
+    DocumentIngestRequested,
+    DocumentView,
+    SearchAttempt,
+    SearchReply,
+    SearchRequested,
+    document_key,
+    documents_key,
+    reply_key,
+)
+from contracts.envelope import Envelope, utcnow
+from services.retriever.documents import Chunk, DocumentError, markdown_chunks
+from services.retriever.embeddings import EmbeddingError
+from services.retriever.ingest import Indexer, IngestSummary
+from services.retriever.pipeline import KbSearcher
+from services.retriever.store import StoreError
+
+log = logging.getLogger("conduit.retriever.requests")
+
+
+def posted_document_chunks(index_id: str, tenant_id: str, title: str, text: str, source: str | None) -> list[Chunk]:
+    """Chunks of a posted Markdown/plain-text document, stored under ``index_id``.
+
+    Same splitting as a ``.md`` file (headings, paragraphs, ~1,500-char chunks); payload
+    ``source`` is ``api`` (``source_ref`` keeps the client's ``source``), ``version_date``
+    is today (UTC). Raises ``DocumentError("no text")``.
+    """
+    chunks = markdown_chunks(text, Path(f"{index_id}.md"), tenant_id, title=title)
+    today = datetime.now(UTC).date().isoformat()
+    for c in chunks:
+        c.document_id = index_id
+        c.payload.pop("source_path", None)
+        c.payload.pop("file_name", None)
+        c.payload.update(document_id=index_id, source="api", source_ref=source, version_date=today)
+    return chunks
+
+
+class RetrieverRequests:
+    """Handles ``RETRIEVER_REQUEST_EVENTS`` with an open ``KbSearcher`` and the service's Redis."""
+
+    def __init__(self, searcher: KbSearcher, redis: Redis) -> None:
+        self.searcher = searcher
+        self.redis = redis
+
+    async def handle(self, event: Envelope) -> None:
+        """Bus handler (see the module docstring); raises only for Redis failures (redelivery)."""
+        if isinstance(event, SearchRequested):
+            await self.search(event)
+        elif isinstance(event, DocumentIngestRequested):
+            await self.ingest(event)
+        elif isinstance(event, DocumentDeleteRequested):
+            await self.delete(event)
+        else:  # pragma: no cover - the union model admits nothing else
+            raise TypeError(type(event).__name__)
+
+    # ------------------------------------------------------------------ search
+    def _searcher_for(self, top_k: int | None) -> KbSearcher:
+        s = self.searcher
+        if top_k is None or top_k == s.settings.retrieval_top_k:
+            return s
+        return KbSearcher(s.settings.model_copy(update={"retrieval_top_k": top_k}), s.embedder, s.store, s.encoder)
+
+    async def search(self, event: SearchRequested) -> None:
+        """Run the search and LPUSH its ``SearchReply`` (dropped when past ``deadline_at``)."""
+        p = event.payload
+        if p.deadline_at is not None and utcnow() > p.deadline_at:
+            log.info("search %s arrived after its deadline; dropped", p.request_id)
+            return
+        started = time.perf_counter()
+        try:
+            outcome = await asyncio.to_thread(self._searcher_for(p.top_k).search, p.query, event.tenant_id,
+                                              p.document_ids)
+            reply = SearchReply(request_id=p.request_id, outcome="ok", items=outcome.evidence,
+                                attempts=[SearchAttempt(kind=a.kind, query=a.query, returned=a.returned, kept=a.kept,
+                                                        best=a.best) for a in outcome.attempts])
+        except (EmbeddingError, StoreError) as exc:
+            reply = SearchReply(request_id=p.request_id, outcome="error", error_code="kb_backend_unavailable",
+                                message=str(exc)[:500])
+        reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
+        key = reply_key(p.request_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.lpush(key, reply.model_dump_json())
+            pipe.expire(key, REPLY_TTL_S)
+            await pipe.execute()
+
+    # ------------------------------------------------------------------ documents
+    async def _record(self, tenant_id: str, document_id: str) -> DocumentView | None:
+        raw = await self.redis.get(document_key(tenant_id, document_id))
+        return DocumentView.model_validate_json(raw) if raw else None
+
+    async def ingest(self, event: DocumentIngestRequested) -> None:
+        """Index the document when its record still names this request; record the outcome."""
+        p = event.payload
+        record = await self._record(event.tenant_id, p.document_id)
+        if record is None or record.request_id != str(event.event_id):
+            log.info("ingest of %s skipped: superseded by a later request", p.document_id)
+            return
+        update: dict = {"updated_at": utcnow()}
+        try:
+            chunks = posted_document_chunks(p.index_document_id, event.tenant_id, p.title, p.text, p.source)
+            summary = IngestSummary()
+            s = self.searcher
+            indexer = Indexer(s.store, s.embedder, s.encoder, batch_size=s.settings.ingest_batch_size)
+            await asyncio.to_thread(indexer.index, [(p.index_document_id, chunks)], summary)
+            update |= {"status": "ingested", "chunks": summary.chunks, "reason": None}
+            log.info("document %s ingested: %d chunks (%d embedded)", p.index_document_id, summary.chunks, summary.embedded)
+        except DocumentError as exc:
+            update |= {"status": "failed", "reason": str(exc)}
+        except (EmbeddingError, StoreError) as exc:
+            update |= {"status": "failed", "reason": f"knowledge base unavailable: {str(exc)[:300]}; post it again"}
+        # write unless a newer request replaced the record meanwhile
+        current = await self._record(event.tenant_id, p.document_id)
+        if current is not None and current.request_id == str(event.event_id):
+            await self.redis.set(document_key(event.tenant_id, p.document_id),
+                                 current.model_copy(update=update).model_dump_json())
+
+    async def delete(self, event: DocumentDeleteRequested) -> None:
+        """Delete the document's chunks (idempotent), then its record if this is still the latest request."""
+        p = event.payload
+        removed = await asyncio.to_thread(self.searcher.store.delete_by_document, p.index_document_id)
+        await asyncio.to_thread(self.searcher.store.flush)
+        log.info("document %s deleted: %d chunks", p.index_document_id, removed)
+        record = await self._record(event.tenant_id, p.document_id)
+        if record is not None and record.request_id == str(event.event_id):
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.delete(document_key(event.tenant_id, p.document_id))
+                pipe.srem(documents_key(event.tenant_id), p.document_id)
+                await pipe.execute()
