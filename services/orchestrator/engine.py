@@ -113,6 +113,7 @@ class Orchestrator:
         self.tool_breakers = {name: CircuitBreaker(settings.tool_breaker_failures, settings.tool_breaker_cooldown_s)
                               for name in TOOL_SPECS}
         self.running: dict[str, asyncio.Task[None]] = {}
+        self.background_tasks: set[asyncio.Task[None]] = set()
         self.timers_from = time.monotonic() + TIMER_GRACE_S
 
     # ================================================================ bus handlers
@@ -397,6 +398,7 @@ class Orchestrator:
         await self._schedule(state)
         await self.store.drop_lease(state.task_id)
         await self._write_view(state)
+        to_send = []
         for call in pending:
             await self._emit(state.task_id, ToolRequestedEvent(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason))
             if call.result is not None:  # refused before running (not offered, bad arguments, loop, budget, breaker)
@@ -408,8 +410,30 @@ class Orchestrator:
                 await self._ask_approval(state, call)
             else:
                 await self._publish_request(state, call)
+                to_send.append(call.call_id)
+        if to_send:
+            await self._mark_sent(state.task_id, to_send)
         if state.all_results_in():
             await self._record_results(state.task_id, [])
+
+    async def _mark_sent(self, task_id: str, call_ids: list[str]) -> None:
+        """Outbox: record that these calls' requests are on the bus, then reschedule the task's timers."""
+        for _ in range(SAVE_RETRIES):
+            state = await self.store.load(task_id)
+            if state is None or state.terminal or state.phase != "tools":
+                return
+            changed = False
+            for c in state.pending:
+                if c.call_id in call_ids and not c.sent:
+                    c.sent, changed = True, True
+            if not changed:
+                return
+            try:
+                await self.store.save(state)
+            except StaleState:
+                continue
+            await self._schedule(state)
+            return
 
     async def _publish_request(self, state: TaskState, call: PendingCall) -> None:
         """Send one ``ToolRequested`` to its tool's topic (idempotency key ``task:step:call``)."""
@@ -478,7 +502,7 @@ class Orchestrator:
                                     hint="do not ask for it again; answer with what you have"))
             metrics.approval_decided()
             if run:
-                call.requested_at = now
+                call.requested_at, call.sent = now, False
                 call.deadline_at = now + timedelta(seconds=self.settings.tool_timeout_s)
             state.status = "waiting_approval" if state.pending_approvals() else "waiting_tool"
             state.trace.append({"phase": "approval", "call_id": call.call_id, "decision": d.decision})
@@ -495,6 +519,7 @@ class Orchestrator:
             await self._write_view(state)
             if run:
                 await self._publish_request(state, call)
+                await self._mark_sent(state.task_id, [call.call_id])
             if rejection is not None:
                 await self._record_results(state.task_id, [rejection])
             return
@@ -671,8 +696,8 @@ class Orchestrator:
                         error=ToolError(error_code="approval_expired", kind="forbidden",
                                         message="nobody approved this call in time; it did not run",
                                         hint="answer without it, or say what you would need")))
-            elif c.retry_at and c.retry_at <= now:
-                resend.append(c)
+            elif not c.sent or (c.retry_at and c.retry_at <= now):
+                resend.append(c)  # never confirmed on the bus (replica died), or a transient error's retry is due
             elif c.deadline_at <= now:
                 late.append(ToolResultPayload(
                     call_id=c.call_id, tool=c.tool, idempotency_key=c.idempotency_key, outcome="timeout",  # type: ignore[arg-type]
@@ -680,16 +705,17 @@ class Orchestrator:
                                     message=f"{c.tool} gave no result within {s.tool_timeout_s:.0f} s",
                                     hint="the tool service may be down; answer with what you have or try another tool"),
                     duration_ms=round((now - c.requested_at).total_seconds() * 1000, 2)))
+        resend = [c for c in resend if c.next_wakeup() is not None and c.next_wakeup() <= now]
         if resend:
             for c in resend:
-                c.retry_at = None
+                c.retry_at, c.sent = None, False
             try:
                 await self.store.save(state)
             except StaleState:
                 return  # someone else moved it; its timers are rescheduled there
             for c in resend:
-                await self._publish_request(state, c)
-            await self._schedule(state)
+                await self._publish_request(state, c)  # idempotent: the tool service keys results by idempotency key
+            await self._mark_sent(task_id, [c.call_id for c in resend])
         expired = [r.call_id for r in late if r.error and r.error.error_code == "approval_expired"]
         for call_id in expired:
             record = await approvals.load(self.redis, task_id, call_id)
@@ -733,10 +759,21 @@ class Orchestrator:
         ))
 
     async def _public(self, state: TaskState, kind: str, **fields: Any) -> None:
+        """Publish a coarse public ``AgentEvent`` without holding up the caller.
+
+        The publish (and its broker ack) runs in the background so consumer handlers
+        and model steps never wait on the public feed; a failure is logged, never raised.
+        """
         event = AgentEvent(task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id,
                            user_id=state.user_id, traceparent=state.traceparent,
                            payload=AgentEventPayload(kind=kind, **fields))  # type: ignore[arg-type]
-        try:
-            await bus.publish(self.broker, topics.AGENT_EVENTS, event)
-        except Exception:  # noqa: BLE001 - the public feed must not break a task
-            logging.getLogger("conduit.orchestrator").warning("could not publish public agent event %s", kind)
+
+        async def send() -> None:
+            try:
+                await bus.publish(self.broker, topics.AGENT_EVENTS, event)
+            except Exception:  # noqa: BLE001 - the public feed must not break a task
+                logging.getLogger("conduit.orchestrator").warning("could not publish public agent event %s", kind)
+
+        task = asyncio.create_task(send())
+        self.background_tasks.add(task)
+        task.add_done_callback(self.background_tasks.discard)

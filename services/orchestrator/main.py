@@ -47,7 +47,8 @@ async def serve(settings: Settings) -> None:
     background = [asyncio.create_task(orch.run_sweeper()), asyncio.create_task(liveness.heartbeat(redis, "orchestrator"))]
     await stop.wait()
     background[1].cancel()  # stop announcing liveness first
-    await broker.stop()  # stop taking messages; in-flight handlers finish and commit
+    for sub in broker.subscribers:  # stop taking messages; in-flight handlers finish and commit
+        await sub.stop()
     background[0].cancel()
     running = dict(orch.running)
     if running:  # let short model steps finish, then hand the rest over
@@ -59,6 +60,8 @@ async def serve(settings: Settings) -> None:
     for task_id, t in running.items():
         if t.cancelled():  # checkpointed before the model call: another replica resumes it now, not after the lease
             await orch.store.expire_lease(task_id)
+    await asyncio.gather(*list(orch.background_tasks), return_exceptions=True)  # public events still in flight
+    await broker.stop()  # the producer closes last: finishing steps could still publish
     await redis.aclose()
 
 

@@ -9,7 +9,7 @@ budgets used and the step counter. It is checkpointed to Redis after every step
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -19,6 +19,11 @@ from contracts.envelope import utcnow
 from contracts.events import ToolResultPayload
 from contracts.evidence import NumberedEvidence
 from contracts.stream import Usage
+
+
+OUTBOX_RESEND_S = 2.0
+"""Seconds after which a tool request saved but not marked sent (its replica died between
+the checkpoint and the publish) is sent again by any replica's sweeper."""
 
 
 class PendingCall(BaseModel):
@@ -40,6 +45,7 @@ class PendingCall(BaseModel):
     received_at: datetime | None = None
     attempts: int = 0
     retry_at: datetime | None = None
+    sent: bool = False  # the ToolRequested is on the bus (outbox flag: unsent calls are re-sent by the sweeper)
     approval: Literal["pending", "approved", "rejected", "edited"] | None = None
     arguments_digest: str | None = None
     expires_at: datetime | None = None
@@ -50,6 +56,8 @@ class PendingCall(BaseModel):
             return None
         if self.approval == "pending":
             return self.expires_at
+        if not self.sent:
+            return self.requested_at + timedelta(seconds=OUTBOX_RESEND_S)
         return self.retry_at or self.deadline_at
 
 
