@@ -113,6 +113,7 @@ class Orchestrator:
         self.tool_breakers = {name: CircuitBreaker(settings.tool_breaker_failures, settings.tool_breaker_cooldown_s)
                               for name in TOOL_SPECS}
         self.running: dict[str, asyncio.Task[None]] = {}
+        self.rerun: set[str] = set()
         self.background_tasks: set[asyncio.Task[None]] = set()
         self.timers_from = time.monotonic() + TIMER_GRACE_S
 
@@ -179,8 +180,15 @@ class Orchestrator:
 
     # ================================================================ model steps
     def _spawn(self, task_id: str, resumed: bool = False) -> None:
+        """Start a model step for ``task_id`` in the background.
+
+        If a step of this task is still finishing here (e.g. its tool calls were all
+        answered at once, or a fast tool replied before the step returned), the new
+        step starts right after it ends instead of being lost.
+        """
         current = self.running.get(task_id)
         if current and not current.done():
+            self.rerun.add(task_id)
             return
         t = asyncio.create_task(self._run_step(task_id, resumed))
         self.running[task_id] = t
@@ -223,6 +231,10 @@ class Orchestrator:
                     pass
         finally:
             renew.cancel()
+            if task_id in self.rerun:
+                self.rerun.discard(task_id)
+                self.running.pop(task_id, None)
+                self._spawn(task_id)
 
     async def _model_step(self, state: TaskState) -> None:
         s = self.settings
@@ -438,8 +450,7 @@ class Orchestrator:
     async def _publish_request(self, state: TaskState, call: PendingCall) -> None:
         """Send one ``ToolRequested`` to its tool's topic (idempotency key ``task:step:call``)."""
         request = ToolRequested(
-            task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id, user_id=state.user_id,
-            traceparent=state.traceparent,
+            **state.envelope_fields(),
             payload=ToolRequestPayload(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,  # type: ignore[arg-type]
                                        step=call.step, idempotency_key=call.idempotency_key, deadline_at=call.deadline_at),
         )
@@ -764,9 +775,7 @@ class Orchestrator:
         The publish (and its broker ack) runs in the background so consumer handlers
         and model steps never wait on the public feed; a failure is logged, never raised.
         """
-        event = AgentEvent(task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id,
-                           user_id=state.user_id, traceparent=state.traceparent,
-                           payload=AgentEventPayload(kind=kind, **fields))  # type: ignore[arg-type]
+        event = AgentEvent(**state.envelope_fields(), payload=AgentEventPayload(kind=kind, **fields))  # type: ignore[arg-type]
 
         async def send() -> None:
             try:

@@ -97,6 +97,11 @@ class TaskState(BaseModel):
         """True once completed, failed or cancelled."""
         return self.status in ("completed", "failed", "cancelled")
 
+    def envelope_fields(self) -> dict[str, Any]:
+        """Envelope header fields of every event this task sends (task, session, tenant, user, trace)."""
+        return dict(task_id=self.task_id, session_id=self.session_id, tenant_id=self.tenant_id,
+                    user_id=self.user_id, traceparent=self.traceparent)
+
     def pending_approvals(self) -> list[PendingCall]:
         """Calls waiting for a human decision."""
         return [c for c in self.pending if c.approval == "pending" and c.result is None]
