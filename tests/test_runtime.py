@@ -33,7 +33,7 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
         ("retriever", "sandbox", "orchestrator", "gateway"),
         {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
          "CONDUIT_TOOL_TIMEOUT_S": str(TOOL_TIMEOUT_S), "CONDUIT_LEASE_TTL_S": "3",
-         "CONDUIT_APPROVAL_TTL_S": str(APPROVAL_TTL_S), "CONDUIT_MAX_ROUNDS": "6",
+         "CONDUIT_APPROVAL_TTL_S": str(APPROVAL_TTL_S), "CONDUIT_MAX_ROUNDS": "6", "CONDUIT_MAX_TOOL_CALLS": "5",
          "CONDUIT_TOOL_BREAKER_FAILURES": "2", "CONDUIT_TOOL_BREAKER_COOLDOWN_S": "60",
          # web tools are offered, but no web service runs: their calls time out
          "CONDUIT_SEARXNG_URL": "http://127.0.0.1:9"},
@@ -181,6 +181,18 @@ def test_round_limit_forces_a_final_call_without_tools(stack, model):
     assert done.data["answer"] == "最终回答。"
     assert "tools" not in model.requests[-1]
     assert any("budget" in (m.get("content") or "") for m in model.requests[-1]["messages"] if m["role"] == "system")
+
+
+def test_tool_call_budget_refuses_extra_calls_then_forces_the_final_answer(stack, model):
+    queries = iter(f"预算{i}" for i in range(100))
+    model.default = (lambda body: Turn(tool_calls=[kb(next(queries)) for _ in range(3)]) if body.get("tools")
+                     else Turn(content="预算内的回答。"))
+    _, events = events_of(stack, "多查几次")
+    done = events[-1]
+    assert done.event == "task.completed" and done.data["stop_reason"] == "max_tool_calls"
+    codes = [e.data.get("error_code") for e in events if e.event == "tool.completed"]
+    assert codes.count("tool_budget_exhausted") == 1 and len(codes) == 6  # 5 ran, the 6th was refused
+    assert "tools" not in model.requests[-1]
 
 
 def test_parallel_tool_calls_run_together_and_return_together(stack, model):
