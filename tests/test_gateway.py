@@ -435,3 +435,25 @@ async def test_main_serves_and_ends_streams_on_sigterm(infra_stack, tmp_path):
 
 async def _drain(messages: AsyncIterator[dict[str, str]]) -> list[dict[str, str]]:
     return [m async for m in messages]
+
+
+async def test_stream_with_default_polling_survives_a_long_quiet_gap(infra_stack, tmp_path, log):
+    """A model that thinks for longer than redis-py's 5 s default read timeout must not cut the stream."""
+    s = Settings(kafka_bootstrap_servers=infra_stack.bootstrap, redis_url=infra_stack.redis_url, data_dir=tmp_path)
+    with run_gateway(s) as running:
+        async with httpx.AsyncClient(base_url=running.url, timeout=30) as c:
+            task_id = await new_task(c)
+
+            async def slow_orchestrator() -> None:
+                await asyncio.sleep(7)
+                await log.append(task_id, completed("late but whole"))
+
+            async with c.stream("GET", f"/v1/tasks/{task_id}/events") as resp:
+                writer = asyncio.create_task(slow_orchestrator())
+                events = await collect_events(resp, timeout=20)
+                await writer
+            assert [e["event"] for e in events] == ["task.accepted", "task.completed"]
+            async with c.stream("GET", f"/v1/tasks/{task_id}/events", headers={"Last-Event-ID": "2"}) as resp:
+                started = time.monotonic()
+                assert await collect_events(resp, timeout=10) == []  # past the end of a sealed log: ends at once
+                assert time.monotonic() - started < 5
