@@ -84,7 +84,7 @@ def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if th
         _ensure_corpus(settings)
     stack = _start_stack(settings)
     console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}  (logs: {stack.log_dir})")
-    console.print(f"try: conduit ask \"{SAMPLE_QUESTION}\"")
+    console.print(f"try: .venv/bin/conduit ask \"{SAMPLE_QUESTION}\"")
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     try:

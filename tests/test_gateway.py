@@ -457,3 +457,8 @@ async def test_stream_with_default_polling_survives_a_long_quiet_gap(infra_stack
                 started = time.monotonic()
                 assert await collect_events(resp, timeout=10) == []  # past the end of a sealed log: ends at once
                 assert time.monotonic() - started < 5
+
+
+async def test_blank_question_is_rejected(client):
+    resp = await client.post("/v1/tasks", json={"question": "   \n "})
+    assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request"

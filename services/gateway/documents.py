@@ -108,6 +108,13 @@ async def _send(state: GatewayState, event) -> None:
         raise ApiError(503, "broker_unavailable", "the message broker is unavailable; the request was not queued") from None
 
 
+def _index_ids(tenant_id: str, ids: list[str] | None) -> list[str] | None:
+    """Accept the ids ``POST /v1/documents`` returned as well as store ids (``law:…``, ``doc:{tenant}:{id}``)."""
+    if ids is None:
+        return None
+    return [i if i.startswith(("law:", "doc:")) else index_document_id(tenant_id, i) for i in ids]
+
+
 # ====================================================================== search
 @router.post("/search", response_model=SearchResponse, responses=_ERRORS)
 async def search(request: Request, state: GatewayState = Depends(get_state)) -> SearchResponse:
@@ -119,7 +126,7 @@ async def search(request: Request, state: GatewayState = Depends(get_state)) -> 
         task_id=request_id, session_id=request_id, tenant_id=state.settings.default_tenant,
         payload=SearchRequestPayload(
             request_id=request_id, query=body.query, top_k=body.top_k,
-            document_ids=body.filters.document_ids if body.filters else None,
+            document_ids=_index_ids(state.settings.default_tenant, body.filters.document_ids) if body.filters else None,
             deadline_at=utcnow() + timedelta(seconds=timeout_s)),
     )
     await _send(state, event)

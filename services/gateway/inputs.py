@@ -59,6 +59,9 @@ async def read_task_create(request: Request, settings: Settings) -> TaskCreate:
         ) from None
     if len(body.question) > settings.max_question_chars:
         raise _too_large(settings)
+    if not body.question.strip():
+        raise RequestValidationError([{"type": "string_too_short", "loc": ("body", "question"),
+                                       "msg": "the question is blank"}])
     return body
 
 
