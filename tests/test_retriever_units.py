@@ -9,7 +9,8 @@ import pytest
 
 from services.retriever import lawdb
 from services.retriever.documents import (
-    FILE_CHUNK_CHARS,
+    CHILD_CHUNK_CHARS,
+    PARENT_CHUNK_CHARS,
     DocumentError,
     file_chunks,
     law_chunks,
@@ -97,7 +98,8 @@ def test_markdown_file_chunks(tmp_path: Path) -> None:
     f = tmp_path / "notes.md"
     f.write_text(f"# 报销制度\n\n## 差旅\n\n{body}\n\n## 发票\n\n发票须在三十日内提交。\n", encoding="utf-8")
     chunks = file_chunks(f, "acme")
-    assert all(len(c.payload["text"]) <= FILE_CHUNK_CHARS for c in chunks)
+    assert all(len(c.payload["text"]) <= CHILD_CHUNK_CHARS for c in chunks)
+    assert all(len(c.payload["parent_text"]) <= PARENT_CHUNK_CHARS for c in chunks)
     assert chunks[0].payload["title"] == "《报销制度》" and chunks[0].payload["locator"] == "差旅"
     assert chunks[-1].payload["locator"] == "发票" and chunks[-1].payload["text"] == "发票须在三十日内提交。"
     assert chunks[-1].index_text.startswith("报销制度 发票\n")

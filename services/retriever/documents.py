@@ -7,8 +7,15 @@ writes the same ids (idempotent).
 
 Law chunks: ``index_text`` = law name + chapter + section + article number + text
 (FIELD-NOTES: the prefix helps sparse retrieval by several points).
-File chunks: paragraphs packed up to ``FILE_CHUNK_CHARS`` characters; PDF chunks
-never cross a page so their locator (``第 N 页``) is exact.
+File chunks (seed 000 §5, parent/child): a document is split on headings and
+paragraphs into PARENT chunks of up to ``PARENT_CHUNK_CHARS`` (4,000; sections are
+filled to ~3,500-4,000) and each parent into CHILD chunks of up to
+``CHILD_CHUNK_CHARS`` (800). Only children are stored and embedded (a short child
+embeds close to a question about it; a 4,000-char chunk's embedding is an average
+that fell under the 0.30 floor). Each child's payload carries its parent's id
+(``parent_id``), position and full text (``parent_text``), so a hit on a child
+returns the parent as evidence (``pipeline``). PDF parents never cross a page so
+their locator (``第 N 页``) is exact.
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ from services.retriever.store import PUBLIC_TENANT
 
 POINT_NAMESPACE = uuid.UUID("6f1d3c2a-8e7b-5c41-9a0d-2b3e4f5a6c7d")
 """UUID5 namespace of Conduit chunk ids (fixed forever: changing it re-keys every point)."""
-FILE_CHUNK_CHARS = 1500
-"""Target size of a file chunk in characters (brief: ~1,500; under seed 000 CHUNK_MAX_CHARS=2000)."""
+PARENT_CHUNK_CHARS = 4000
+"""Largest parent chunk in characters (seed 000 §5: parents of 3,500-4,000 chars)."""
+CHILD_CHUNK_CHARS = 800
+"""Largest child chunk in characters (what is embedded and matched; ~400-800 chars)."""
 TEXT_SUFFIXES = frozenset({".txt", ".text", ".md", ".markdown"})
 PDF_SUFFIXES = frozenset({".pdf"})
 HTML_SUFFIXES = frozenset({".html", ".htm"})
@@ -44,25 +53,43 @@ class DocumentError(ValueError):
 class Chunk:
     """One unit of retrieval.
 
-    Fields: ``document_id``; ``position`` (0-based within the document);
+    Fields: ``document_id``; ``position`` (0-based within the document, consecutive);
     ``index_text`` (embedded and tokenised); ``payload`` (stored and returned;
-    always holds tenant_id, document_id, position, title, locator, text, source).
+    always holds tenant_id, document_id, position, title, locator, text, source);
+    for a file's child chunk ``parent_position`` and ``child_position`` (0-based:
+    which parent, which child of it), else None (law articles).
     """
 
     document_id: str
     position: int
     index_text: str
     payload: dict[str, Any]
+    parent_position: int | None = None
+    child_position: int | None = None
 
     @property
     def id(self) -> str:
-        """Deterministic point id (UUID5 of document id and position)."""
+        """Deterministic point id: UUID5 of document id + parent and child position
+        (child chunks), else of document id + position (law articles)."""
+        if self.parent_position is not None:
+            return child_point_id(self.document_id, self.parent_position, self.child_position or 0)
         return point_id(self.document_id, self.position)
 
 
 def point_id(document_id: str, position: int) -> str:
     """UUID5 string of ``"{document_id}#{position}"`` in ``POINT_NAMESPACE``."""
     return str(uuid.uuid5(POINT_NAMESPACE, f"{document_id}#{position}"))
+
+
+def parent_chunk_id(document_id: str, parent_position: int) -> str:
+    """Id of a parent chunk (not a stored point; the evidence ``chunk_id`` of its children's
+    hits): UUID5 of ``"{document_id}#p{parent_position}"``."""
+    return str(uuid.uuid5(POINT_NAMESPACE, f"{document_id}#p{parent_position}"))
+
+
+def child_point_id(document_id: str, parent_position: int, child_position: int) -> str:
+    """Point id of a child chunk: UUID5 of ``"{document_id}#p{parent}.c{child}"``."""
+    return str(uuid.uuid5(POINT_NAMESPACE, f"{document_id}#p{parent_position}.c{child_position}"))
 
 
 # ====================================================================== laws
@@ -137,7 +164,7 @@ def _split_long(paragraph: str, limit: int) -> list[str]:
     return parts
 
 
-def pack_paragraphs(paragraphs: list[str], limit: int = FILE_CHUNK_CHARS) -> list[str]:
+def pack_paragraphs(paragraphs: list[str], limit: int = PARENT_CHUNK_CHARS) -> list[str]:
     """Greedily join paragraphs (blank line between) into pieces of at most ``limit`` chars."""
     pieces, current = [], ""
     for para in paragraphs:
@@ -198,6 +225,25 @@ def _file_payload(doc_id: str, tenant_id: str, pos: int, path: Path, title: str,
     }
 
 
+def family(doc_id: str, parent_position: int, parent_text: str, prefix: str, first_position: int,
+           payload: dict[str, Any]) -> list[Chunk]:
+    """Child chunks of one parent: its paragraphs (blank-line separated) packed to at most
+    ``CHILD_CHUNK_CHARS`` each. ``prefix`` (title + heading) starts every child's index text;
+    ``payload`` (the parent's display fields) is copied into each child with ``text`` = the
+    child, ``parent_text``, ``parent_id``, ``parent_position``, ``child_position`` and
+    ``position`` = ``first_position`` + child index (consecutive within the document)."""
+    pieces = pack_paragraphs([p for p in parent_text.split("\n\n") if p.strip()], CHILD_CHUNK_CHARS)
+    out = []
+    for k, child in enumerate(pieces):
+        pos = first_position + k
+        out.append(Chunk(doc_id, pos, f"{prefix}\n{child}", {
+            **payload, "position": pos, "text": child, "parent_text": parent_text,
+            "parent_id": parent_chunk_id(doc_id, parent_position), "parent_position": parent_position,
+            "child_position": k,
+        }, parent_position, k))
+    return out
+
+
 def text_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
     """Chunks of a text or Markdown file; title = first heading, else the file name stem.
 
@@ -206,23 +252,28 @@ def text_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
     return markdown_chunks(read_text_file(path), path, tenant_id)
 
 
-def markdown_chunks(text: str, path: Path, tenant_id: str, title: str | None = None) -> list[Chunk]:
-    """Chunks of Markdown/plain ``text`` read from ``path`` (see ``text_file_chunks``);
-    ``title`` overrides the first heading. Raises ``DocumentError("no text")``."""
+def markdown_chunks(text: str, path: Path, tenant_id: str, title: str | None = None,
+                    document_id: str | None = None) -> list[Chunk]:
+    """Child chunks of Markdown/plain ``text`` read from ``path`` (see ``text_file_chunks``):
+    parents = each heading's paragraphs packed to ``PARENT_CHUNK_CHARS``, children of
+    ``CHILD_CHUNK_CHARS`` (``family``). ``title`` overrides the first heading;
+    ``document_id`` overrides ``file_document_id(path, tenant_id)``. Locator: the
+    parent's heading, else ``片段 <parent number>``. Raises ``DocumentError("no text")``."""
     first_heading, sections = _sections(text)
     if not sections:
         raise DocumentError("no text")
     title = title or first_heading or path.stem
-    doc_id = file_document_id(path, tenant_id)
+    doc_id = document_id or file_document_id(path, tenant_id)
     chunks: list[Chunk] = []
+    parent = 0
     for heading, paragraphs in sections:
-        for piece in pack_paragraphs(paragraphs):
-            pos = len(chunks)
-            locator = heading if heading and heading != title else f"片段 {pos + 1}"
-            prefix = " ".join(x for x in (title, heading if heading != title else None) if x)
-            chunks.append(Chunk(doc_id, pos, f"{prefix}\n{piece}",
-                                _file_payload(doc_id, tenant_id, pos, path, title, locator, piece,
-                                              section=heading if heading != title else None)))
+        section = heading if heading != title else None
+        for piece in pack_paragraphs(paragraphs, PARENT_CHUNK_CHARS):
+            locator = section or f"片段 {parent + 1}"
+            prefix = " ".join(x for x in (title, section) if x)
+            payload = _file_payload(doc_id, tenant_id, len(chunks), path, title, locator, piece, section=section)
+            chunks += family(doc_id, parent, piece, prefix, len(chunks), payload)
+            parent += 1
     return chunks
 
 
@@ -245,7 +296,7 @@ def html_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
 
 
 def pdf_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
-    """Chunks of a PDF, page by page (locator ``第 N 页``); title = PDF metadata title or file stem.
+    """Child chunks of a PDF, parents page by page (locator ``第 N 页``); title = PDF metadata title or file stem.
 
     Raises ``DocumentError`` for unreadable or text-less (scanned) PDFs.
     """
@@ -260,13 +311,13 @@ def pdf_file_chunks(path: Path, tenant_id: str) -> list[Chunk]:
     title = (meta_title or path.stem).strip()
     doc_id = file_document_id(path, tenant_id)
     chunks: list[Chunk] = []
+    parent = 0
     for number, page_text in enumerate(pages, start=1):
         paragraphs = [p.strip() for p in re.split(r"\n\s*\n", page_text) if p.strip()]
-        for piece in pack_paragraphs(paragraphs):
-            pos = len(chunks)
-            chunks.append(Chunk(doc_id, pos, f"{title}\n{piece}",
-                                _file_payload(doc_id, tenant_id, pos, path, title, f"第 {number} 页", piece,
-                                              page=number)))
+        for piece in pack_paragraphs(paragraphs, PARENT_CHUNK_CHARS):
+            payload = _file_payload(doc_id, tenant_id, len(chunks), path, title, f"第 {number} 页", piece, page=number)
+            chunks += family(doc_id, parent, piece, title, len(chunks), payload)
+            parent += 1
     if not chunks:
         raise DocumentError("no extractable text (scanned PDF?)")
     return chunks

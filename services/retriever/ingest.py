@@ -8,8 +8,9 @@ Public entry points:
 Idempotence: point ids are deterministic (``documents.point_id``) and every point
 stores a ``content_hash`` (embedder name + index text + payload). A batch first
 reads the stored hashes and embeds only new or changed chunks, so re-ingesting an
-unchanged source writes nothing and takes seconds; chunks beyond a document's new
-length are deleted. Embedding runs in batches of ``settings.ingest_batch_size``.
+unchanged source writes nothing and takes seconds; a new version's stale points are
+deleted (law documents: positions beyond the new length; files' child chunks: ids not
+in the new version, since a moved split changes parent/child positions). Embedding runs in batches of ``settings.ingest_batch_size``.
 
 Measured here (2 cores, USE, full corpus 23,490 articles): see docs/retrieval.md.
 """
@@ -131,7 +132,10 @@ class Indexer:
         for document_id, chunks in documents:
             summary.documents += 1
             summary.chunks += len(chunks)
-            summary.removed += self.store.delete_by_document(document_id, from_position=len(chunks)) if chunks else 0
+            if chunks and chunks[0].parent_position is not None:  # child chunks: ids move with the split
+                summary.removed += self.store.delete_by_document(document_id, keep_ids=[c.id for c in chunks])
+            elif chunks:  # one chunk per article: ids are positions
+                summary.removed += self.store.delete_by_document(document_id, from_position=len(chunks))
             pending.extend(chunks)
             while len(pending) >= self.batch_size:
                 batch, pending = pending[: self.batch_size], pending[self.batch_size :]

@@ -4,7 +4,10 @@ For one query and tenant (numbers are settings; defaults from seed 000):
 
 1. hybrid search (dense + BM25 sparse, RRF k=60) with the query as given; keep hits
    whose DENSE COSINE is >= ``retrieval_min_score`` (0.30, RETRIEVAL_MIN_SCORE; a
-   hit without a dense score passes, as in the seed);
+   hit without a dense score passes, as in the seed). Files are stored as small child
+   chunks (<= 800 chars): hits are merged by their parent (``payload.parent_id``,
+   the evidence ``chunk_id``) keeping the best child's fused and dense scores, and
+   the parent's text (3,500-4,000 chars) is what gets packed;
 2. if nothing is kept or the best dense cosine is < ``retrieval_retry_below`` (0.50),
    search once more with a locally compressed query (question words, fillers and
    punctuation removed, no model call) and merge by chunk id keeping the higher score;
@@ -171,11 +174,15 @@ def select_passages(text: str, query: str, limit: int) -> str:
     return "\n".join(lines)[:limit]
 
 
-_META_SKIP = frozenset({"text", "content_hash", "source_path", "title", "locator", "document_id", "tenant_id"})
+_META_SKIP = frozenset({"text", "parent_text", "parent_id", "content_hash", "source_path", "title", "locator",
+                        "document_id", "tenant_id"})
 
 
 def to_evidence(hit: Hit, text: str) -> EvidenceItem:
     """An ``EvidenceItem`` (kind ``original``) for ``hit`` with the packed ``text``.
+
+    ``chunk_id`` is ``hit.id``: the parent chunk id for a file's child hit (set when
+    merging, so citations point at the parent), the point id for a law article.
 
     ``score`` is the dense cosine; ``metadata`` holds the payload's display fields
     (law_name, chapter, article_no, status, version_date, ...) and ``fused_score``.
@@ -195,11 +202,17 @@ def to_evidence(hit: Hit, text: str) -> EvidenceItem:
     )
 
 
+def _text(hit: Hit) -> str:
+    """The evidence text of a hit: its parent's text for a child chunk, else its own text."""
+    return str(hit.payload.get("parent_text") or hit.payload.get("text") or "")
+
+
 def pack(hits: list[Hit], query: str, chunk_max_chars: int, context_max_chars: int) -> list[EvidenceItem]:
-    """Evidence for ``hits`` in order within the per-item and total character budgets."""
+    """Evidence for ``hits`` in order within the per-item and total character budgets
+    (a child chunk's hit packs its parent's text, ``parent_text``)."""
     out, used = [], 0
     for hit in hits:
-        text = str(hit.payload.get("text") or "")
+        text = _text(hit)
         budget = min(chunk_max_chars, context_max_chars - used)
         if budget < min(MIN_PACK_CHARS, len(text)) or budget <= 0:
             break
@@ -234,10 +247,11 @@ class KbSearcher:
         )
         kept = [h for h in hits if h.dense_score is None or h.dense_score >= s.retrieval_min_score]
         for h in kept:
+            h.id = h.payload.get("parent_id") or h.id  # a child hit stands for its parent (seed 000 §5)
             old = merged.get(h.id)
             if old is None:
                 merged[h.id] = h
-            else:  # same chunk found again: keep the higher scores
+            else:  # same chunk (or another child of the same parent) again: keep the higher scores
                 old.score = max(old.score, h.score)
                 if h.dense_score is not None:
                     old.dense_score = h.dense_score if old.dense_score is None else max(old.dense_score, h.dense_score)
@@ -272,7 +286,7 @@ class KbSearcher:
         wanted = topics_in(query)
         if len(wanted) > 1:  # seed 000 step 3 (simple version; TODO(later issue): per-topic sub-questions)
             # covered = named in what the model would get (the top k), not in any candidate
-            covered = " ".join(f"{h.payload.get('title', '')} {h.payload.get('text', '')}" for h in self._ranked(merged))
+            covered = " ".join(f"{h.payload.get('title', '')} {_text(h)}" for h in self._ranked(merged))
             rest = compress_query(query)
             for word in sorted((w for t in wanted for w in TOPICS[t]), key=len, reverse=True):
                 rest = rest.replace(word, " ")

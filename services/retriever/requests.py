@@ -10,7 +10,7 @@ the ``kb_search`` tool requests (one group join; handled one at a time, in order
   A request past its ``deadline_at`` is dropped (the gateway already answered 504).
 - ``DocumentIngestRequested``: chunks the text like a Markdown file
   (``documents.markdown_chunks``; store document id ``doc:{tenant}:{id}``), indexes it with
-  the open store (embedding only changed chunks; a shorter new version drops the old tail),
+  the open store (embedding only changed chunks; the old version's other points are deleted),
   and sets the Redis record to ``ingested`` (with ``chunks``) or ``failed`` (with ``reason``).
 - ``DocumentDeleteRequested``: deletes the document's chunks, then its record.
 
@@ -54,11 +54,12 @@ log = logging.getLogger("conduit.retriever.requests")
 def posted_document_chunks(index_id: str, tenant_id: str, title: str, text: str, source: str | None) -> list[Chunk]:
     """Chunks of a posted Markdown/plain-text document, stored under ``index_id``.
 
-    Same splitting as a ``.md`` file (headings, paragraphs, ~1,500-char chunks); payload
+    Same splitting as a ``.md`` file (parents of <= 4,000 chars on headings and paragraphs,
+    children of <= 800 chars, ``documents.markdown_chunks``); payload
     ``source`` is ``api`` (``source_ref`` keeps the client's ``source``), ``version_date``
     is today (UTC). Raises ``DocumentError("no text")``.
     """
-    chunks = markdown_chunks(text, Path(f"{index_id}.md"), tenant_id, title=title)
+    chunks = markdown_chunks(text, Path(f"{index_id}.md"), tenant_id, title=title, document_id=index_id)
     today = datetime.now(UTC).date().isoformat()
     for c in chunks:
         c.document_id = index_id

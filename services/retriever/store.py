@@ -137,14 +137,18 @@ class VectorStore(ABC):
     @abstractmethod
     def _delete(self, flt: Any) -> None: ...
 
-    def delete_by_document(self, document_id: str, from_position: int = 0) -> int:
-        """Delete a document's chunks (those with ``position >= from_position``).
+    def delete_by_document(self, document_id: str, from_position: int = 0,
+                           keep_ids: Sequence[str] | None = None) -> int:
+        """Delete a document's chunks: those with ``position >= from_position`` and, when
+        ``keep_ids`` is given, whose point id is not in ``keep_ids`` (a new version's ids:
+        parent/child chunking changes ids when the split moves, so stale points are found by id).
 
         Returns how many chunks were deleted.
         """
         before = self.count(SearchFilter(document_ids=(document_id,)))
         if before:
-            self._delete(self._native_filter(SearchFilter(document_ids=(document_id,)), min_position=from_position))
+            self._delete(self._native_filter(SearchFilter(document_ids=(document_id,)), min_position=from_position,
+                                             exclude_ids=keep_ids))
         return before - self.count(SearchFilter(document_ids=(document_id,)))
 
     # ---- reads
@@ -199,7 +203,10 @@ class VectorStore(ABC):
         """Release the store (flushes first)."""
 
     @abstractmethod
-    def _native_filter(self, flt: SearchFilter | None, min_position: int = 0) -> Any: ...
+    def _native_filter(self, flt: SearchFilter | None, min_position: int = 0,
+                       exclude_ids: Sequence[str] | None = None) -> Any:
+        """Native filter for ``flt``, plus ``position >= min_position`` (when > 0) and
+        "id not in ``exclude_ids``" (when given)."""
 
     def __enter__(self) -> "VectorStore":
         return self
@@ -249,7 +256,8 @@ class EdgeVectorStore(VectorStore):
             raise StoreError(f"cannot open Qdrant Edge shard {self.path}: {msg}; {hint}") from exc
         self._closed = False
 
-    def _native_filter(self, flt: SearchFilter | None, min_position: int = 0) -> Any:
+    def _native_filter(self, flt: SearchFilter | None, min_position: int = 0,
+                       exclude_ids: Sequence[str] | None = None) -> Any:
         qe = self._qe
         must: list[Any] = []
         if flt and flt.tenant_ids is not None:
@@ -258,6 +266,9 @@ class EdgeVectorStore(VectorStore):
             must.append(qe.FieldCondition("document_id", match=qe.MatchAny(list(flt.document_ids))))
         if min_position > 0:
             must.append(qe.FieldCondition("position", range=qe.RangeFloat(gte=float(min_position))))
+        must_not = [qe.HasIdCondition({uuid.UUID(i) for i in exclude_ids})] if exclude_ids else []
+        if must_not:
+            return qe.Filter(must=must, must_not=must_not)
         return qe.Filter(must=must) if must else None
 
     def upsert(self, points: Sequence[ChunkPoint]) -> None:
@@ -388,7 +399,8 @@ class ClientVectorStore(VectorStore):
             where = url or path or location or ":memory:"
             raise StoreError(f"cannot open Qdrant collection {collection!r} at {where}: {type(exc).__name__}: {exc}") from exc
 
-    def _native_filter(self, flt: SearchFilter | None, min_position: int = 0) -> Any:
+    def _native_filter(self, flt: SearchFilter | None, min_position: int = 0,
+                       exclude_ids: Sequence[str] | None = None) -> Any:
         m = self._m
         must: list[Any] = []
         if flt and flt.tenant_ids is not None:
@@ -397,6 +409,8 @@ class ClientVectorStore(VectorStore):
             must.append(m.FieldCondition(key="document_id", match=m.MatchAny(any=list(flt.document_ids))))
         if min_position > 0:
             must.append(m.FieldCondition(key="position", range=m.Range(gte=min_position)))
+        if exclude_ids:
+            return m.Filter(must=must, must_not=[m.HasIdCondition(has_id=list(exclude_ids))])
         return m.Filter(must=must) if must else None
 
     def upsert(self, points: Sequence[ChunkPoint]) -> None:
