@@ -39,9 +39,12 @@ class KbSearchArgs(ToolArgs):
 
 
 class WebSearchArgs(ToolArgs):
-    """Arguments of ``web_search``: a web query (seed 002 pipeline)."""
+    """Arguments of ``web_search``: a web query plus up to two other phrasings searched at
+    the same time (seed 002: up to 3 queries at once)."""
 
     query: str = Field(min_length=1, max_length=300, description="web search query")
+    more_queries: list[str] = Field(default_factory=list, max_length=2,
+                                    description="optional: up to 2 other phrasings searched in parallel")
     reason: str = REASON_FIELD
 
 

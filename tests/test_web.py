@@ -244,6 +244,15 @@ async def test_search_returns_reranked_untrusted_evidence(site) -> None:
     assert site.hits["/page/tax"] + site.hits["/page/tax/"] == 1  # duplicate URL fetched once
 
 
+async def test_several_queries_are_searched_at_once_and_deduplicated(site) -> None:
+    site.hits.clear()
+    provider = SearxngProvider(f"{site.base}/sx/good")
+    items = await pipeline.web_search("小规模纳税人 起征点", provider, OPEN, more_queries=["增值税 起征点", "起征点"],
+                                      budget_s=5.0)
+    assert items and items[0].url == f"{site.base}/page/tax"
+    assert site.hits["/page/tax"] + site.hits["/page/tax/"] == 1  # the same URL from three queries: fetched once
+
+
 async def test_budget_drops_hanging_page_and_keeps_others(site) -> None:
     extract.warm_up()
     provider = SearxngProvider(f"{site.base}/sx/budget")

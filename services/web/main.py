@@ -41,7 +41,7 @@ def build_service(settings: Settings) -> ToolService:
         if provider is None:
             raise ToolFailure("provider_not_configured", "web search is not configured on this deployment",
                               hint="answer from the knowledge base or fetch a known URL", kind="forbidden")
-        return ToolOutput(evidence=await pipeline.web_search(args.query, provider, policy))
+        return ToolOutput(evidence=await pipeline.web_search(args.query, provider, policy, more_queries=args.more_queries))
 
     async def web_fetch(args: WebFetchArgs, request: ToolRequested) -> ToolOutput:
         return ToolOutput(evidence=await pipeline.web_fetch(args.url, args.reason, policy))

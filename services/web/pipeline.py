@@ -23,6 +23,7 @@ dense cosine, not TF-IDF); the TF-IDF cosine is in ``metadata["rerank_score"]``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -36,6 +37,8 @@ log = logging.getLogger("conduit.web.pipeline")
 
 N_RESULTS = 5
 """Search hits asked of the provider (seed 002: 5 per query)."""
+MAX_QUERIES = 3
+"""Queries searched at once (seed 002)."""
 MAX_PAGES = 6
 """Pages fetched per search (seed 002: first 6 URLs)."""
 BUDGET_S = 6.0
@@ -138,15 +141,29 @@ def _snippet_evidence(hits: list[SearchHit]) -> list[EvidenceItem]:
     ]
 
 
+async def _search_all(queries: list[str], provider: SearchProvider, n_results: int) -> list:
+    """Search every query at once; interleave the result lists (first hits first). Raises the
+    first provider error only when every query failed."""
+    results = await asyncio.gather(*(provider.search(q, n_results) for q in queries), return_exceptions=True)
+    lists = [r for r in results if not isinstance(r, BaseException)]
+    if not lists:
+        raise results[0]  # type: ignore[misc]
+    return [hit for group in itertools.zip_longest(*lists) for hit in group if hit is not None]
+
+
 async def web_search(query: str, provider: SearchProvider, policy: safefetch.AddressPolicy, *,
+                     more_queries: list[str] | tuple[str, ...] = (),
                      n_results: int = N_RESULTS, max_pages: int = MAX_PAGES, budget_s: float = BUDGET_S,
                      top: int = TOP_CHUNKS) -> list[EvidenceItem]:
-    """Run the seed 002 search pipeline for ``query``; return at most ``top`` evidence items.
+    """Run the seed 002 search pipeline for ``query`` (plus up to 2 ``more_queries``, searched
+    concurrently, ``n_results`` each, URLs deduplicated); return at most ``top`` evidence items.
 
     Raises ``ToolFailure``: ``no_results`` (business) when the provider finds nothing
     usable, provider errors (``search_failed``, transient).
     """
-    hits = dedupe(await provider.search(query, n_results))
+    queries = [query, *[q for q in more_queries if q.strip()]][:MAX_QUERIES]
+    hits = dedupe(await _search_all(queries, provider, n_results))
+    query = " ".join(queries)  # rerank against every phrasing
     if not hits:
         raise ToolFailure("no_results", f"the web search found nothing for {query!r}",
                           hint="try other or fewer keywords", kind="business")
