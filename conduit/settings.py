@@ -178,3 +178,7 @@ def settings_table() -> str:
         shown = "unset" if default is None else f"`{default}`"
         rows.append(f"| `{env}`{also} | {shown} | {(f.description or '').replace('|', '/')} |")
     return "\n".join(rows)
+
+
+if __name__ == "__main__":  # `python -m conduit.settings` prints the README table
+    print(settings_table())
