@@ -15,6 +15,12 @@ from redis.asyncio import Redis
 from contracts.api import TaskView
 
 
+def cancel_key(task_id: str) -> str:
+    """Redis key set when a task is cancelled: the model stream stops at its next chunk and
+    tool services skip the task's requests still waiting in their topics."""
+    return f"conduit:cancel:{task_id}"
+
+
 class TaskStore:
     """Read and write task records and session turns.
 

@@ -30,6 +30,7 @@ from redis.asyncio import Redis
 from conduit import bus, liveness, metrics
 from conduit.redis_client import make_redis
 from conduit.settings import Settings
+from conduit.taskstore import cancel_key
 from contracts import topics
 from contracts.envelope import Envelope
 from contracts.events import ArtifactRef, ToolError, ToolRequested, ToolResult, ToolResultPayload
@@ -158,6 +159,14 @@ class ToolService:
         """Bus handler: idempotent execute-and-publish for one request."""
         key = f"conduit:toolresult:{request.payload.idempotency_key}"
         cached = await self.redis.get(key)
+        if not cached and await self.redis.exists(cancel_key(request.task_id)):
+            # the task was cancelled while this request waited in the topic: do not run it
+            p = request.payload
+            await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=ToolResultPayload(
+                call_id=p.call_id, tool=p.tool, idempotency_key=p.idempotency_key, outcome="error",
+                error=ToolError(error_code="task_cancelled", message="the task was cancelled; the call did not run",
+                                kind="forbidden"))))
+            return
         if cached:
             payload = ToolResultPayload.model_validate_json(cached)
         else:

@@ -116,3 +116,34 @@ async def test_event_log_seq_replay_and_single_terminal(redis):
     blocked = await log.read(tid, after=6, block_ms=50)
     assert blocked == []
     assert await redis.ttl(f"conduit:events:{tid}") > 0
+
+
+async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
+    import uuid
+
+    from conduit.taskstore import cancel_key
+    from conduit.testing.bus import await_tool_result
+    from conduit.toolservice import ToolOutput, ToolService
+    from contracts import topics
+    from contracts.events import ToolRequested, ToolRequestPayload
+
+    ran: list[str] = []
+
+    async def tool(args, request) -> ToolOutput:
+        ran.append(args.query)
+        return ToolOutput()
+
+    svc = ToolService("cancel-test", topics.TOOL_REQUESTS_KB, "cancel-test", settings)
+    svc.tool("kb_search", tool)
+    await svc.broker.start()
+    try:
+        task_id, call_id = uuid.uuid4().hex, f"call_{uuid.uuid4().hex[:8]}"
+        await redis.set(cancel_key(task_id), "1", ex=60)
+        await svc.handle(ToolRequested(task_id=task_id, session_id="s", payload=ToolRequestPayload(
+            call_id=call_id, tool="kb_search", arguments={"query": "q", "reason": "r"}, step=1,
+            idempotency_key=f"{task_id}:1:{call_id}")))
+        result = await await_tool_result(settings.bootstrap_servers(), call_id, timeout_s=30)
+        assert result.payload.error and result.payload.error.error_code == "task_cancelled" and ran == []
+    finally:
+        await svc.broker.stop()
+        await svc.redis.aclose()

@@ -16,6 +16,8 @@ import time
 
 from redis.asyncio import Redis
 
+from conduit.taskstore import cancel_key
+
 from services.orchestrator.state import TaskState
 
 LEASES = "conduit:leases"
@@ -126,8 +128,8 @@ class StateStore:
 
     async def request_cancel(self, task_id: str) -> None:
         """Flag the task as cancelled so a running model stream stops at its next chunk."""
-        await self.redis.set(f"conduit:cancel:{task_id}", "1", ex=self.ttl_s)
+        await self.redis.set(cancel_key(task_id), "1", ex=self.ttl_s)
 
     async def cancel_requested(self, task_id: str) -> bool:
         """True once a cancel was requested."""
-        return bool(await self.redis.exists(f"conduit:cancel:{task_id}"))
+        return bool(await self.redis.exists(cancel_key(task_id)))
