@@ -64,7 +64,7 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
         payload=ApprovalDecisionPayload(call_id=call_id, decision=body.decision, arguments=arguments,
                                         arguments_digest=new_digest or record.arguments_digest, comment=body.comment),
     )
-    await tasks._publish(state, topics.CONTROL, event)
+    await tasks.publish(state, topics.CONTROL, event)
     return JSONResponse({"task_id": task_id, "call_id": call_id, "decision": body.decision,
                          "arguments_digest": event.payload.arguments_digest}, status_code=202)
 

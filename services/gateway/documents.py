@@ -57,7 +57,7 @@ from contracts.documents import (
 from contracts.envelope import utcnow
 from services.gateway.errors import ApiError
 from services.gateway.state import GatewayState, get_state
-from services.gateway.tasks import _publish
+from services.gateway.tasks import publish
 
 log = logging.getLogger("conduit.gateway.documents")
 
@@ -102,7 +102,7 @@ async def _read_body(request: Request, model: type[M], limit: int) -> M:
 async def _send(state: GatewayState, event) -> None:
     """Publish to ``RETRIEVER_REQUESTS``; raises ``ApiError`` 503 ``broker_unavailable`` on failure."""
     try:
-        await _publish(state, topics.RETRIEVER_REQUESTS, event)
+        await publish(state, topics.RETRIEVER_REQUESTS, event)
     except Exception as exc:  # noqa: BLE001 - any publish failure means nothing was queued
         log.error("publish of %s failed: %r", event.type, exc)
         raise ApiError(503, "broker_unavailable", "the message broker is unavailable; the request was not queued") from None

@@ -35,7 +35,7 @@ def events_url(task_id: str) -> str:
     return f"/v1/tasks/{task_id}/events"
 
 
-async def _publish(state: GatewayState, topic: str, event: Envelope) -> None:
+async def publish(state: GatewayState, topic: str, event: Envelope) -> None:
     """Publish and wait for Kafka's ack at most ``gateway_publish_timeout_s`` seconds."""
     await asyncio.wait_for(bus.publish(state.broker, topic, event), state.settings.gateway_publish_timeout_s)
 
@@ -67,7 +67,7 @@ async def _create_task(state: GatewayState, body: TaskCreate, task_id: str, trac
                           traceparent=traceparent,
                           payload=QuestionPayload(question=body.question, allowed_tools=body.allowed_tools))
     try:
-        await _publish(state, topics.QUESTIONS, asked)
+        await publish(state, topics.QUESTIONS, asked)
     except Exception as exc:  # noqa: BLE001 - any publish failure means the question was not queued
         log.error("publish of task %s failed: %r", task_id, exc)
         message = "the message broker is unavailable; the question was not queued"
@@ -111,7 +111,7 @@ async def cancel_task(state: GatewayState, task_id: str, traceparent: str | None
     event = TaskCancelled(task_id=task_id, session_id=view.session_id, tenant_id=view.tenant_id,
                           user_id=view.user_id, traceparent=traceparent, payload=CancelPayload())
     try:
-        await _publish(state, topics.CONTROL, event)
+        await publish(state, topics.CONTROL, event)
     except Exception as exc:  # noqa: BLE001
         log.error("publish of cancel for %s failed: %r", task_id, exc)
         raise ApiError(503, "broker_unavailable", "the message broker is unavailable; retry the cancel") from None
