@@ -558,8 +558,10 @@ class Orchestrator:
                 transient = r.outcome == "timeout" or (r.error is not None and r.error.kind == "transient")
                 if r.error is None or r.error.error_code not in ("circuit_open", "rejected_by_user", "approval_expired"):
                     breaker = self.tool_breakers.get(call.tool)
-                    if breaker:
-                        breaker.failure() if transient else breaker.success()
+                    if breaker and transient:
+                        breaker.failure()
+                    elif breaker:
+                        breaker.success()
                 if r.outcome == "error" and transient and call.attempts < s.tool_max_retries:
                     call.attempts += 1
                     backoff = random.uniform(0, s.tool_retry_base_s * 2 ** call.attempts)  # full jitter
