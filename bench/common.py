@@ -61,19 +61,32 @@ def rss_mib(pid: int) -> float:
     return int(m.group(1)) / 1024 if m else float("nan")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system, seconds) process ``pid`` has used so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def infra(**overrides: object) -> Iterator[Settings]:
-    """A private tansu broker and redis-server for one benchmark run."""
+def infra_procs(**overrides: object) -> Iterator[tuple[Settings, dict[str, int]]]:
+    """A private tansu broker and redis-server: yields ``(settings, {"tansu": pid, "redis": pid})``."""
     root = Path(tempfile.mkdtemp(prefix="conduit-bench-"))
     kport, rport = cinfra.free_port(), cinfra.free_port()
     tansu = cinfra.start_tansu(kport, root / "tansu.log")
     redis = cinfra.start_redis(rport, root / "redis", root / "redis.log", persist=False)
     try:
-        yield Settings(kafka_bootstrap_servers=f"127.0.0.1:{kport}", redis_url=f"redis://127.0.0.1:{rport}/0",
-                       data_dir=root / "data", **overrides)
+        yield (Settings(kafka_bootstrap_servers=f"127.0.0.1:{kport}", redis_url=f"redis://127.0.0.1:{rport}/0",
+                        data_dir=root / "data", **overrides), {"tansu": tansu.pid, "redis": redis.pid})
     finally:
         cinfra.stop(tansu)
         cinfra.stop(redis)
+
+
+@contextlib.contextmanager
+def infra(**overrides: object) -> Iterator[Settings]:
+    """A private tansu broker and redis-server for one benchmark run (see ``infra_procs``)."""
+    with infra_procs(**overrides) as (settings, _):
+        yield settings
 
 
 def write_section(name: str, markdown: str) -> None:

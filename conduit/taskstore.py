@@ -50,9 +50,11 @@ class TaskStore:
     async def add_turn(self, session_id: str, question: str, answer: str, max_turns: int = 50) -> None:
         """Append one finished (question, answer) turn to a session's history."""
         key = f"conduit:session:{session_id}:turns"
-        await self.redis.rpush(key, json.dumps({"question": question, "answer": answer}, ensure_ascii=False))
-        await self.redis.ltrim(key, -max_turns, -1)
-        await self.redis.expire(key, self.ttl_s)
+        async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
+            pipe.rpush(key, json.dumps({"question": question, "answer": answer}, ensure_ascii=False))
+            pipe.ltrim(key, -max_turns, -1)
+            pipe.expire(key, self.ttl_s)
+            await pipe.execute()
 
     async def turns(self, session_id: str, last: int) -> list[dict[str, str]]:
         """Return the session's last ``last`` turns, oldest first: ``[{question, answer}]``."""

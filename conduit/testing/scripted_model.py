@@ -51,12 +51,17 @@ class ScriptedModel:
 
     ``requests`` keeps every request body received, for assertions. When the
     script runs out, ``default`` is played (a short plain answer).
+    ``first_token_s`` keeps, per streamed response in order, the model's own
+    first-token delay in seconds: from the request reaching the handler to its
+    first content or tool-call chunk being handed to the server (benchmarks
+    subtract it to measure only Conduit).
     """
 
     def __init__(self, script: list[TurnSource] | None = None, default: Turn | None = None) -> None:
         self.script: list[TurnSource] = list(script or [])
         self.default = default or Turn(content="OK.")
         self.requests: list[dict[str, Any]] = []
+        self.first_token_s: list[float] = []
         self.port = free_port()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -79,6 +84,7 @@ class ScriptedModel:
         return source(body) if callable(source) else source
 
     async def _completions(self, request: Request) -> Any:
+        received = time.perf_counter()
         body = await request.json()
         turn = self._next(body)
         if turn.status:
@@ -94,6 +100,14 @@ class ScriptedModel:
                 obj["usage"] = usage
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
+        def first_token() -> None:
+            if first[0]:
+                first[0] = False
+                with self._lock:
+                    self.first_token_s.append(time.perf_counter() - received)
+
+        first = [True]
+
         async def gen() -> Any:
             if turn.delay_s:
                 await asyncio.sleep(turn.delay_s)
@@ -103,6 +117,7 @@ class ScriptedModel:
                 n = max(1, min(turn.chunks, len(text)))
                 size = -(-len(text) // n)
                 for i in range(0, len(text), size):
+                    first_token()
                     yield chunk({"content": text[i : i + size]})
                     if turn.chunk_delay_s:
                         await asyncio.sleep(turn.chunk_delay_s)
@@ -110,6 +125,7 @@ class ScriptedModel:
                 args = call.get("arguments", {})
                 raw = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
                 call_id = call.get("id") or f"call_{uuid.uuid4().hex[:10]}"
+                first_token()
                 yield chunk({"tool_calls": [{"index": i, "id": call_id, "type": "function",
                                              "function": {"name": call["name"], "arguments": ""}}]})
                 half = len(raw) // 2

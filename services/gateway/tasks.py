@@ -61,8 +61,10 @@ async def _create_task(state: GatewayState, body: TaskCreate, task_id: str, trac
     tenant = state.settings.default_tenant
     view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=body.user_id,
                     status="accepted", question=body.question, created_at=utcnow())
-    await state.store.save(view)
-    await state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question))
+    # record and first log entry are independent: both in flight at once, both done before the publish
+    await asyncio.gather(
+        state.store.save(view),
+        state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question)))
     asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=body.user_id,
                           traceparent=traceparent,
                           payload=QuestionPayload(question=body.question, allowed_tools=body.allowed_tools))

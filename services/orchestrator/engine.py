@@ -120,15 +120,18 @@ class Orchestrator:
     # ================================================================ bus handlers
     async def on_question(self, event: QuestionAsked) -> None:
         """Start a task. A redelivered question (checkpoint exists) changes nothing."""
-        if await self.store.load(event.task_id) is not None:
-            return  # redelivered: the task already exists
-        if await self.events.is_sealed(event.task_id):
-            return  # the gateway gave up on this task (publish timed out) and told the client
         s = self.settings
+        # three independent reads in one round trip's time (each costs a loopback send here)
+        existing, sealed, turns = await asyncio.gather(
+            self.store.load(event.task_id), self.events.is_sealed(event.task_id),
+            self.tasks.turns(event.session_id, s.history_turns))
+        if existing is not None:
+            return  # redelivered: the task already exists
+        if sealed:
+            return  # the gateway gave up on this task (publish timed out) and told the client
         if s.fault_crash_once == "question" and await self.redis.set(f"conduit:fault:{event.task_id}", "1", nx=True, ex=600):
             log.error("fault injection: exiting mid-handler before the offset is committed")
             os._exit(70)
-        turns = await self.tasks.turns(event.session_id, s.history_turns)
         state = TaskState(
             task_id=event.task_id,
             session_id=event.session_id,
@@ -147,15 +150,16 @@ class Orchestrator:
                 {"role": "user", "content": event.payload.question},
             ],
         )
-        # lease first: a crash after the save is then resumed by the sweeper
-        await self.store.take_lease(state.task_id, s.lease_ttl_s)
+        # lease first (same pipeline, executed in order): a crash after the save is resumed by the sweeper
         try:
-            await self.store.save(state)
+            await self.store.save(state, lease_ttl_s=s.lease_ttl_s)
         except StaleState:
             return  # another replica created it
+        # the step starts only when this handler next awaits, so the record's write below is on the
+        # wire first (the step needs several round trips before it writes the record again)
+        self._spawn(state.task_id, state=state)
         await self._write_view(state)
         await self._public(state, "task.started")
-        self._spawn(state.task_id)
 
     async def on_tool_result(self, event: ToolResult) -> None:
         """Record a tool result; start the next model step when the step's calls are all back."""
@@ -179,8 +183,11 @@ class Orchestrator:
                     continue
 
     # ================================================================ model steps
-    def _spawn(self, task_id: str, resumed: bool = False) -> None:
+    def _spawn(self, task_id: str, resumed: bool = False, state: TaskState | None = None) -> None:
         """Start a model step for ``task_id`` in the background.
+
+        ``state`` is the checkpoint the caller has just saved (a new task), so the
+        step need not load and parse it again; otherwise the step loads it.
 
         If a step of this task is still finishing here (e.g. its tool calls were all
         answered at once, or a fast tool replied before the step returned), the new
@@ -190,7 +197,7 @@ class Orchestrator:
         if current and not current.done():
             self.rerun.add(task_id)
             return
-        t = asyncio.create_task(self._run_step(task_id, resumed))
+        t = asyncio.create_task(self._run_step(task_id, resumed, state))
         self.running[task_id] = t
         t.add_done_callback(lambda _t: self.running.pop(task_id, None) if self.running.get(task_id) is _t else None)
 
@@ -200,11 +207,11 @@ class Orchestrator:
             await asyncio.sleep(every)
             await self.store.take_lease(task_id, self.settings.lease_ttl_s)
 
-    async def _run_step(self, task_id: str, resumed: bool) -> None:
+    async def _run_step(self, task_id: str, resumed: bool, fresh: TaskState | None = None) -> None:
         structlog.contextvars.bind_contextvars(task_id=task_id)
         renew = asyncio.create_task(self._renew_lease(task_id))
         try:
-            state = await self.store.load(task_id)
+            state = fresh if fresh is not None else await self.store.load(task_id)
             if state is None:
                 await self.store.drop_lease(task_id)
                 return
@@ -251,13 +258,17 @@ class Orchestrator:
             state.stop_reason = hit
         state.step += 1
         state.rounds += 1
-        await self._emit(state.task_id, StepStarted(step=state.step, phase="final" if final else "model"))
+        step_started = StepStarted(step=state.step, phase="final" if final else "model")
 
         if self.model is None or state.mode == "retrieval_only" or self.breaker.open:
+            await self._emit(state.task_id, step_started)
             if self.model is not None and state.mode != "retrieval_only":
                 state.mode, state.fallback_reason = "retrieval_only", "model_circuit_open"
             await self._retrieval_only_step(state)
             return
+        # the step.started append travels while the model request goes out; every later
+        # event of this step waits for it, so the log keeps its order
+        started = asyncio.ensure_future(self._emit(state.task_id, step_started))
 
         messages = window(state.messages, s.context_window_chars)
         if final:
@@ -267,6 +278,8 @@ class Orchestrator:
         tools = None if final or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
 
         async def on_delta(text: str) -> None:
+            if not started.done():
+                await started
             await self._emit(state.task_id, AnswerDelta(text=text))
 
         last_check = [0.0]
@@ -281,10 +294,12 @@ class Orchestrator:
         t0 = time.perf_counter()
         try:
             resp = await self.model.stream(messages, tools, on_delta, should_stop)
+            await started
             self.breaker.success()
             metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
                                        resp.usage.completion_tokens, "ok")
         except ModelError as exc:
+            await started
             self.breaker.failure()
             metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
             log.warning("model call failed", error=str(exc), streamed=exc.streamed)
@@ -660,16 +675,16 @@ class Orchestrator:
             failure = next((t for t in reversed(state.trace) if t.get("phase") == "failed"), {})
             event = TaskFailed(code=failure.get("code", "failed"), message=failure.get("message", "the task failed"))
         first = await self.events.append(state.task_id, event) > 0
-        await self._write_view(state, latency_ms)
+        # the client has its terminal event; the bookkeeping writes are independent of each other
+        writes = [self._write_view(state, latency_ms), self.store.release(state.task_id)]
         if first:
             metrics.task_finished(state.status, state.mode)
             if state.status == "completed":
-                await self.tasks.add_turn(state.session_id, state.question, state.answer or "")
+                writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or ""))
             kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled"}[state.status]
             await self._public(state, kind, latency_ms=latency_ms,
                                code=getattr(event, "code", None))
-        await self.store.drop_lease(state.task_id)
-        await self.store.clear_tool_deadline(state.task_id)
+        await asyncio.gather(*writes)
 
     # ================================================================ sweeper
     async def sweep(self) -> None:

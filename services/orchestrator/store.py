@@ -24,6 +24,7 @@ LEASES = "conduit:leases"
 TOOL_DEADLINES = "conduit:tool_deadlines"
 
 _CAS = """
+if ARGV[4] then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) end
 local cur = redis.call('GET', KEYS[1])
 local expected = tonumber(ARGV[1])
 if cur then
@@ -73,14 +74,20 @@ class StateStore:
         raw = await self.redis.get(self.key(task_id))
         return TaskState.model_validate_json(raw) if raw else None
 
-    async def save(self, state: TaskState) -> TaskState:
+    async def save(self, state: TaskState, lease_ttl_s: float | None = None) -> TaskState:
         """Save ``state`` if nobody saved since it was loaded; bump its version.
 
+        With ``lease_ttl_s`` (seconds), the task's lease is taken in the same script
+        (one round trip, atomic), as a new task needs: a crash after the save is
+        then resumed by the sweeper.
         Raises StaleState when the stored version differs (the caller reloads).
         """
         expected = state.version
         state.version = expected + 1
-        ok = await self._cas(keys=[self.key(state.task_id)], args=[expected, state.model_dump_json(), self.ttl_s])
+        args: list = [expected, state.model_dump_json(), self.ttl_s]
+        if lease_ttl_s is not None:
+            args += [time.time() + lease_ttl_s, state.task_id]
+        ok = await self._cas(keys=[self.key(state.task_id), LEASES], args=args)
         if not ok:
             state.version = expected
             raise StaleState(state.task_id)
@@ -98,6 +105,13 @@ class StateStore:
     async def drop_lease(self, task_id: str) -> None:
         """Release the task's lease (the step finished or handed over to tools)."""
         await self.redis.zrem(LEASES, task_id)
+
+    async def release(self, task_id: str) -> None:
+        """Drop a finished task's lease and tool deadline (one round trip)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(LEASES, task_id)
+            pipe.zrem(TOOL_DEADLINES, task_id)
+            await pipe.execute()
 
     async def expired_leases(self, limit: int = 50) -> list[str]:
         """Task ids whose lease lapsed (their holder died or stalled)."""
