@@ -7,7 +7,9 @@ scripted model answering directly after ``--model-delay-s`` (default 1 s). For e
 orchestrator replica count and each session count C: C closed-loop clients each
 ``POST /v1/tasks`` and follow the task's SSE stream to its terminal event, then ask
 again, for ``--seconds``. Reported: completed tasks per second (completions inside the
-window / window), task latency p50/p99, and failures. With 2 replicas a second
+window / window), task latency p50/p99, failures with their reasons, and the CPU each
+process spent per completed task (``/proc/PID/stat``; "client + model" is this process:
+the HTTP clients and the scripted model's thread). With 2 replicas a second
 orchestrator process joins the consumer group (rebalance awaited before measuring).
 """
 
@@ -15,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 
 import httpx
 
-from bench.common import machine, pct, write_section
+from bench.common import cpu_s, machine, pct, write_section
 from bench.stackbench import model_stack, sse_events
 from conduit.services import ServiceProcess
 from conduit.testing.scripted_model import Turn
@@ -28,6 +31,7 @@ from conduit.testing.scripted_model import Turn
 async def load(base: str, sessions: int, seconds: float) -> dict:
     done: list[float] = []
     failed = [0]
+    reasons: dict[str, int] = {}
     stop_at = time.perf_counter() + seconds
     async with httpx.AsyncClient(base_url=base, limits=httpx.Limits(max_connections=2 * sessions + 20),
                                  timeout=60) as client:
@@ -38,19 +42,24 @@ async def load(base: str, sessions: int, seconds: float) -> dict:
                     r = await client.post("/v1/tasks", json={"question": f"load {i}"})
                     r.raise_for_status()
                     end = None
-                    async for ev, _ in sse_events(client, "GET", f"/v1/tasks/{r.json()['task_id']}/events"):
+                    async for ev, data in sse_events(client, "GET", f"/v1/tasks/{r.json()['task_id']}/events"):
                         if ev in ("task.completed", "task.failed", "task.cancelled"):
                             end = ev
+                            if ev != "task.completed":
+                                reasons[f"{ev}:{data.get('code', '')}"] = reasons.get(f"{ev}:{data.get('code', '')}", 0) + 1
                             break
-                except httpx.HTTPError:
+                    if end is None:
+                        reasons["stream ended without a terminal event"] = reasons.get("stream ended without a terminal event", 0) + 1
+                except httpx.HTTPError as exc:
                     end = None
+                    reasons[type(exc).__name__] = reasons.get(type(exc).__name__, 0) + 1
                 if end == "task.completed" and time.perf_counter() <= stop_at:
                     done.append(time.perf_counter() - t0)
                 elif end != "task.completed":
                     failed[0] += 1
 
         await asyncio.gather(*(session(i) for i in range(sessions)))
-    return {"rate": len(done) / seconds, "lat": done, "failed": failed[0]}
+    return {"rate": len(done) / seconds, "lat": done, "failed": failed[0], "reasons": reasons}
 
 
 def main() -> None:
@@ -69,10 +78,21 @@ def main() -> None:
                     extra.append(ServiceProcess("orchestrator", stack.procs["orchestrator"].env, stack.log_dir).start())
                     time.sleep(25)  # tansu: a joining member and the rebalance take ~5-20 s
                 asyncio.run(load(stack.gateway_url, 10, 5))  # warm up (and settle the rebalance)
+                pids = {"orchestrator": [stack.procs["orchestrator"].proc.pid] + [p.proc.pid for p in extra],
+                        "gateway": [stack.procs["gateway"].proc.pid],
+                        **{name: [proc.pid] for name, proc in stack.infra_procs}}
                 for c in [int(x) for x in a.sessions.split(",")]:
+                    before = {k: sum(cpu_s(p) for p in v) for k, v in pids.items()}
+                    me = time.process_time()
                     r = asyncio.run(load(stack.gateway_url, c, a.seconds))
+                    n = max(1, len(r["lat"]))
+                    per_task = {k: (sum(cpu_s(p) for p in v) - before[k]) * 1000 / n for k, v in pids.items()}
+                    per_task["client + model"] = (time.process_time() - me) * 1000 / n
+                    cpu = ", ".join(f"{k} {v:.1f}" for k, v in per_task.items())
                     ms = [x * 1000 for x in r["lat"]]
-                    rows.append(f"| {replicas} | {c} | **{r['rate']:.1f}** | {pct(ms, 50):.0f} ms | {pct(ms, 99):.0f} ms | {r['failed']} |")
+                    why = ", ".join(f"{k} ×{v}" for k, v in r["reasons"].items())
+                    rows.append(f"| {replicas} | {c} | **{r['rate']:.1f}** | {pct(ms, 50):.0f} ms | {pct(ms, 99):.0f} ms | "
+                                f"{r['failed']}{f' ({why})' if why else ''} | {cpu} |")
                     print(rows[-1], flush=True)
         finally:
             for p in extra:
@@ -81,14 +101,15 @@ def main() -> None:
     write_section("throughput", f"""
 ## 4. Throughput and scaling (model delay {a.model_delay_s:g} s)
 
-Command: `python -m bench.throughput --sessions {a.sessions} --replicas {a.replicas} --seconds {a.seconds:g}` · machine: {machine()}
+Command: `python -m bench.throughput --sessions {a.sessions} --replicas {a.replicas} --seconds {a.seconds:g}` · machine: {machine()} ·
+load average at the end {os.getloadavg()[0]:.1f}
 
 Closed-loop sessions (ask, stream to the end, ask again) for {a.seconds:g} s per row through the embedded stack;
 the scripted model answers directly after {a.model_delay_s:g} s. Ideal rate = sessions / (1 s + overhead).
 Everything (broker, Redis, gateway, orchestrators, model, clients) shares the same 2 cores.
 
-| orchestrators | sessions | completed tasks/s | task latency p50 | p99 | failed |
-| --- | --- | --- | --- | --- | --- |
+| orchestrators | sessions | completed tasks/s | task latency p50 | p99 | failed | CPU ms per completed task |
+| --- | --- | --- | --- | --- | --- | --- |
 {table}
 """)
 

@@ -147,3 +147,35 @@ async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
     finally:
         await svc.broker.stop()
         await svc.redis.aclose()
+
+
+async def test_delta_writer_keeps_order_and_batches_while_an_append_is_in_flight() -> None:
+    """DeltaWriter: the first delta goes out alone at once; text added meanwhile is joined; nothing lost."""
+    from services.orchestrator.deltas import DeltaWriter
+
+    appended: list[str] = []
+    gate = asyncio.Event()
+
+    async def emit(text: str) -> None:
+        appended.append(text)
+        if len(appended) == 1:
+            await gate.wait()  # the first append is slow: the next deltas pile up
+
+    writer = DeltaWriter(emit)
+    writer.add("a")
+    await asyncio.sleep(0)
+    for t in ("b", "c", "d"):
+        writer.add(t)
+    gate.set()
+    await writer.flush()
+    assert appended == ["a", "bcd"]
+
+    async def broken(text: str) -> None:
+        raise RuntimeError("redis down")
+
+    failing = DeltaWriter(broken)
+    failing.add("x")
+    await asyncio.sleep(0)
+    failing.add("y")
+    with pytest.raises(RuntimeError):
+        await failing.flush()

@@ -78,6 +78,7 @@ from services.orchestrator.breaker import CircuitBreaker
 from services.orchestrator.evidence import EvidencePool
 from services.orchestrator.model import ModelClient, ModelError, parse_arguments
 from services.orchestrator.state import PendingCall, TaskState
+from services.orchestrator.deltas import DeltaWriter
 from services.orchestrator.store import LEASES, TOOL_DEADLINES, StaleState, StateStore
 from services.orchestrator.window import window
 
@@ -277,10 +278,15 @@ class Orchestrator:
             messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
         tools = None if final or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
 
-        async def on_delta(text: str) -> None:
+        async def emit_delta(text: str) -> None:
             if not started.done():
                 await started
             await self._emit(state.task_id, AnswerDelta(text=text))
+
+        deltas = DeltaWriter(emit_delta)  # one append in flight; text arriving meanwhile joins the next
+
+        async def on_delta(text: str) -> None:
+            deltas.add(text)
 
         last_check = [0.0]
 
@@ -295,11 +301,13 @@ class Orchestrator:
         try:
             resp = await self.model.stream(messages, tools, on_delta, should_stop)
             await started
+            await deltas.flush()
             self.breaker.success()
             metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
                                        resp.usage.completion_tokens, "ok")
         except ModelError as exc:
             await started
+            await deltas.flush()
             self.breaker.failure()
             metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
             log.warning("model call failed", error=str(exc), streamed=exc.streamed)
