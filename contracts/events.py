@@ -126,11 +126,14 @@ class AgentEventPayload(Payload):
     """Coarse public agent event for other teams (topic ``conduit.agent.events``).
 
     ``kind`` is one of task.started, tool.requested, tool.completed,
-    task.completed, task.failed; ``tool``/``outcome``/``duration_ms`` are set for
-    tool events, ``latency_ms`` and ``code`` for terminal ones.
+    approval.requested, approval.decided, task.completed, task.failed,
+    task.cancelled; ``tool``/``outcome``/``duration_ms`` are set for tool events
+    (for approval.decided ``outcome`` is approved, edited, rejected or expired),
+    ``latency_ms`` and ``code`` for terminal ones.
     """
 
-    kind: Literal["task.started", "tool.requested", "tool.completed", "task.completed", "task.failed", "task.cancelled"]
+    kind: Literal["task.started", "tool.requested", "tool.completed", "approval.requested", "approval.decided",
+                  "task.completed", "task.failed", "task.cancelled"]
     tool: str | None = None
     outcome: str | None = None
     duration_ms: float | None = None

@@ -9,6 +9,7 @@ present), scripted OpenAI-compatible model over HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 
 from conduit.client import SseEvent, create_task, stream_task
 from conduit.stack import Stack
+from conduit.testing.bus import agent_events_of
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import add_replica, restart, start_stack
 
@@ -104,6 +106,12 @@ def test_approval_approve_runs_exactly_what_was_approved(stack, model):
     trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace").json()["trace"]
     assert any(x["phase"] == "approval" and x["decision"] == "approve" for x in trace)
     assert any(x["phase"] == "tool" and x["tool"] == "code_exec" for x in trace)
+    # other teams see the approval on the public feed, between the request and the run
+    public = asyncio.run(agent_events_of(stack.settings.bootstrap_servers(), task_id, "task.completed"))
+    kinds = [e.payload.kind for e in public]
+    assert kinds.index("approval.requested") < kinds.index("approval.decided") < kinds.index("tool.completed")
+    decided = next(e for e in public if e.payload.kind == "approval.decided")
+    assert (decided.payload.tool, decided.payload.outcome) == ("code_exec", "approved")
 
 
 def test_approval_edit_validates_and_runs_the_edited_arguments(stack, model):

@@ -490,6 +490,7 @@ class Orchestrator:
         await self._emit(state.task_id, ApprovalRequiredEvent(
             call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,
             arguments_digest=call.arguments_digest, expires_at=call.expires_at.isoformat()))
+        await self._public(state, "approval.requested", tool=call.tool)
 
     async def _schedule(self, state: TaskState) -> None:
         """Wake the sweeper at the earliest approval expiry, retry time or tool deadline."""
@@ -551,6 +552,7 @@ class Orchestrator:
                 await approvals.save(self.redis, record)
             await self._schedule(state)
             await self._write_view(state)
+            await self._public(state, "approval.decided", tool=call.tool, outcome=call.approval)
             if run:
                 await self._publish_request(state, call)
                 await self._mark_sent(state.task_id, [call.call_id])
@@ -758,6 +760,7 @@ class Orchestrator:
             if record and record.status == "pending":
                 record.status = "expired"
                 await approvals.save(self.redis, record)
+                await self._public(state, "approval.decided", tool=record.tool, outcome="expired")
         if late:
             await self._record_results(task_id, late)
         elif not resend:
