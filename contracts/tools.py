@@ -8,6 +8,8 @@ chat-completions ``tools`` parameter (``openai_tool_schema``).
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 from typing import Any, Literal
@@ -109,12 +111,18 @@ TOOL_SPECS: dict[str, ToolSpec] = {
 
 
 def openai_tool_schema(name: str) -> dict[str, Any]:
-    """Return the chat-completions ``tools`` entry for tool ``name``.
+    """Return the chat-completions ``tools`` entry for tool ``name`` (a fresh copy).
 
     Shape: ``{"type": "function", "function": {"name", "description", "parameters"}}``
-    where ``parameters`` is the JSON Schema of the tool's argument model.
-    Raises KeyError for an unknown tool.
+    where ``parameters`` is the JSON Schema of the tool's argument model. Built once
+    per tool and cached (pydantic's schema generation cost ~7% of an orchestrator's
+    CPU when it ran on every model call). Raises KeyError for an unknown tool.
     """
+    return copy.deepcopy(_tool_schema(name))
+
+
+@functools.cache
+def _tool_schema(name: str) -> dict[str, Any]:
     spec = TOOL_SPECS[name]
     schema = spec.args_model.model_json_schema()
     schema.pop("title", None)
