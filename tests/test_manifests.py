@@ -47,6 +47,12 @@ NAMESPACE = "conduit"
 SANDBOX_NAMESPACE = "conduit-sandbox"
 PARTITIONS = 12
 PRIVATE_V4 = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16"]
+METRICS_PORT = 9100  # CONDUIT_METRICS_PORT of the services without HTTP; the gateway serves /metrics on its HTTP port
+# the only peer admitted to /metrics: Prometheus pods in namespace "monitoring" (docs/deploy.md, "Metrics")
+PROMETHEUS_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
 
 Obj = dict[str, Any]
 
@@ -394,14 +400,15 @@ def test_every_workload_has_a_closed_network_policy(base: list[Obj]) -> None:
             assert rule.get("from") and rule.get("ports"), f"{policy['metadata']['name']}: an ingress rule open to all"
 
 
-def test_sandbox_has_no_ingress_and_no_egress_beyond_kafka_redis_dns(base: list[Obj]) -> None:
-    """The sandbox pod reaches Kafka and Redis (its requests and results) and DNS: nothing else.
+def test_sandbox_admits_only_prometheus_and_reaches_only_kafka_redis_dns(base: list[Obj]) -> None:
+    """The sandbox pod accepts only Prometheus on the metrics port, and reaches Kafka and
+    Redis (its requests and results) and DNS: nothing else.
 
     The code it runs has no network at all (bubblewrap ``--unshare-all``); an egress
     rule of any other kind (an ipBlock, an empty ``to``) would let an escape out.
     """
     policy = _policy_for(base, _one(base, "Deployment", "conduit-sandbox"))
-    assert policy["spec"]["ingress"] == []
+    assert policy["spec"]["ingress"] == [{"from": [PROMETHEUS_PEER], "ports": [{"protocol": "TCP", "port": METRICS_PORT}]}]
     reached = set()
     for rule in policy["spec"]["egress"]:
         for peer in rule["to"]:
@@ -421,6 +428,75 @@ def test_sandbox_has_no_ingress_and_no_egress_beyond_kafka_redis_dns(base: list[
             else:
                 raise AssertionError(f"unexpected sandbox egress peer {peer}")
     assert reached == {"dns", "kafka", "redis"}
+
+
+def _scrape_port(deployment: Obj) -> int:
+    """The port the ``prometheus.io/*`` pod annotations send Prometheus to (checked below)."""
+    return int(deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"])
+
+
+def test_every_deployment_is_annotated_for_prometheus_on_a_real_metrics_port(rendered: tuple[str, list[Obj]]) -> None:
+    """Pod annotations point at a declared port of the service container that serves /metrics.
+
+    Gateway: its HTTP port (``GET /metrics``). The others: ``CONDUIT_METRICS_PORT`` set on
+    the container itself (``conduit serve`` starts prometheus-client's server on it), never
+    in the ConfigMap the gateway shares, and declared as the containerPort named ``metrics``
+    (what a PodMonitor selects).
+    """
+    _, objs = rendered
+    config = _one(objs, "ConfigMap", "conduit-config", NAMESPACE)["data"]
+    assert "CONDUIT_METRICS_PORT" in _settings_keys()
+    assert "CONDUIT_METRICS_PORT" not in config, "the gateway shares the ConfigMap: set the port per container"
+    for service in SERVICES:
+        ns = SANDBOX_NAMESPACE if service == "sandbox" else NAMESPACE
+        deployment = _one(objs, "Deployment", f"conduit-{service}", ns)
+        template = deployment["spec"]["template"]
+        notes = template["metadata"].get("annotations", {})
+        assert notes.get("prometheus.io/scrape") == "true", service
+        assert notes.get("prometheus.io/path") == "/metrics", service
+        port = _scrape_port(deployment)
+        assert notes["prometheus.io/port"] == str(port), f"{service}: annotation values are strings"
+        (main,) = template["spec"]["containers"]
+        declared = {p["containerPort"]: p for p in main.get("ports", [])}
+        assert port in declared, f"{service}: annotated port {port} is not a containerPort"
+        assert declared[port].get("protocol", "TCP") == "TCP"
+        env = {e["name"]: e.get("value") for e in main.get("env", [])}
+        if service == "gateway":
+            assert port == Settings().gateway_port == int(config["CONDUIT_GATEWAY_PORT"])
+            assert declared[port]["name"] == "http"
+            assert "CONDUIT_METRICS_PORT" not in env, "the gateway serves /metrics on its HTTP port"
+        else:
+            assert port == METRICS_PORT, service
+            assert declared[port]["name"] == "metrics", service
+            assert env.get("CONDUIT_METRICS_PORT") == str(port), f"{service}: metrics server not started on {port}"
+            assert Settings(metrics_port=env["CONDUIT_METRICS_PORT"]).metrics_port == port
+
+
+def test_network_policies_admit_prometheus_on_the_metrics_port_only(base: list[Obj]) -> None:
+    """Each workload's policy has exactly one Prometheus rule, on exactly its scrape port.
+
+    Besides it the non-gateway services accept nothing; Prometheus reaches no other
+    workload (Redis, Qdrant, the ingest Job) and no other port.
+    """
+    scraped = set()
+    for workload in _pod_workloads(base):
+        policy = _policy_for(base, workload)
+        name = workload["metadata"]["name"]
+        rules = policy["spec"].get("ingress", [])
+        for rule in rules:
+            for peer in rule["from"]:
+                if peer.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") == "monitoring":
+                    assert peer == PROMETHEUS_PEER, f"{name}: the monitoring namespace is admitted beyond Prometheus"
+        metrics_rules = [r for r in rules if PROMETHEUS_PEER in r["from"]]
+        if workload["kind"] != "Deployment":
+            assert not metrics_rules, f"{name} serves no metrics: Prometheus has no business there"
+            continue
+        (rule,) = metrics_rules
+        assert rule == {"from": [PROMETHEUS_PEER], "ports": [{"protocol": "TCP", "port": _scrape_port(workload)}]}, name
+        if workload["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] != "gateway":
+            assert rules == [rule], f"{name}: no ingress but /metrics"
+        scraped.add(name)
+    assert scraped == {f"conduit-{s}" for s in SERVICES}
 
 
 def test_web_reaches_the_internet_but_no_private_address(base: list[Obj]) -> None:
@@ -448,8 +524,10 @@ def test_only_the_retriever_and_ingest_reach_qdrant_and_nothing_internal_has_int
     for name in ("redis", "qdrant"):
         assert _policy_for(base, _one(base, "StatefulSet", name))["spec"]["egress"] == []
     gateway = _policy_for(base, _one(base, "Deployment", "conduit-gateway"))
-    (rule,) = gateway["spec"]["ingress"]
-    assert _ports(rule) == {8000}
+    proxy, scrape = gateway["spec"]["ingress"]
+    assert proxy["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
+    assert _ports(proxy) == {8000}
+    assert scrape["from"] == [PROMETHEUS_PEER] and _ports(scrape) == {8000}
 
 
 def test_kafka_listener_admits_conduit_and_keda(base: list[Obj]) -> None:
@@ -604,6 +682,9 @@ def test_compose_stack_shape() -> None:
         assert not unknown, f"{name}: {unknown}"
         if name != "gateway":
             assert svc["healthcheck"]["test"] == ["CMD", "python", "-m", "conduit.probe", "ready", name]
+            assert int(svc["environment"]["CONDUIT_METRICS_PORT"]) == METRICS_PORT, f"{name}: /metrics off"
+        else:
+            assert "CONDUIT_METRICS_PORT" not in svc["environment"], "the gateway serves /metrics on 8000"
     assert {"qdrant", "ingest"} <= set(services["retriever"]["depends_on"])
     assert services["ingest"]["depends_on"] == {"qdrant": {"condition": "service_healthy"}}
     assert services["ingest"]["networks"] == ["backend"]
