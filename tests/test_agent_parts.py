@@ -162,10 +162,9 @@ async def test_delta_writer_keeps_order_and_batches_while_an_append_is_in_flight
             await gate.wait()  # the first append is slow: the next deltas pile up
 
     writer = DeltaWriter(emit)
-    writer.add("a")
-    await asyncio.sleep(0)
+    await writer.add("a")
     for t in ("b", "c", "d"):
-        writer.add(t)
+        await writer.add(t)
     gate.set()
     await writer.flush()
     assert appended == ["a", "bcd"]
@@ -174,8 +173,7 @@ async def test_delta_writer_keeps_order_and_batches_while_an_append_is_in_flight
         raise RuntimeError("redis down")
 
     failing = DeltaWriter(broken)
-    failing.add("x")
-    await asyncio.sleep(0)
-    failing.add("y")
+    await failing.add("x")
+    await failing.add("y")
     with pytest.raises(RuntimeError):
         await failing.flush()

@@ -21,9 +21,11 @@ class DeltaWriter:
     Args:
         emit: coroutine function appending one ``answer.delta`` with the given text.
 
-    ``add(text)`` never waits for Redis; ``flush()`` waits until everything added has
-    been appended and re-raises the first append error (call it before emitting any
-    other event of the step, so the log keeps its order).
+    ``add(text)`` never waits for Redis (it yields to the event loop once when it
+    starts an append, so the append is on the wire before the caller parses the next
+    chunks already buffered); ``flush()`` waits until everything added has been
+    appended and re-raises the first append error (call it before emitting any other
+    event of the step, so the log keeps its order).
     """
 
     def __init__(self, emit: Callable[[str], Awaitable[None]]) -> None:
@@ -31,7 +33,7 @@ class DeltaWriter:
         self._buffer: list[str] = []
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, text: str) -> None:
+    async def add(self, text: str) -> None:
         """Queue ``text``; start an append now unless one is already in flight."""
         if not text:
             return
@@ -40,6 +42,7 @@ class DeltaWriter:
             if self._task is not None and self._task.exception() is not None:
                 return  # a failed append is reported by flush(); stop writing
             self._task = asyncio.create_task(self._drain())
+            await asyncio.sleep(0)  # let the append start now, not after the buffered chunks are parsed
 
     async def _drain(self) -> None:
         while self._buffer:

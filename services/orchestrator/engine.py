@@ -286,7 +286,7 @@ class Orchestrator:
         deltas = DeltaWriter(emit_delta)  # one append in flight; text arriving meanwhile joins the next
 
         async def on_delta(text: str) -> None:
-            deltas.add(text)
+            await deltas.add(text)
 
         last_check = [0.0]
 
