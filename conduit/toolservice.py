@@ -26,6 +26,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, ValidationError
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from conduit import bus, liveness, metrics
 from conduit.redis_client import make_redis
@@ -33,7 +34,13 @@ from conduit.settings import Settings
 from conduit.taskstore import cancel_key
 from contracts import topics
 from contracts.envelope import Envelope
-from contracts.events import ArtifactRef, ToolError, ToolRequested, ToolResult, ToolResultPayload
+from contracts.events import (
+    ArtifactRef,
+    ToolError,
+    ToolRequested,
+    ToolResult,
+    ToolResultPayload,
+)
 from contracts.evidence import EvidenceItem
 from contracts.tools import TOOL_SPECS, ToolArgs
 
@@ -41,6 +48,12 @@ log = logging.getLogger("conduit.toolservice")
 
 RESULT_TTL_S = 3600
 """Seconds a tool result is kept under its idempotency key."""
+CANCEL_POLL_S = 0.5
+"""Seconds between checks of a running call's task cancel flag (a cancel stops the call within this)."""
+
+
+class TaskCancelled(Exception):
+    """The task of a running tool call was cancelled; the call was stopped."""
 
 
 @dataclass
@@ -143,7 +156,11 @@ class ToolService:
                 error_code="bad_arguments", message=str(exc.errors(include_url=False))[:500],
                 hint="fix the arguments to match the tool's JSON Schema", kind="bad_arguments"))
         try:
-            out = await asyncio.wait_for(fn(args, request), timeout=self.timeout_s)
+            out = await asyncio.wait_for(self._unless_cancelled(fn(args, request), request.task_id), timeout=self.timeout_s)
+        except TaskCancelled:
+            return result("error", error=ToolError(
+                error_code="task_cancelled", message="the task was cancelled while the call ran; it was stopped",
+                kind="forbidden"))
         except TimeoutError:
             return result("timeout", error=ToolError(
                 error_code="tool_timeout", message=f"{p.tool} did not finish within {self.timeout_s:.0f} s",
@@ -154,6 +171,33 @@ class ToolService:
             log.exception("tool %s crashed", p.tool)
             return result("error", error=ToolError(error_code="tool_crashed", message=f"{type(exc).__name__}: {exc}"[:500], kind="transient"))
         return result("ok", out)
+
+    async def _unless_cancelled(self, work: Awaitable[ToolOutput], task_id: str) -> ToolOutput:
+        """Await ``work`` while checking the task's cancel flag every ``CANCEL_POLL_S`` seconds.
+
+        When the task is cancelled the tool's coroutine is cancelled (the sandbox then
+        kills its process tree) and ``TaskCancelled`` is raised. A failed check (Redis
+        down) is logged and the tool goes on: cancel is best effort, the result is not.
+        """
+        tool = asyncio.ensure_future(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({tool}, timeout=CANCEL_POLL_S)
+                if done:
+                    return tool.result()
+                try:
+                    cancelled = bool(await self.redis.exists(cancel_key(task_id)))
+                except RedisError as exc:
+                    log.warning("cancel check failed for %s: %r", task_id, exc)
+                    cancelled = False
+                if cancelled:
+                    tool.cancel()
+                    await asyncio.gather(tool, return_exceptions=True)
+                    raise TaskCancelled(task_id)
+        finally:
+            if not tool.done():
+                tool.cancel()
+                await asyncio.gather(tool, return_exceptions=True)
 
     async def handle(self, request: ToolRequested) -> None:
         """Bus handler: idempotent execute-and-publish for one request."""

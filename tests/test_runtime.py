@@ -19,9 +19,10 @@ import pytest
 
 from conduit.client import SseEvent, create_task, stream_task
 from conduit.stack import Stack
-from conduit.testing.bus import agent_events_of
+from conduit.testing.bus import agent_events_of, await_tool_result
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import add_replica, restart, start_stack
+from services.sandbox.isolation import sandbox_status
 
 TOOL_TIMEOUT_S = 4
 APPROVAL_TTL_S = 60
@@ -351,3 +352,26 @@ def test_approval_expiry_runs_nothing(stack, model):
     assert SHORT_APPROVAL_TTL_S - 1 <= time.monotonic() - started < SHORT_APPROVAL_TTL_S + 20
     assert events[-1].event == "task.completed"
     assert "approval_expired" in tool_messages(model.requests[-1])[0]
+
+
+@pytest.mark.skipif(not sandbox_status()[0], reason="sandbox isolation (bubblewrap) unavailable")
+def test_cancel_stops_a_running_sandbox_call(stack, model):
+    """A cancel reaches a call already running: the sandbox kills it instead of letting it finish."""
+    model.push(Turn(tool_calls=[code("import time\ntime.sleep(8)\nprint('finished')")]), Turn(content="不应出现"))
+    call: dict = {}
+
+    def on_event(task_id: str, ev: SseEvent) -> None:
+        if ev.event == "tool.approval_required":
+            call["id"] = ev.data["call_id"]
+            assert decide(stack, task_id, ev.data["call_id"], decision="approve",
+                          arguments_digest=ev.data["arguments_digest"]).status_code == 202
+            time.sleep(1.5)  # the sandbox is running the code now
+            call["cancelled_at"] = time.monotonic()
+            r = httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10)
+            assert r.status_code == 202, r.text
+
+    task_id, events = events_of(stack, "等八秒再回答", on_event)
+    assert types(events)[-1] == "task.cancelled"
+    result = asyncio.run(await_tool_result(stack.settings.bootstrap_servers(), call["id"], timeout_s=30))
+    assert result.payload.error is not None and result.payload.error.error_code == "task_cancelled"
+    assert result.payload.duration_ms < 6000  # stopped about 1.5 s in, not after the 8 s sleep
