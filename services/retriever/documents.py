@@ -6,7 +6,15 @@ sparse encoders see) and ``payload`` (what a search returns). Its point id is
 writes the same ids (idempotent).
 
 Law chunks: ``index_text`` = law name + chapter + section + article number + text
-(FIELD-NOTES: the prefix helps sparse retrieval by several points).
+(FIELD-NOTES: the prefix helps sparse retrieval by several points). A long article
+(>= ``ITEM_MIN_ARTICLE_CHARS`` characters and at least two lines) also gets one ITEM
+chunk per line (paragraph 款 or enumerated item 项; an item is preceded by its lead-in
+line, e.g. 「下列各项个人所得，免征个人所得税：（二）国债和国家发行的金融债券利息；」).
+Item chunks point back to their article (``parent_id`` = the article's point id,
+``parent_text`` = the article text), so a hit on one item is merged into the article
+as the evidence item, like a file's child chunk (``pipeline``): one item of a long
+exemption list embeds and scores close to a question about it, the whole article
+does not (bench/retrieval, docs/retrieval.md "Item chunks").
 File chunks (seed 000 §5, parent/child): a document is split on headings and
 paragraphs into PARENT chunks of up to ``PARENT_CHUNK_CHARS`` (4,000; sections are
 filled to ~3,500-4,000) and each parent into CHILD chunks of up to
@@ -41,6 +49,12 @@ TEXT_SUFFIXES = frozenset({".txt", ".text", ".md", ".markdown"})
 PDF_SUFFIXES = frozenset({".pdf"})
 HTML_SUFFIXES = frozenset({".html", ".htm"})
 SUPPORTED_SUFFIXES = TEXT_SUFFIXES | PDF_SUFFIXES | HTML_SUFFIXES
+ITEM_MIN_ARTICLE_CHARS = 200
+"""Articles at least this long (and with two or more lines) get item chunks (2,882 of the
+23,490 current articles, 15,305 item chunks); 120 and 300 measured no better on bench/retrieval
+(docs/retrieval.md "Item chunks")."""
+ITEM_LEAD_IN_CHARS = 60
+"""At most this many characters of an enumeration's lead-in line are repeated before each item."""
 MAX_FILE_BYTES = 20 * 1024 * 1024
 """Files larger than this (20 MiB) are refused with a per-file reason (``file_chunks(max_bytes=...)``)."""
 
@@ -57,7 +71,8 @@ class Chunk:
     ``index_text`` (embedded and tokenised); ``payload`` (stored and returned;
     always holds tenant_id, document_id, position, title, locator, text, source);
     for a file's child chunk ``parent_position`` and ``child_position`` (0-based:
-    which parent, which child of it), else None (law articles).
+    which parent, which child of it); for a law article's item chunk the article's
+    position and the item's index; else None (the article itself).
     """
 
     document_id: str
@@ -66,6 +81,11 @@ class Chunk:
     payload: dict[str, Any]
     parent_position: int | None = None
     child_position: int | None = None
+
+    @property
+    def is_child(self) -> bool:
+        """True for a file's child chunk or an article's item chunk (hits merge into the parent)."""
+        return self.parent_position is not None
 
     @property
     def id(self) -> str:
@@ -98,13 +118,43 @@ def law_document_id(law: Law) -> str:
     return f"law:{law.law_id}"
 
 
-def law_chunks(law: Law, articles: list[Article]) -> list[Chunk]:
-    """One chunk per article, public (``tenant_id="_public"``), in statute order."""
+_ITEM_LINE = re.compile(r"^\s*[（(][一二三四五六七八九十百零]+[）)]")
+
+
+def article_items(text: str, min_chars: int = ITEM_MIN_ARTICLE_CHARS) -> list[str]:
+    """Item texts of one article: one per non-empty line (paragraph or enumerated item),
+    an item line (``（一）``...) preceded by its lead-in (the closest earlier non-item
+    line, cut to ``ITEM_LEAD_IN_CHARS``). ``[]`` for an article shorter than
+    ``min_chars`` characters or with fewer than two lines (the article chunk suffices).
+    """
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    if len(text) < min_chars or len(lines) < 2:
+        return []
+    out, lead = [], ""
+    for line in lines:
+        if _ITEM_LINE.match(line):
+            out.append(f"{lead}{line}")
+        else:
+            out.append(line)
+            lead = line if len(line) <= ITEM_LEAD_IN_CHARS else line[:ITEM_LEAD_IN_CHARS] + "……"
+    return out
+
+
+def law_chunks(law: Law, articles: list[Article], items: bool = True) -> list[Chunk]:
+    """One chunk per article, public (``tenant_id="_public"``), in statute order; with
+    ``items`` each long article is followed by its item chunks (``article_items``).
+
+    An article chunk's id and position are ``point_id(doc, n)`` / ``n`` for the n-th
+    article (unchanged by item chunks, so old stores keep their vectors). An item chunk
+    has the article's ``position``, id ``child_point_id(doc, n, k)``, and payload = the
+    article's payload with ``text`` = the item, ``parent_text`` = the article text,
+    ``parent_id`` = the article's point id, ``parent_position`` = n, ``child_position`` = k.
+    """
     doc_id = law_document_id(law)
     chunks = []
     for pos, art in enumerate(articles):
         prefix = " ".join(x for x in (law.law_name, art.chapter, art.section, art.article_no) if x)
-        chunks.append(Chunk(doc_id, pos, f"{prefix}\n{art.text}", {
+        payload = {
             "tenant_id": PUBLIC_TENANT,
             "document_id": doc_id,
             "position": pos,
@@ -120,7 +170,13 @@ def law_chunks(law: Law, articles: list[Article]) -> list[Chunk]:
             "version_date": law.version_date,
             "effective_date": law.effective_date,
             "text": art.text,
-        }))
+        }
+        chunks.append(Chunk(doc_id, pos, f"{prefix}\n{art.text}", payload))
+        for k, item in enumerate(article_items(art.text) if items else []):
+            chunks.append(Chunk(doc_id, pos, f"{prefix}\n{item}", {
+                **payload, "text": item, "parent_text": art.text, "parent_id": point_id(doc_id, pos),
+                "parent_position": pos, "child_position": k,
+            }, pos, k))
     return chunks
 
 

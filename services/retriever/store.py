@@ -9,11 +9,14 @@ Payload fields every chunk carries (indexed: ``tenant_id``, ``document_id``,
 ``document_id``, ``position`` (0-based chunk index in its document),
 ``content_hash`` and the display fields (``title``, ``locator``, ``text``...).
 
-``hybrid_query`` runs ONE query: a dense and a sparse prefetch fused by RRF with
+``hybrid_query`` runs ONE query: one dense prefetch per query vector (kb_search passes
+two: the question as asked and its expansion) and a sparse prefetch, fused by RRF with
 ``k = settings.rrf_k`` (60; always explicit: qdrant-client's plain RRF uses k=2,
 FIELD-NOTES). Each hit also carries its dense cosine similarity to the query
-(``Hit.dense_score``), computed from the returned dense vector, because the seed
-000 thresholds apply to the dense cosine, never to the fused RRF score.
+(``Hit.dense_score``, the best over the query vectors; from the returned dense
+vectors, or on Edge from an id-filtered exact query), because the seed 000
+thresholds apply to the dense cosine, never to the fused RRF score. Dense search
+looks at a tenant's own chunks and the public corpus apart (``SearchFilter.dense_parts``).
 
 Backends:
 - ``EdgeVectorStore``: Qdrant Edge shard in ``settings.data_dir / "qdrant"``
@@ -82,6 +85,22 @@ class SearchFilter:
         """What a tenant may read: its own chunks and the public corpus."""
         return cls(tenant_ids=tuple(dict.fromkeys([tenant_id, PUBLIC_TENANT])))
 
+    def dense_parts(self) -> list["SearchFilter"]:
+        """The filter split for dense search: ``[own tenants, public corpus]`` when it spans the
+        public corpus and other tenants, else ``[self]``.
+
+        Why: the HNSW graph is dominated by the 38,795 public law chunks, and a tenant's few
+        chunks (another language, another topic) sit on an island that graph search can miss:
+        with law item chunks added, the USE dense top 10 of 「Nebula API rate limit per key」
+        missed its tenant chunk (cosine 0.45; exact search ranks it first). Searched apart, a
+        small tenant's chunks are scored exactly (Qdrant plans a filtered scan on the indexed
+        ``tenant_id`` below its full-scan threshold), and both lists are re-ranked by cosine.
+        """
+        if not self.tenant_ids or PUBLIC_TENANT not in self.tenant_ids or len(self.tenant_ids) < 2:
+            return [self]
+        own = tuple(t for t in self.tenant_ids if t != PUBLIC_TENANT)
+        return [SearchFilter(own, self.document_ids), SearchFilter((PUBLIC_TENANT,), self.document_ids)]
+
 
 @dataclass
 class Hit:
@@ -99,18 +118,28 @@ class Hit:
     dense_score: float | None = None
 
 
-def _cosine(query_unit: np.ndarray, vector: Sequence[float] | None) -> float | None:
-    if vector is None:
-        return None
-    v = np.asarray(vector, dtype=np.float32)
-    n = float(np.linalg.norm(v))
-    return float(np.dot(query_unit, v) / n) if n else 0.0
+def _cosines(queries_unit: np.ndarray, vectors: Sequence[Sequence[float] | None]) -> list[float | None]:
+    """Best cosine of each stored vector (None stays None) to the unit query rows ``(m, dim)``,
+    in one matrix product (per-hit numpy calls cost ~0.5 ms per search)."""
+    present = [i for i, v in enumerate(vectors) if v is not None]
+    out: list[float | None] = [None] * len(vectors)
+    if present:
+        matrix = np.asarray([vectors[i] for i in present], dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1)
+        norms[norms == 0] = 1.0
+        best = (matrix @ queries_unit.T).max(axis=1) / norms
+        for i, value in zip(present, best.tolist()):
+            out[i] = value
+    return out
 
 
-def _unit(dense: np.ndarray) -> np.ndarray:
-    v = np.asarray(dense, dtype=np.float32).reshape(-1)
-    n = float(np.linalg.norm(v))
-    return v / n if n else v
+def _units(dense: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """Query vector(s) as float32 unit rows ``(m, dim)`` (a single ``(dim,)`` vector gives m = 1)."""
+    m = np.asarray(dense, dtype=np.float32)
+    m = m.reshape(1, -1) if m.ndim == 1 else m
+    n = np.linalg.norm(m, axis=1, keepdims=True)
+    n[n == 0] = 1.0
+    return m / n
 
 
 class VectorStore(ABC):
@@ -125,7 +154,7 @@ class VectorStore(ABC):
         self.dim = dim
         self.rrf_k = rrf_k
         self.rrf_weights: tuple[float, float] | None = None
-        """(dense, sparse) RRF weights; None = equal (plain RRF)."""
+        """(dense, sparse) RRF weights (the dense one applies to each dense branch); None = equal (plain RRF)."""
         self.exact = False
         """True: dense search scans every vector (exact) instead of the HNSW graph."""
 
@@ -162,34 +191,65 @@ class VectorStore(ABC):
 
     @abstractmethod
     def _query(self, *, dense: np.ndarray | None, sparse: SparseVec | None, flt: SearchFilter | None,
-               limit: int, prefetch_limit: int) -> list[tuple[str, float, dict, Sequence[float] | None]]:
-        """(id, score, payload, dense vector or None) rows; hybrid when both vectors are given."""
+               limit: int, prefetch_limit: int, weights: Sequence[float] | None = None,
+               with_vectors: bool = True) -> list[tuple[str, float, dict, Sequence[float] | None]]:
+        """(id, score, payload, dense vector or None) rows. ``dense``: unit query rows ``(m, dim)``
+        or None; one prefetch per row plus the sparse one, fused by RRF when there are two or more
+        branches, with ``weights`` (one per branch, dense rows first) or None for plain RRF.
+        ``with_vectors``: return the stored dense vectors (else None in their place)."""
 
-    def hybrid_query(self, dense: np.ndarray, sparse: SparseVec, flt: SearchFilter | None = None,
-                     limit: int = 10, prefetch_limit: int | None = None) -> list[Hit]:
+    vectors_for_scores = True
+    """True: ``_dense_cosines`` computes cosines from vectors returned by the query."""
+
+    def _dense_cosines(self, queries_unit: np.ndarray,
+                       rows: list[tuple[str, float, dict, Sequence[float] | None]]) -> list[float | None]:
+        """Best cosine of each row's chunk to the unit query rows (from the returned vectors)."""
+        return _cosines(queries_unit, [vec for *_, vec in rows])
+
+    def branch_weights(self, dense_rows: int) -> list[float] | None:
+        """RRF weights (``rrf_weights``: dense per dense branch, then sparse) for ``dense_rows`` dense
+        branches and one sparse branch; None for plain RRF. Qdrant's weighted RRF rescales the
+        position (``1 / ((pos + 1) / w + k - 1)``), so at k = 60 a weight of 2 changes a top
+        hit's share by ~1 %: to count a list twice, give it twice (``hybrid_query``)."""
+        if not self.rrf_weights:
+            return None
+        wd, ws = self.rrf_weights
+        return [wd] * dense_rows + [ws]
+
+    def hybrid_query(self, dense: np.ndarray | Sequence[np.ndarray], sparse: SparseVec,
+                     flt: SearchFilter | None = None, limit: int = 10,
+                     prefetch_limit: int | None = None) -> list[Hit]:
         """Dense + sparse prefetches fused by RRF(k=rrf_k) in one query call.
 
-        ``dense``: query vector ``(dim,)``; ``sparse``: query term vector (when it is
-        empty, e.g. only stop words, the search is dense only). ``prefetch_limit``:
-        candidates per branch (default ``max(DEFAULT_PREFETCH, 4 * limit)``).
-        Returns up to ``limit`` hits in fused order, each with ``dense_score``.
+        ``dense``: one query vector ``(dim,)`` or several ``(m, dim)`` (one dense prefetch
+        each, e.g. the question and its expansion); ``sparse``: query term vector (when it
+        is empty, e.g. only stop words, only the dense branches are fused). ``prefetch_limit``:
+        candidates per branch (default ``max(DEFAULT_PREFETCH, 4 * limit)``). The same vector
+        given twice is searched twice and so counts twice in the fusion (kb_search does that
+        for a question without expansion, keeping dense:sparse at 2:1).
+        Returns up to ``limit`` hits in fused order, each with ``dense_score`` = the best
+        cosine to any of the query vectors.
         """
-        q = _unit(dense)
+        q = _units(dense)
         pl = prefetch_limit or max(DEFAULT_PREFETCH, 4 * limit)
-        rows = self._query(dense=q, sparse=sparse if len(sparse) else None, flt=flt, limit=limit, prefetch_limit=pl)
-        return [Hit(pid, score, payload, _cosine(q, vec)) for pid, score, payload, vec in rows]
+        rows = self._query(dense=q, sparse=sparse if len(sparse) else None, flt=flt, limit=limit, prefetch_limit=pl,
+                           weights=self.branch_weights(len(q)), with_vectors=self.vectors_for_scores)
+        cosines = self._dense_cosines(q, rows)
+        return [Hit(pid, score, payload, cos) for (pid, score, payload, _), cos in zip(rows, cosines)]
 
     def dense_query(self, dense: np.ndarray, flt: SearchFilter | None = None, limit: int = 10) -> list[Hit]:
         """Nearest chunks by dense cosine only (benchmarks); ``score == dense_score``."""
-        q = _unit(dense)
-        rows = self._query(dense=q, sparse=None, flt=flt, limit=limit, prefetch_limit=limit)
-        return [Hit(pid, score, payload, _cosine(q, vec)) for pid, score, payload, vec in rows]
+        q = _units(dense)[:1]
+        rows = self._query(dense=q, sparse=None, flt=flt, limit=limit, prefetch_limit=limit,
+                           with_vectors=self.vectors_for_scores)
+        cosines = self._dense_cosines(q, rows)
+        return [Hit(pid, score, payload, cos) for (pid, score, payload, _), cos in zip(rows, cosines)]
 
     def sparse_query(self, sparse: SparseVec, flt: SearchFilter | None = None, limit: int = 10) -> list[Hit]:
         """Best chunks by sparse BM25*IDF only (benchmarks); ``dense_score`` is None."""
         if not len(sparse):
             return []
-        rows = self._query(dense=None, sparse=sparse, flt=flt, limit=limit, prefetch_limit=limit)
+        rows = self._query(dense=None, sparse=sparse, flt=flt, limit=limit, prefetch_limit=limit, with_vectors=False)
         return [Hit(pid, score, payload, None) for pid, score, payload, _ in rows]
 
     # ---- lifecycle
@@ -303,29 +363,66 @@ class EdgeVectorStore(VectorStore):
             )
         return {str(r.id): dict(r.payload or {}) for r in records}
 
-    def _query(self, *, dense, sparse, flt, limit, prefetch_limit):
+    vectors_for_scores = False  # see _dense_cosines
+
+    def _dense_cosines(self, queries_unit: np.ndarray, rows) -> list[float | None]:
+        """Cosines by a second, id-filtered query per query vector (exact: Qdrant scans the few ids).
+
+        Cheaper in process than returning the vectors: 18 hits x 512 floats as Python lists
+        plus numpy cost ~0.9 ms per search, the id-filtered queries ~0.2 ms each (measured
+        on the full corpus, bench/retrieval)."""
+        if not rows:
+            return []
+        qe = self._qe
+        ids = {uuid.UUID(pid) for pid, *_ in rows}
+        flt = qe.Filter(must=[qe.HasIdCondition(ids)])
+        best: dict[str, float] = {}
+        for row in np.unique(queries_unit, axis=0):  # the same vector twice (no expansion) is scored once
+            request = qe.QueryRequest(limit=len(ids), query=qe.Query.Nearest(row.tolist(), using=DENSE), filter=flt,
+                                      params=qe.SearchParams(exact=True), with_payload=False, with_vector=False)
+            with self._lock:
+                points = self._shard.query(request)
+            for p in points:
+                key = str(p.id)
+                best[key] = max(best.get(key, -1.0), float(p.score))
+        return [best.get(pid) for pid, *_ in rows]
+
+    def _query(self, *, dense, sparse, flt, limit, prefetch_limit, weights=None, with_vectors=True):
         qe = self._qe
         nf = self._native_filter(flt)
-        branches, params = [], []
         exact = qe.SearchParams(exact=True) if self.exact else None
-        if dense is not None:
-            branches.append(qe.Query.Nearest(dense.tolist(), using=DENSE))
-            params.append(exact)
+        parts = [self._native_filter(f) for f in (flt.dense_parts() if flt else [None])]
+
+        def dense_branch(row: np.ndarray, n: int):
+            near = qe.Query.Nearest(row.tolist(), using=DENSE)
+            if len(parts) == 1:
+                return qe.Prefetch(limit=n, query=near, filter=nf, params=exact)
+            # own tenants and public corpus searched apart, then re-ranked together by cosine
+            return qe.Prefetch(limit=n, query=near, prefetches=[
+                qe.Prefetch(limit=n, query=near, filter=part, params=exact) for part in parts])
+
+        branches = [dense_branch(row, prefetch_limit) for row in (dense if dense is not None else [])]
         if sparse is not None:
-            branches.append(qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE))
-            params.append(None)
-        if len(branches) == 2:
-            weights = list(self.rrf_weights) if self.rrf_weights else None
+            branches.append(qe.Prefetch(limit=prefetch_limit, filter=nf, query=qe.Query.Nearest(
+                qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)))
+        else:
+            weights = weights[:-1] if weights else None
+        with_vector = [DENSE] if dense is not None and with_vectors else False
+        if len(branches) >= 2:
+            # the prefetches are filtered; the fusion only ranks their candidates, so no second filter
             request = qe.QueryRequest(
-                limit=limit,
-                prefetches=[qe.Prefetch(limit=prefetch_limit, query=b, filter=nf, params=p)
-                            for b, p in zip(branches, params)],
-                query=qe.Fusion.Rrf(k=self.rrf_k, weights=weights),
-                filter=nf, with_payload=True, with_vector=[DENSE],
+                limit=limit, prefetches=branches,
+                query=qe.Fusion.Rrf(k=self.rrf_k, weights=list(weights) if weights else None),
+                with_payload=True, with_vector=with_vector,
             )
         else:
-            request = qe.QueryRequest(limit=limit, query=branches[0], filter=nf, with_payload=True, params=params[0],
-                                      with_vector=[DENSE] if dense is not None else False)
+            one = branches[0]
+            if one.prefetches:
+                request = qe.QueryRequest(limit=limit, query=one.query, prefetches=one.prefetches,
+                                          with_payload=True, with_vector=with_vector)
+            else:
+                request = qe.QueryRequest(limit=limit, query=one.query, filter=nf, params=one.params,
+                                          with_payload=True, with_vector=with_vector)
         with self._lock:
             points = self._shard.query(request)
         return [
@@ -439,22 +536,38 @@ class ClientVectorStore(VectorStore):
         records = self._client.retrieve(self.collection, ids=list(ids), with_payload=list(keys), with_vectors=False)
         return {str(r.id): dict(r.payload or {}) for r in records}
 
-    def _query(self, *, dense, sparse, flt, limit, prefetch_limit):
+    def _query(self, *, dense, sparse, flt, limit, prefetch_limit, weights=None, with_vectors=True):
         m = self._m
         nf = self._native_filter(flt)
         sparse_q = m.SparseVector(indices=list(sparse.indices), values=list(sparse.values)) if sparse is not None else None
         exact = m.SearchParams(exact=True) if self.exact else None
-        if dense is not None and sparse_q is not None:
-            weights = list(self.rrf_weights) if self.rrf_weights else None
+        rows = list(dense) if dense is not None else []
+        parts = [self._native_filter(f) for f in (flt.dense_parts() if flt else [None])]
+
+        def dense_branch(row: np.ndarray):
+            if len(parts) == 1:
+                return m.Prefetch(query=row.tolist(), using=DENSE, limit=prefetch_limit, filter=nf, params=exact)
+            return m.Prefetch(query=row.tolist(), using=DENSE, limit=prefetch_limit, prefetch=[  # see dense_parts
+                m.Prefetch(query=row.tolist(), using=DENSE, limit=prefetch_limit, filter=part, params=exact)
+                for part in parts])
+
+        prefetch = [dense_branch(row) for row in rows]
+        if sparse_q is not None:
+            prefetch.append(m.Prefetch(query=sparse_q, using=SPARSE, limit=prefetch_limit, filter=nf))
+        else:
+            weights = weights[:-1] if weights else None
+        if len(prefetch) >= 2:
             response = self._client.query_points(
-                self.collection,
-                prefetch=[m.Prefetch(query=dense.tolist(), using=DENSE, limit=prefetch_limit, filter=nf, params=exact),
-                          m.Prefetch(query=sparse_q, using=SPARSE, limit=prefetch_limit, filter=nf)],
-                query=m.RrfQuery(rrf=m.Rrf(k=self.rrf_k, weights=weights)),
-                query_filter=nf, limit=limit, with_payload=True, with_vectors=[DENSE],
+                self.collection, prefetch=prefetch,
+                query=m.RrfQuery(rrf=m.Rrf(k=self.rrf_k, weights=list(weights) if weights else None)),
+                query_filter=nf, limit=limit, with_payload=True, with_vectors=[DENSE] if rows else False,
             )
-        elif dense is not None:
-            response = self._client.query_points(self.collection, query=dense.tolist(), using=DENSE, query_filter=nf,
+        elif rows and len(parts) > 1:
+            response = self._client.query_points(self.collection, query=rows[0].tolist(), using=DENSE,
+                                                 prefetch=prefetch[0].prefetch, limit=limit, with_payload=True,
+                                                 with_vectors=[DENSE])
+        elif rows:
+            response = self._client.query_points(self.collection, query=rows[0].tolist(), using=DENSE, query_filter=nf,
                                                  search_params=exact, limit=limit, with_payload=True, with_vectors=[DENSE])
         else:
             response = self._client.query_points(self.collection, query=sparse_q, using=SPARSE, query_filter=nf,
