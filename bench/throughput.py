@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import os
 import time
+import uuid
 
 import httpx
 
@@ -27,39 +28,61 @@ from bench.stackbench import model_stack, sse_events
 from conduit.services import ServiceProcess
 from conduit.testing.scripted_model import Turn
 
+RETRIES = 5
+"""Connection failures a session retries per task, like a real client (POST with the same
+Idempotency-Key, the stream with Last-Event-ID); each retry is counted in ``retries``."""
+
 
 async def load(base: str, sessions: int, seconds: float) -> dict:
+    """Run ``sessions`` closed-loop clients for ``seconds``; return rate, latencies, failures and retries."""
     done: list[float] = []
     failed = [0]
     reasons: dict[str, int] = {}
+    retries: dict[str, int] = {}
     stop_at = time.perf_counter() + seconds
+
+    def count(table: dict[str, int], key: str) -> None:
+        table[key] = table.get(key, 0) + 1
+
     async with httpx.AsyncClient(base_url=base, limits=httpx.Limits(max_connections=2 * sessions + 20),
                                  timeout=60) as client:
+        async def one_task(i: int) -> str | None:
+            """One question to its terminal event type (None when the retries ran out)."""
+            key, task_id, last = uuid.uuid4().hex, None, 0
+            for _ in range(RETRIES + 1):
+                try:
+                    if task_id is None:
+                        r = await client.post("/v1/tasks", json={"question": f"load {i}"}, headers={"Idempotency-Key": key})
+                        r.raise_for_status()
+                        task_id = r.json()["task_id"]
+                    async for ev, data in sse_events(client, "GET", f"/v1/tasks/{task_id}/events",
+                                                     headers={"Last-Event-ID": str(last)}):
+                        last += 1  # events are numbered 1, 2, ... without gaps
+                        if ev in ("task.completed", "task.failed", "task.cancelled"):
+                            if ev != "task.completed":
+                                count(reasons, f"{ev}:{data.get('code', '')}")
+                            return ev
+                    count(reasons, "stream ended without a terminal event")
+                    return None
+                except httpx.TransportError as exc:
+                    count(retries, type(exc).__name__)
+                except httpx.HTTPStatusError as exc:
+                    count(reasons, f"HTTP {exc.response.status_code}")
+                    return None
+            count(reasons, "retries exhausted")
+            return None
+
         async def session(i: int) -> None:
             while time.perf_counter() < stop_at:
                 t0 = time.perf_counter()
-                try:
-                    r = await client.post("/v1/tasks", json={"question": f"load {i}"})
-                    r.raise_for_status()
-                    end = None
-                    async for ev, data in sse_events(client, "GET", f"/v1/tasks/{r.json()['task_id']}/events"):
-                        if ev in ("task.completed", "task.failed", "task.cancelled"):
-                            end = ev
-                            if ev != "task.completed":
-                                reasons[f"{ev}:{data.get('code', '')}"] = reasons.get(f"{ev}:{data.get('code', '')}", 0) + 1
-                            break
-                    if end is None:
-                        reasons["stream ended without a terminal event"] = reasons.get("stream ended without a terminal event", 0) + 1
-                except httpx.HTTPError as exc:
-                    end = None
-                    reasons[type(exc).__name__] = reasons.get(type(exc).__name__, 0) + 1
+                end = await one_task(i)
                 if end == "task.completed" and time.perf_counter() <= stop_at:
                     done.append(time.perf_counter() - t0)
                 elif end != "task.completed":
                     failed[0] += 1
 
         await asyncio.gather(*(session(i) for i in range(sessions)))
-    return {"rate": len(done) / seconds, "lat": done, "failed": failed[0], "reasons": reasons}
+    return {"rate": len(done) / seconds, "lat": done, "failed": failed[0], "reasons": reasons, "retries": retries}
 
 
 def main() -> None:
@@ -91,8 +114,9 @@ def main() -> None:
                     cpu = ", ".join(f"{k} {v:.1f}" for k, v in per_task.items())
                     ms = [x * 1000 for x in r["lat"]]
                     why = ", ".join(f"{k} ×{v}" for k, v in r["reasons"].items())
+                    again = ", ".join(f"{k} ×{v}" for k, v in r["retries"].items()) or "0"
                     rows.append(f"| {replicas} | {c} | **{r['rate']:.1f}** | {pct(ms, 50):.0f} ms | {pct(ms, 99):.0f} ms | "
-                                f"{r['failed']}{f' ({why})' if why else ''} | {cpu} |")
+                                f"{r['failed']}{f' ({why})' if why else ''} | {again} | {cpu} |")
                     print(rows[-1], flush=True)
         finally:
             for p in extra:
@@ -108,8 +132,8 @@ Closed-loop sessions (ask, stream to the end, ask again) for {a.seconds:g} s per
 the scripted model answers directly after {a.model_delay_s:g} s. Ideal rate = sessions / (1 s + overhead).
 Everything (broker, Redis, gateway, orchestrators, model, clients) shares the same 2 cores.
 
-| orchestrators | sessions | completed tasks/s | task latency p50 | p99 | failed | CPU ms per completed task |
-| --- | --- | --- | --- | --- | --- | --- |
+| orchestrators | sessions | completed tasks/s | task latency p50 | p99 | failed | client retries | CPU ms per completed task |
+| --- | --- | --- | --- | --- | --- | --- | --- |
 {table}
 """)
 

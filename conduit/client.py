@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -50,15 +52,27 @@ def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
         yield SseEvent(eid, etype, json.loads("\n".join(data)))
 
 
-def create_task(base_url: str, question: str, session_id: str | None = None, timeout_s: float = 10.0, **extra: Any) -> dict[str, Any]:
+def create_task(base_url: str, question: str, session_id: str | None = None, timeout_s: float = 10.0,
+                attempts: int = 3, **extra: Any) -> dict[str, Any]:
     """``POST /v1/tasks``; returns the 202 body ``{task_id, session_id, events_url}``.
 
-    Raises ``httpx.HTTPStatusError`` on an error status (body has ``error.code``).
+    Sends one random ``Idempotency-Key`` and retries a failed connection up to
+    ``attempts`` times with it, so a retry never creates a second task.
+    Raises ``httpx.HTTPStatusError`` on an error status (body has ``error.code``) and
+    ``httpx.TransportError`` when every attempt failed to connect or read.
     """
     body: dict[str, Any] = {"question": question, **extra}
     if session_id:
         body["session_id"] = session_id
-    resp = httpx.post(f"{base_url}/v1/tasks", json=body, timeout=timeout_s)
+    headers = {"Idempotency-Key": uuid.uuid4().hex}
+    for attempt in range(1, attempts + 1):
+        try:
+            resp = httpx.post(f"{base_url}/v1/tasks", json=body, headers=headers, timeout=timeout_s)
+            break
+        except httpx.TransportError:
+            if attempt == attempts:
+                raise
+            time.sleep(0.2 * attempt)
     resp.raise_for_status()
     return resp.json()
 

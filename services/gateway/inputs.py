@@ -88,6 +88,27 @@ def last_event_id(request: Request) -> int:
     return int(raw)
 
 
+IDEMPOTENCY_KEY_MAX = 255
+"""Longest ``Idempotency-Key`` header accepted (characters)."""
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header (seed 003: a retried create must not run twice), or None.
+
+    Raises:
+        ApiError: 422 ``invalid_request`` when it is empty, longer than ``IDEMPOTENCY_KEY_MAX``
+            characters, or not printable ASCII.
+    """
+    raw = request.headers.get("idempotency-key")
+    if raw is None:
+        return None
+    key = raw.strip()
+    if not key or len(key) > IDEMPOTENCY_KEY_MAX or not all(33 <= ord(c) < 127 for c in key):
+        raise ApiError(422, "invalid_request",
+                       f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} printable ASCII characters without spaces")
+    return key
+
+
 def traceparent(request: Request) -> str | None:
     """The W3C ``traceparent`` header if present and well formed, else None (invalid ones are ignored)."""
     value = request.headers.get("traceparent", "").strip().lower()

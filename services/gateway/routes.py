@@ -2,6 +2,8 @@
 
 - ``POST /v1/tasks``               body ``TaskCreate`` -> 202 ``TaskCreated`` (+ ``Location``)
 - ``POST /v1/ask``                 body ``TaskCreate`` -> 200 ``text/event-stream`` of the new task
+  (both take an optional ``Idempotency-Key`` header: a retry with the same key and body
+  gets the same task, marked ``Idempotent-Replayed: true``; another body -> 409)
 - ``GET  /v1/tasks/{id}``          -> 200 ``TaskView``
 - ``GET  /v1/tasks/{id}/events``   -> 200 ``text/event-stream``; resume with ``Last-Event-ID``
   header or ``?last_event_id=`` (header wins)
@@ -39,19 +41,25 @@ _SSE_DOC = {200: {"content": {"text/event-stream": {}}, "description": "SSE stre
 @router.post("/tasks", status_code=202, response_model=TaskCreated, openapi_extra=_BODY_DOC, responses=_ERRORS)
 async def post_task(request: Request, state: GatewayState = Depends(get_state)) -> JSONResponse:
     """Queue a question; stream its events from ``events_url``."""
+    key = inputs.idempotency_key(request)
     body = await inputs.read_task_create(request, state.settings)
-    created = await tasks.create_task(state, body, inputs.traceparent(request))
-    return JSONResponse(created.model_dump(mode="json"), status_code=202,
-                        headers={"Location": f"/v1/tasks/{created.task_id}"})
+    created, replayed = await tasks.create_task(state, body, inputs.traceparent(request), key)
+    headers = {"Location": f"/v1/tasks/{created.task_id}"}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse(created.model_dump(mode="json"), status_code=202, headers=headers)
 
 
 @router.post("/ask", openapi_extra=_BODY_DOC, responses={**_ERRORS, **_SSE_DOC}, response_class=EventSourceResponse)
 async def ask(request: Request, state: GatewayState = Depends(get_state)) -> EventSourceResponse:
     """Queue a question and stream its events (task.accepted .. terminal) in this response."""
+    key = inputs.idempotency_key(request)
     body = await inputs.read_task_create(request, state.settings)
-    created = await tasks.create_task(state, body, inputs.traceparent(request))
-    return sse_response(state, created.task_id, after=0,
-                        headers={"X-Task-Id": created.task_id, "Content-Location": created.events_url})
+    created, replayed = await tasks.create_task(state, body, inputs.traceparent(request), key)
+    headers = {"X-Task-Id": created.task_id, "Content-Location": created.events_url}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return sse_response(state, created.task_id, after=0, headers=headers)
 
 
 @router.get("/tasks/{task_id}", response_model=TaskView, responses=_ERRORS)

@@ -15,6 +15,8 @@ finds the log sealed (``append`` returns -1) and must drop the task.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import uuid
 
@@ -22,7 +24,12 @@ from conduit import bus, tracing
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
 from contracts.envelope import Envelope, utcnow
-from contracts.events import CancelPayload, QuestionAsked, QuestionPayload, TaskCancelled
+from contracts.events import (
+    CancelPayload,
+    QuestionAsked,
+    QuestionPayload,
+    TaskCancelled,
+)
 from contracts.stream import TaskAccepted, TaskFailed
 from services.gateway.errors import ApiError
 from services.gateway.state import GatewayState
@@ -40,24 +47,50 @@ async def publish(state: GatewayState, topic: str, event: Envelope) -> None:
     await asyncio.wait_for(bus.publish(state.broker, topic, event), state.settings.gateway_publish_timeout_s)
 
 
-async def create_task(state: GatewayState, body: TaskCreate, traceparent: str | None) -> TaskCreated:
-    """Create a task (record, ``TaskAccepted``, ``QuestionAsked``) and return its ids.
+async def create_task(state: GatewayState, body: TaskCreate, traceparent: str | None,
+                      idempotency_key: str | None = None) -> tuple[TaskCreated, bool]:
+    """Create a task (record, ``TaskAccepted``, ``QuestionAsked``); return ``(ids, replayed)``.
 
     ``task_id`` is a uuid4 hex; ``session_id`` is the body's or a new uuid4 hex.
+    With ``idempotency_key`` (the client's ``Idempotency-Key`` header), the first request
+    with that key (per tenant, for ``task_events_ttl_s`` seconds) creates the task and
+    later ones with the same body get the same ids back (``replayed`` True) and create
+    nothing; a failed publish frees the key so a retry can create the task.
 
     Raises:
-        ApiError: 503 ``broker_unavailable`` when Kafka did not ack the publish
+        ApiError: 409 ``idempotency_key_reused`` when the key was used with another body;
+            503 ``broker_unavailable`` when Kafka did not ack the publish
             (the task is then recorded ``failed`` and its log sealed).
         redis.RedisError: Redis failed (answered 503 ``store_unavailable``).
     """
     task_id = uuid.uuid4().hex
+    session_id = body.session_id or uuid.uuid4().hex
+    tenant = state.settings.default_tenant
+    claim = None
+    if idempotency_key is not None:
+        claim = f"conduit:idempotency:{tenant}:{hashlib.sha256(idempotency_key.encode()).hexdigest()}"
+        digest = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+        record = json.dumps({"task_id": task_id, "session_id": session_id, "body": digest})
+        if not await state.redis.set(claim, record, nx=True, ex=state.settings.task_events_ttl_s):
+            earlier = json.loads(await state.redis.get(claim) or record)
+            if earlier["body"] != digest:
+                raise ApiError(409, "idempotency_key_reused",
+                               "this Idempotency-Key was already used for a different request body",
+                               {"task_id": earlier["task_id"]})
+            return TaskCreated(task_id=earlier["task_id"], session_id=earlier["session_id"],
+                               events_url=events_url(earlier["task_id"])), True
     # one trace per task: continue the client's traceparent or start one (tracing off: a random id)
     with tracing.span("task create", traceparent, kind=tracing.SpanKind.SERVER, task_id=task_id) as tp:
-        return await _create_task(state, body, task_id, tp)
+        try:
+            return await _create_task(state, body, task_id, session_id, tp), False
+        except ApiError:
+            if claim is not None:
+                await state.redis.delete(claim)  # not queued: a retry with this key may create it
+            raise
 
 
-async def _create_task(state: GatewayState, body: TaskCreate, task_id: str, traceparent: str) -> TaskCreated:
-    session_id = body.session_id or uuid.uuid4().hex
+async def _create_task(state: GatewayState, body: TaskCreate, task_id: str, session_id: str,
+                       traceparent: str) -> TaskCreated:
     tenant = state.settings.default_tenant
     view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=body.user_id,
                     status="accepted", question=body.question, created_at=utcnow())
