@@ -61,7 +61,7 @@ class Settings(BaseSettings):
     # ---- gateway internals (services/gateway; owned by the gateway engineer)
     gateway_publish_timeout_s: float = Field(default=5.0, description="max wait for Kafka's ack of a publish; then 503")
     gateway_ready_timeout_s: float = Field(default=2.0, description="per-check timeout of GET /readyz (Redis ping, Kafka metadata)")
-    gateway_sse_poll_ms: int = Field(default=2000, description="XREAD BLOCK per SSE read (ms); bounds how late an expired task is noticed")
+    gateway_sse_poll_ms: int = Field(default=2000, description="block of the gateway's shared XREAD and of each stream's wait (ms); bounds how late an expired task is noticed")
     gateway_shutdown_grace_s: float = Field(default=10.0, description="uvicorn graceful-shutdown timeout on SIGTERM (seconds)")
 
     # ---- model
@@ -142,7 +142,7 @@ class Settings(BaseSettings):
 
     # ---- observability (conduit.metrics, conduit.tracing)
     metrics_port: int = Field(default=0, description="port of /metrics for services without HTTP (not the gateway); 0 = off (embedded stack: set per process)")
-    redis_max_connections: int = Field(default=4096, description="Redis connections per process (each open SSE stream holds one)")
+    redis_max_connections: int = Field(default=64, description="Redis connections per client pool; commands wait for a free one (SSE streams share the gateway's one stream reader)")
     redis_socket_timeout_s: float = Field(
         default=30.0, description="Redis socket read timeout (seconds); must exceed the SSE poll block (CONDUIT_GATEWAY_SSE_POLL_MS)")
     otlp_endpoint: str | None = Field(default=None, description="OTLP/HTTP collector base URL for traces (e.g. http://otel-collector:4318); unset = tracing off")

@@ -135,6 +135,22 @@ async def consume(bootstrap: str, topic: str, match: Callable[[ConsumerRecord], 
         await consumer.stop()
 
 
+async def consume_all(bootstrap: str, topic: str, match: Callable[[ConsumerRecord], bool]) -> list[ConsumerRecord]:
+    """Every record on ``topic`` for which ``match`` is true (read until three empty fetches in a row)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=10)
+    await consumer.start()
+    found, empty = [], 0
+    try:
+        while empty < 3:
+            batch = await consumer.getmany(timeout_ms=200)
+            empty = 0 if batch else empty + 1
+            found += [rec for records in batch.values() for rec in records if match(rec)]
+        return found
+    finally:
+        await consumer.stop()
+
+
 def question_of(rec: ConsumerRecord) -> str | None:
     """The question of a ``QuestionAsked`` record, None for anything else on the topic."""
     try:
@@ -182,6 +198,29 @@ async def test_post_task_publishes_question(client, infra_stack, redis):
 
     again = await client.post("/v1/tasks", json={"question": "follow-up", "session_id": session_id})
     assert again.json()["session_id"] == session_id
+
+
+async def test_idempotency_key_replays_the_same_task(client, infra_stack):
+    """A retried POST with the same Idempotency-Key and body gets the same task; nothing is queued twice."""
+    key, question = f"retry-{uuid.uuid4().hex}", f"q-{uuid.uuid4().hex}"
+    first = await client.post("/v1/tasks", json={"question": question}, headers={"Idempotency-Key": key})
+    again = await client.post("/v1/tasks", json={"question": question}, headers={"Idempotency-Key": key})
+    assert first.status_code == again.status_code == 202
+    assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    task_id = first.json()["task_id"]
+    # one question on the bus for that key
+    await consume(infra_stack.bootstrap, topics.QUESTIONS, lambda r: r.key == task_id.encode())
+    asked = await consume_all(infra_stack.bootstrap, topics.QUESTIONS,
+                              lambda r: question_of(r) == question)
+    assert len(asked) == 1
+
+    other = await client.post("/v1/tasks", json={"question": "something else"}, headers={"Idempotency-Key": key})
+    assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_key_reused"
+    assert other.json()["error"]["details"]["task_id"] == task_id
+    for bad in ("", "has space", "x" * 256):
+        resp = await client.post("/v1/tasks", json={"question": question}, headers={"Idempotency-Key": bad})
+        assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request", bad
 
 
 async def test_sse_streams_prior_and_live_events_then_stops(client, log):
@@ -263,16 +302,18 @@ async def test_heartbeat_comment_when_idle(client, log):
 
 async def test_client_disconnect_ends_stream_loop(client, gw):
     task_id = await new_task(client)
-    before = gw.open_streams
+    hub = gw.app.state.gateway.hub
+    before, subs_before = gw.open_streams, hub.subscribers
     async with client.stream("GET", f"/v1/tasks/{task_id}/events") as resp:
         async for msg in sse_messages(resp):
             if msg.get("event") == "task.accepted":
                 break
-        assert gw.open_streams == before + 1
+        assert gw.open_streams == before + 1 and hub.subscribers == subs_before + 1
     deadline = time.monotonic() + 5
     while gw.open_streams != before and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert gw.open_streams == before
+    assert hub.subscribers == subs_before  # the shared reader no longer follows this task's log
 
 
 async def test_validation_errors(client):

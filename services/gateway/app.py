@@ -5,16 +5,20 @@
 2. Conduit's Kafka topics (``conduit.bus.ensure_topics``) and a FastStream
    ``KafkaBroker`` (``conduit.bus.make_broker``) with no subscribers, used only
    to publish (``acks=all``);
-3. a liveness heartbeat (``conduit.liveness.alive_key``) for ``/readyz``.
+3. the shared SSE reader (``services.gateway.hub.StreamHub``) on its own Redis
+   client: one connection whose multi-key ``XREAD`` serves every open stream;
+4. a liveness heartbeat (``conduit.liveness.alive_key``) for ``/readyz``;
+then it freezes the startup objects (``gc.freeze()``) so full GC passes stay short.
 Startup fails (the process exits) when Kafka is unreachable at start; later
 outages are reported by ``/readyz`` and answered 503 by the write routes.
-On shutdown the heartbeat stops, the broker is stopped and Redis closed.
+On shutdown the heartbeat and the hub stop, the broker is stopped and Redis closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 
@@ -29,6 +33,7 @@ from conduit.taskstream import TaskEventLog
 from services.gateway import approvals, artifacts, health, routes
 from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers
+from services.gateway.hub import StreamHub
 from services.gateway.state import GatewayState
 
 log = logging.getLogger("conduit.gateway")
@@ -44,18 +49,28 @@ def create_app(settings: Settings) -> FastAPI:
         redis = make_redis(settings)
         broker = bus.make_broker(settings, client_id=SERVICE)
         beat: asyncio.Task | None = None
+        hub: StreamHub | None = None
         try:
             await redis.ping()
             await bus.ensure_topics(settings)
             await broker.start()
+            events = TaskEventLog(redis, ttl_s=settings.task_events_ttl_s, maxlen=settings.task_events_maxlen)
+            hub = StreamHub(make_redis(settings), events, block_ms=settings.gateway_sse_poll_ms)
+            hub.start()
             app.state.gateway = GatewayState(
                 settings=settings,
                 redis=redis,
                 broker=broker,
                 store=TaskStore(redis, ttl_s=settings.task_events_ttl_s),
-                events=TaskEventLog(redis, ttl_s=settings.task_events_ttl_s, maxlen=settings.task_events_maxlen),
+                events=events,
+                hub=hub,
             )
             beat = asyncio.create_task(heartbeat(redis, SERVICE), name="gateway-heartbeat")
+            # Move the ~100k objects of startup (modules, schemas, clients) out of the cyclic GC's reach:
+            # with 1,000 open streams a full collection that also walked them paused the loop for
+            # 200-300 ms every few seconds (bench/sse_fanout.py); now it walks only what came later.
+            gc.collect()
+            gc.freeze()
             log.info("gateway ready (kafka %s, redis %s)", settings.bootstrap_servers(), settings.redis())
             yield
         finally:
@@ -63,6 +78,8 @@ def create_app(settings: Settings) -> FastAPI:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
+            if hub is not None:
+                await hub.stop()
             with contextlib.suppress(Exception):
                 # bounded: with Kafka gone, the producer's flush retries a pending batch for long
                 await asyncio.wait_for(broker.stop(), settings.gateway_publish_timeout_s)

@@ -9,19 +9,23 @@ Wire format of one event (``\\n`` line separator)::
 plus ``: ping`` comment lines every ``settings.sse_heartbeat_s`` seconds (sent by
 sse-starlette's own ping task, concurrently with the data, so an idle stream
 stays alive through proxies). The stream ends right after the terminal event.
+Events that are ready together are sent as one body chunk (one write).
 
-Lifecycle: the generator loops on ``TaskEventLog.read(block_ms=...)``. When the
-client disconnects, sse-starlette cancels the response's task group, which
-cancels the pending Redis read (redis-py then drops that connection, so the
-server-side ``XREAD BLOCK`` ends too) and runs the generator's ``finally``: no
-loop is left behind. On SIGTERM under uvicorn, sse-starlette sets the stream's
-``shutdown_event``; the generator stops its read, sends ``retry: 1000`` with a
-``: shutdown`` comment and ends the response cleanly, so clients reconnect with
-``Last-Event-ID`` (to any replica) and lose nothing.
+Lifecycle: the generator subscribes to the gateway's shared ``StreamHub``
+(``services/gateway/hub.py``: one multi-key ``XREAD`` for all streams of the
+process) and waits on its ``Subscription`` up to ``settings.gateway_sse_poll_ms``
+at a time; after an idle wait it checks whether the log is sealed or the task's
+record expired. When the client disconnects, sse-starlette cancels the response's
+task group, which cancels the wait and runs the generator's ``finally``
+(unsubscribe): no registration or loop is left behind. On SIGTERM under uvicorn,
+sse-starlette sets the stream's ``shutdown_event``; the generator stops waiting,
+sends ``retry: 1000`` with a ``: shutdown`` comment and ends the response cleanly,
+so clients reconnect with ``Last-Event-ID`` (to any replica) and lose nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -44,49 +48,48 @@ SHUTDOWN_GRACE_S = 2.0
 """Seconds a stream gets to end itself after shutdown is signalled, before it is cancelled."""
 
 
-async def _read_or_shutdown(state: GatewayState, task_id: str, after: int,
-                            shutdown: anyio.Event) -> list[LoggedEvent] | None:
-    """One blocking read of the log; None if ``shutdown`` was set first. Raises ``RedisError``."""
-    batch: list[LoggedEvent] | None = None
-    error: RedisError | None = None
-    async with anyio.create_task_group() as tg:
-        async def watch() -> None:
-            await shutdown.wait()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        try:
-            batch = await state.events.read(task_id, after=after, block_ms=state.settings.gateway_sse_poll_ms)
-        except RedisError as exc:  # re-raised below, not wrapped in an ExceptionGroup
-            error = exc
-        tg.cancel_scope.cancel()
-    if error is not None:
-        raise error
-    return batch
+def encode_events(batch: list[LoggedEvent]) -> bytes:
+    """The SSE wire bytes of ``batch`` (``id``/``event``/``data`` lines, blank line after each), UTF-8."""
+    parts = []
+    for ev in batch:
+        if "\n" in ev.data or "\r" in ev.data or "\n" in ev.type or "\r" in ev.type:
+            parts.append(ServerSentEvent(data=ev.data, event=ev.type, id=str(ev.seq), sep=SEP).encode().decode())
+        else:
+            parts.append(f"id: {ev.seq}\nevent: {ev.type}\ndata: {ev.data}\n\n")
+    return "".join(parts).encode("utf-8")
 
 
 async def task_event_stream(state: GatewayState, task_id: str, after: int,
-                            shutdown: anyio.Event | None = None) -> AsyncIterator[ServerSentEvent]:
+                            shutdown: anyio.Event | None = None) -> AsyncIterator[ServerSentEvent | bytes]:
     """Yield the task's events with seq > ``after`` in order, ending after the terminal one.
 
+    Yields SSE wire bytes (one chunk per batch of ready events, see ``encode_events``)
+    and, on shutdown, a ``ServerSentEvent`` comment with a ``retry:`` hint.
     Also ends (without a terminal event) when the log is sealed and nothing
     newer than ``after`` exists (client already saw the end), when the task's
-    record expired while waiting, when ``shutdown`` is set (after a ``retry:``
+    record expired while waiting, when ``shutdown`` is set (after the ``retry:``
     hint), or on a Redis error (logged; the client resumes with ``Last-Event-ID``).
     """
     events = state.events
+    hub = state.hub
+    if hub is None:
+        raise RuntimeError("the gateway's StreamHub is not started")
     shutdown = shutdown or anyio.Event()
+    poll_s = state.settings.gateway_sse_poll_ms / 1000
     state.open_streams += 1
+    sub = hub.subscribe(task_id, after)
+    watcher = asyncio.ensure_future(shutdown.wait())
+    watcher.add_done_callback(lambda _: sub.interrupt())
     try:
         while True:
-            batch = await _read_or_shutdown(state, task_id, after, shutdown)
+            batch = await sub.next_batch(poll_s)
             if batch is None:
                 yield ServerSentEvent(comment="shutdown", retry=RECONNECT_MS, sep=SEP)
                 return
             if not batch:
                 if await events.is_sealed(task_id):
-                    # the terminal event may have landed between read and check
-                    batch = await events.read(task_id, after=after)
+                    # the terminal event may have landed between the wait and the check
+                    batch = await sub.catch_up()
                     if not batch:
                         return
                 elif not await state.redis.exists(TaskStore.key(task_id)):
@@ -94,15 +97,33 @@ async def task_event_stream(state: GatewayState, task_id: str, after: int,
                     return
                 else:
                     continue
-            for ev in batch:
-                yield ServerSentEvent(data=ev.data, event=ev.type, id=str(ev.seq), sep=SEP)
-                after = ev.seq
+            for i, ev in enumerate(batch):
                 if ev.terminal:
+                    yield encode_events(batch[: i + 1])
                     return
+            yield encode_events(batch)
     except RedisError as exc:
         log.warning("redis error while streaming task %s: %r", task_id, exc)
     finally:
+        watcher.cancel()
+        hub.unsubscribe(sub)
         state.open_streams -= 1
+
+
+class _EventSourceResponse(EventSourceResponse):
+    """sse-starlette's response, minus an anyio cancel scope around every send when no send timeout is set.
+
+    ``EventSourceResponse._send_with_timeout`` (sse-starlette 3.7) enters
+    ``anyio.move_on_after(None)`` for each event and heartbeat; with thousands of
+    streams that scope was ~15 % of the gateway's CPU per delivered event. With
+    ``send_timeout`` set, the library's own method runs.
+    """
+
+    async def _send_with_timeout(self, send, message) -> None:  # type: ignore[no-untyped-def]
+        if self.send_timeout is None:
+            await send(message)
+        else:
+            await super()._send_with_timeout(send, message)
 
 
 def _ping() -> ServerSentEvent:
@@ -113,7 +134,7 @@ def sse_response(state: GatewayState, task_id: str, after: int, status_code: int
                  headers: dict[str, str] | None = None) -> EventSourceResponse:
     """An ``EventSourceResponse`` streaming ``task_event_stream`` with heartbeats and no-cache headers."""
     shutdown = anyio.Event()
-    return EventSourceResponse(
+    return _EventSourceResponse(
         task_event_stream(state, task_id, after, shutdown),
         status_code=status_code,
         headers={**HEADERS, **(headers or {})},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from faststream.kafka import KafkaBroker
 from fastapi import Request
@@ -11,6 +12,9 @@ from redis.asyncio import Redis
 from conduit.settings import Settings
 from conduit.taskstore import TaskStore
 from conduit.taskstream import TaskEventLog
+
+if TYPE_CHECKING:
+    from services.gateway.hub import StreamHub
 
 
 @dataclass
@@ -25,6 +29,8 @@ class GatewayState:
         events: per-task event logs (``TaskEventLog``).
         open_streams: SSE streams currently running in this process (a gauge;
             tests use it to prove a disconnected client leaves no loop behind).
+        hub: the process's shared task-log reader (``StreamHub``) every SSE
+            stream subscribes to; set by the app's lifespan.
     """
 
     settings: Settings
@@ -33,8 +39,14 @@ class GatewayState:
     store: TaskStore
     events: TaskEventLog
     open_streams: int = 0
+    hub: StreamHub | None = None
 
 
-def get_state(request: Request) -> GatewayState:
-    """FastAPI dependency: the ``GatewayState`` stored on ``app.state.gateway``."""
+async def get_state(request: Request) -> GatewayState:
+    """FastAPI dependency: the ``GatewayState`` stored on ``app.state.gateway``.
+
+    ``async`` so FastAPI calls it on the event loop: a plain ``def`` dependency
+    runs in anyio's thread pool, one thread hop per request (up to 40 threads,
+    each with its own malloc arena, seen as gateway RSS that never came back).
+    """
     return request.app.state.gateway

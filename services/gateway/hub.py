@@ -1,0 +1,578 @@
+"""One shared Redis reader per gateway process, fanning task events out to SSE streams.
+
+Before the hub, every open SSE stream ran its own blocking ``XREAD`` and so held one
+Redis connection. ``StreamHub`` instead runs one background task that issues a single
+multi-key ``XREAD COUNT <count> BLOCK <block_ms> STREAMS <wake> <task logs...>`` over
+every task log (``conduit:events:{task_id}``) that currently has at least one
+subscriber, on one dedicated connection, and hands what it reads to per-subscriber
+bounded buffers.
+
+Shapes and units:
+
+- a *subscriber* is a ``Subscription``: ``(task_id, last)`` where ``last`` is the seq
+  (the SSE ``id:``, an int >= 0) of the last event the stream already delivered.
+  ``Subscription.next_batch(timeout_s)`` returns the events with seq > ``last`` in
+  seq order as ``list[LoggedEvent]`` (each seq exactly once), ``[]`` after
+  ``timeout_s`` seconds without one, or ``None`` once ``interrupt()`` was called.
+- per task the hub keeps one *topic*: its subscribers and the hub's cursor (the
+  highest seq it has read for that log). ``count`` bounds the entries read per log
+  and per ``XREAD``; ``queue_max`` bounds the events buffered per subscriber.
+- changing the subscription set while the ``XREAD`` blocks adds no latency: adding a
+  task that is not read yet XADDs to a private wake stream
+  (``conduit:gateway:hub:{uuid}:wake``, ``MAXLEN 1``, expires after an hour) that is
+  always the first key of the ``XREAD``, so the blocked read returns at once and
+  the next one includes the new log. Removing a task needs no wake.
+
+No event is ever dropped silently. A subscriber that joins a task the hub already
+reads past its ``last`` (a second client resuming from an older ``Last-Event-ID``)
+or whose buffer overflows (a slow client) is marked *stale*: its buffer is cleared
+and its next ``next_batch`` reads the gap from the durable log with ``XRANGE``
+(``TaskEventLog.read``), in chunks of ``catchup_count``, before it takes buffered
+events again (duplicates are skipped by seq).
+
+Errors: a ``RedisError`` of the shared read is handed to every current subscriber
+(``next_batch`` raises it; the SSE stream ends and the client resumes with
+``Last-Event-ID``) and the hub retries with a capped backoff. ``subscribe`` on a hub
+that is not running returns a subscription whose ``next_batch`` raises
+``redis.exceptions.ConnectionError``.
+
+Reading: the ``XREAD`` is packed by hand and its reply parsed by ``RespReader`` straight
+from the connection's stream (redis-py's pure-Python parser cost ~50 µs per stream
+entry, more than everything else the gateway does per event); the connection itself
+(connect, AUTH, SELECT, TLS, ``HELLO``) is still redis-py's, taken from ``reader``'s pool.
+
+Memory: when the number of subscribers drops to 0 after a peak of at least
+``release_min_peak``, the hub waits ``release_delay_s`` seconds (the HTTP
+responses finish closing) and, if still idle, runs ``release_memory()``:
+``gc.collect()`` and glibc ``malloc_trim(0)`` (skipped off glibc), which hands
+freed heap pages back to the OS. CPython keeps a 1 MiB small-object arena while
+any block in it lives, so after a large burst RSS settles at a high-water mark
+that the next burst reuses (docs/benchmarks.md, section 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+import logging
+import uuid
+from collections import deque
+
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from conduit.taskstream import LoggedEvent, TaskEventLog
+
+log = logging.getLogger("conduit.gateway.hub")
+
+class Subscription:
+    """One SSE stream's view of one task log through a ``StreamHub``.
+
+    Created by ``StreamHub.subscribe``; consumed by a single coroutine with
+    ``next_batch``; ended by ``StreamHub.unsubscribe``.
+
+    Attributes:
+        task_id: the task whose log is followed.
+        last: seq of the last event returned by ``next_batch`` (starts at the
+            subscriber's ``after``).
+        stale: True while the subscriber must read its gap from the log with
+            ``XRANGE`` (joined behind the hub's cursor, or its buffer overflowed).
+        overflows: how many times the buffer overflowed (each one cost one catch-up read).
+    """
+
+    __slots__ = ("task_id", "last", "stale", "overflows", "_hub", "_buf", "_maxsize", "_waiter",
+                 "_error", "_interrupted")
+
+    def __init__(self, hub: StreamHub, task_id: str, after: int, maxsize: int) -> None:
+        self.task_id = task_id
+        self.last = after
+        self.stale = False
+        self.overflows = 0
+        self._hub = hub
+        self._buf: deque[LoggedEvent] = deque()
+        self._maxsize = maxsize
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._interrupted = False
+
+    # ------------------------------------------------------------ hub side
+    def _push(self, events: list[LoggedEvent]) -> None:
+        """Buffer ``events`` (seq order) or, past ``maxsize``, mark the subscriber stale."""
+        if self.stale:
+            return  # the catch-up read will cover these: they are already in the log
+        if len(self._buf) + len(events) > self._maxsize:
+            self._buf.clear()
+            self.stale = True
+            self.overflows += 1
+        else:
+            self._buf.extend(events)
+        self._wake()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    # ------------------------------------------------------------ consumer side
+    def interrupt(self) -> None:
+        """Make the pending and every later ``next_batch`` return ``None`` (e.g. on server shutdown)."""
+        self._interrupted = True
+        self._wake()
+
+    async def catch_up(self, count: int | None = None) -> list[LoggedEvent]:
+        """Read events with seq > ``last`` straight from the log (``XRANGE``, at most ``count``); advances ``last``.
+
+        Raises ``RedisError``.
+        """
+        batch = await self._hub.events.read(self.task_id, after=self.last, count=count or self._hub.catchup_count)
+        out = [ev for ev in batch if ev.seq > self.last]
+        if out:
+            self.last = out[-1].seq
+        return out
+
+    async def next_batch(self, timeout_s: float) -> list[LoggedEvent] | None:
+        """The next events with seq > ``last``, oldest first; ``[]`` after ``timeout_s`` s idle; ``None`` if interrupted.
+
+        Raises the hub's ``RedisError`` (shared read failed, or hub not running)
+        and ``RedisError`` of a catch-up read.
+        """
+        waited = False
+        while True:
+            if self._interrupted:
+                return None
+            if self._error is not None:
+                raise self._error
+            if self.stale:
+                self.stale = False  # cleared first: an overflow during the read marks it again
+                self._buf.clear()  # everything buffered so far is in the log at or before its end
+                n = self._hub.catchup_count
+                out = await self.catch_up(n)
+                if len(out) >= n:
+                    self.stale = True  # more to read: keep the hub from buffering meanwhile
+                if out:
+                    return out
+                continue
+            if self._buf:
+                last = self.last
+                out = [ev for ev in self._buf if ev.seq > last]
+                self._buf.clear()
+                if out:
+                    self.last = out[-1].seq
+                    return out
+                continue
+            if waited:
+                return []
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiter = fut
+            timer = loop.call_later(timeout_s, _resolve, fut)
+            try:
+                await fut
+            finally:
+                timer.cancel()
+                self._waiter = None
+            waited = True
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class _Topic:
+    """The hub's state for one task log: its key, the hub's read cursor (seq) and subscribers."""
+
+    __slots__ = ("key", "bulk_key", "cursor", "subs", "live")
+
+    def __init__(self, key: bytes, cursor: int) -> None:
+        self.key = key
+        self.bulk_key = _bulk(key)
+        self.cursor = cursor
+        self.subs: set[Subscription] = set()
+        self.live = True  # False once removed: a read in flight must not feed a newer topic of the task
+
+
+class StreamHub:
+    """Shared multi-key ``XREAD`` over the task logs that have subscribers (see the module docstring).
+
+    Args:
+        reader: a Redis client used only by the hub's loop (one connection at a time);
+            its socket read timeout must exceed ``block_ms``. Closed by ``stop``.
+        events: the task logs (``TaskEventLog``); its client also sends the wake
+            XADDs and the subscribers' catch-up ``XRANGE`` reads.
+        block_ms: ``XREAD BLOCK`` per round, in milliseconds (> 0).
+        count: entries read per task log per round (bounds one round's size).
+        queue_max: events buffered per subscriber before it falls back to ``XRANGE``.
+        catchup_count: events per catch-up ``XRANGE`` read.
+        release_delay_s: seconds of zero subscribers before ``release_memory`` runs.
+        release_min_peak: the peak of concurrent subscribers since the last release
+            that makes releasing worth its ``gc.collect()`` (0 = always).
+    """
+
+    def __init__(self, reader: Redis, events: TaskEventLog, *, block_ms: int = 2000, count: int = 100,
+                 queue_max: int = 1000, catchup_count: int = 500, release_delay_s: float = 2.0,
+                 release_min_peak: int = 32) -> None:
+        if block_ms <= 0 or count <= 0 or queue_max <= 0 or catchup_count <= 0:
+            raise ValueError("block_ms, count, queue_max and catchup_count must be positive")
+        self.reader = reader
+        self.events = events
+        self.block_ms = block_ms
+        self.count = count
+        self.queue_max = queue_max
+        self.catchup_count = catchup_count
+        self.release_delay_s = release_delay_s
+        self.release_min_peak = release_min_peak
+        self.wake_key = f"conduit:gateway:hub:{uuid.uuid4().hex}:wake".encode()
+        self.rounds = 0
+        """``XREAD`` calls made so far (a counter for tests and benchmarks)."""
+        self.wakes = 0
+        """Wake XADDs sent so far."""
+        self._wake_id = b"0-0"
+        self._topics: dict[str, _Topic] = {}
+        self._nsubs = 0
+        self._peak = 0
+        self._task: asyncio.Task[None] | None = None
+        self._blocking = False
+        self._wake_pending = False
+        self._wake_tasks: set[asyncio.Task[None]] = set()
+        self._release: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    @property
+    def running(self) -> bool:
+        """True between ``start`` and ``stop`` (the reader task is alive)."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def subscribers(self) -> int:
+        """Subscriptions currently registered."""
+        return self._nsubs
+
+    @property
+    def tasks(self) -> int:
+        """Task logs currently read (tasks with at least one subscriber)."""
+        return len(self._topics)
+
+    def start(self) -> None:
+        """Start the reader task on the running event loop (idempotent)."""
+        if not self.running:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="gateway-stream-hub")
+
+    async def stop(self) -> None:
+        """Stop the reader, fail remaining subscribers (``ConnectionError``), delete the wake stream, close ``reader``."""
+        task, self._task = self._task, None
+        while task is not None and not task.done():
+            # cancel again until it lands: Python 3.11's ``asyncio.wait_for`` (used by redis-py's send)
+            # drops a cancellation that arrives as its inner call completes
+            task.cancel()
+            await asyncio.wait([task], timeout=0.1)
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            log.warning("stream hub reader ended with %r", task.exception())
+        for t in list(self._wake_tasks):
+            t.cancel()
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        for topic in self._topics.values():
+            for sub in topic.subs:
+                sub._fail(RedisConnectionError("stream hub stopped"))
+        self._topics.clear()
+        self._nsubs = 0
+        with contextlib.suppress(RedisError, OSError):
+            await self.events.redis.delete(self.wake_key)
+        with contextlib.suppress(RedisError, OSError):
+            await self.reader.aclose()
+
+    # ------------------------------------------------------------ subscriptions
+    def subscribe(self, task_id: str, after: int) -> Subscription:
+        """Register a subscriber for ``task_id``'s events with seq > ``after`` (>= 0); never blocks."""
+        sub = Subscription(self, task_id, after, self.queue_max)
+        if not self.running:
+            sub._fail(RedisConnectionError("stream hub is not running"))
+            return sub
+        topic = self._topics.get(task_id)
+        if topic is None:
+            topic = self._topics[task_id] = _Topic(TaskEventLog._keys(task_id)[0].encode(), after)
+            self._wake()
+        elif topic.cursor > after:
+            sub.stale = True  # the hub is past ``after``: read the gap from the log first
+        topic.subs.add(sub)
+        self._nsubs += 1
+        self._peak = max(self._peak, self._nsubs)
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Remove ``sub`` (idempotent); a task without subscribers is no longer read."""
+        topic = self._topics.get(sub.task_id)
+        if topic is None or sub not in topic.subs:
+            return
+        topic.subs.discard(sub)
+        if not topic.subs:
+            topic.live = False
+            del self._topics[sub.task_id]
+        self._nsubs -= 1
+        sub._buf.clear()
+        if self._nsubs == 0 and self._peak >= self.release_min_peak and self.running:
+            self._release = asyncio.get_running_loop().call_later(self.release_delay_s, self._release_if_idle)
+
+    def _release_if_idle(self) -> None:
+        self._release = None
+        if self._nsubs == 0:
+            self._peak = 0
+            release_memory()
+
+    # ------------------------------------------------------------ reader
+    def _wake(self) -> None:
+        """Interrupt the blocked ``XREAD`` (at most one wake in flight per round)."""
+        if not self._blocking or self._wake_pending:
+            return
+        self._wake_pending = True
+        t = asyncio.get_running_loop().create_task(self._send_wake())
+        self._wake_tasks.add(t)
+        t.add_done_callback(self._wake_tasks.discard)
+
+    async def _send_wake(self) -> None:
+        self.wakes += 1
+        try:
+            async with self.events.redis.pipeline(transaction=False) as pipe:
+                pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=1, approximate=False)
+                pipe.expire(self.wake_key, 3600)
+                await pipe.execute()
+        except RedisError as exc:  # the read ends by itself within block_ms
+            log.warning("stream hub wake failed: %r", exc)
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        conn: AbstractConnection | None = None
+        try:
+            while True:
+                parts = [b"", _bulk(b"XREAD"), _bulk(b"COUNT"), _bulk(b"%d" % self.count), _bulk(b"BLOCK"),
+                         _bulk(b"%d" % self.block_ms), _bulk(b"STREAMS"), _bulk(self.wake_key)]
+                ids = [_bulk(self._wake_id)]
+                read: dict[bytes, _Topic] = {}
+                for topic in self._topics.values():
+                    parts.append(topic.bulk_key)
+                    ids.append(b"$%d\r\n%d-0\r\n" % (len(str(topic.cursor)) + 2, topic.cursor))
+                    read[topic.key] = topic
+                parts[0] = b"*%d\r\n" % (len(parts) - 1 + len(ids))
+                parts.extend(ids)
+                self._wake_pending = False  # this read includes every topic known now
+                self._blocking = True
+                try:
+                    if conn is None:
+                        conn = await self.reader.connection_pool.get_connection()
+                    res = await self._xread(conn, b"".join(parts))
+                except RedisError as exc:
+                    self._blocking = False
+                    log.warning("stream hub read failed (%d tasks): %r", len(self._topics), exc)
+                    for topic in self._topics.values():
+                        for sub in topic.subs:
+                            sub._fail(exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                self._blocking = False
+                self.rounds += 1
+                backoff = 0.1
+                if res:
+                    self._dispatch(res, read)
+        finally:
+            self._blocking = False
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.disconnect(nowait=True)
+                with contextlib.suppress(Exception):
+                    await self.reader.connection_pool.release(conn)
+
+    async def _xread(self, conn: AbstractConnection, command: bytes) -> list | dict | None:
+        """Send one packed ``XREAD`` on the hub's connection and parse its reply.
+
+        The reply is parsed from the connection's stream with ``RespReader``
+        (redis-py's pure-Python parser costs ~50 µs per stream entry, this one a
+        few); without the private ``_reader`` (another redis-py) it falls back to
+        ``read_response``. Raises ``RedisError``; any failure drops the connection
+        (it reconnects on the next send).
+        """
+        await conn.send_packed_command(command, check_health=False)
+        stream = getattr(conn, "_reader", None)
+        if not isinstance(stream, asyncio.StreamReader):
+            return await conn.read_response()
+        parser = RespReader()
+        timeout = self.block_ms / 1000 + (getattr(conn, "socket_timeout", None) or 30.0)
+        try:
+            async with asyncio.timeout(timeout):
+                while not parser.parse():
+                    data = await stream.read(1 << 17)
+                    if not data:
+                        raise RedisConnectionError("Connection closed by server.")
+                    parser.feed(data)
+        except BaseException as exc:
+            await conn.disconnect(nowait=True)
+            if isinstance(exc, TimeoutError):
+                raise RedisTimeoutError("Timeout reading from the stream hub's connection") from exc
+            if isinstance(exc, OSError):
+                raise RedisConnectionError(f"Error while reading from the stream hub's connection: {exc!r}") from exc
+            raise
+        return parser.value
+
+    def _dispatch(self, res: list | dict, read: dict[bytes, _Topic]) -> None:
+        rows = res.items() if isinstance(res, dict) else res
+        for key, entries in rows:
+            if not entries:
+                continue
+            if key == self.wake_key:
+                self._wake_id = entries[-1][0]
+                continue
+            topic = read.get(key)
+            if topic is None or not topic.live:
+                continue  # unsubscribed while the read was in flight
+            batch = []
+            cursor = topic.cursor
+            for entry_id, fields in entries:
+                seq = int(entry_id[: entry_id.index(b"-")])
+                if seq <= cursor:
+                    continue
+                if isinstance(fields, dict):
+                    etype, data = fields.get(b"type"), fields.get(b"data")
+                else:  # [field, value, field, value, ...]
+                    etype = data = None
+                    for i in range(0, len(fields) - 1, 2):
+                        if fields[i] == b"type":
+                            etype = fields[i + 1]
+                        elif fields[i] == b"data":
+                            data = fields[i + 1]
+                batch.append(LoggedEvent(seq=seq, type=_s(etype), data=_s(data)))
+            if not batch:
+                continue
+            topic.cursor = batch[-1].seq
+            for sub in topic.subs:
+                sub._push(batch)
+
+
+def _bulk(b: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def _s(v: bytes | str | None) -> str:
+    if v is None:
+        return ""
+    return v.decode("utf-8") if isinstance(v, bytes) else v
+
+
+class RespReader:
+    """Incremental parser of one RESP2/RESP3 reply held in memory.
+
+    ``feed(bytes)`` appends received data; ``parse()`` returns True once a whole
+    reply is parsed into ``value`` (resumable: a partial reply keeps its state).
+    Shapes: arrays, sets and pushes -> ``list``; maps -> ``list`` of ``[key, value]``
+    pairs (so ``XREAD`` has the same shape in both protocols); bulk and simple
+    strings, doubles, big numbers and verbatim strings -> ``bytes``; integers ->
+    ``int``; nulls -> ``None``. An error reply raises ``redis.exceptions.ResponseError``;
+    an unknown type byte raises ``redis.exceptions.InvalidResponse``.
+    """
+
+    __slots__ = ("buf", "pos", "stack", "value")
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.pos = 0
+        self.stack: list[list] = []  # [items, remaining, is_map]
+        self.value: object = None
+
+    def feed(self, data: bytes) -> None:
+        """Append received bytes (the part already parsed is dropped)."""
+        self.buf = self.buf[self.pos:] + data if self.pos < len(self.buf) else data
+        self.pos = 0
+
+    def parse(self) -> bool:
+        """Parse as far as the data goes; True when the reply is complete (in ``value``)."""
+        buf, pos, stack = self.buf, self.pos, self.stack
+        end = len(buf)
+        while True:
+            nl = buf.find(b"\r\n", pos)
+            if nl < 0:
+                break
+            t = buf[pos]
+            if t == 36 or t == 61 or t == 33:  # $ bulk, = verbatim, ! blob error
+                n = int(buf[pos + 1:nl])
+                if n < 0:
+                    val: object = None
+                    pos = nl + 2
+                else:
+                    stop = nl + 2 + n
+                    if stop + 2 > end:
+                        break
+                    val = buf[nl + 2:stop]
+                    pos = stop + 2
+                    if t == 33:
+                        raise ResponseError(_s(val))
+            elif t == 42 or t == 37 or t == 126 or t == 62:  # * array, % map, ~ set, > push
+                n = int(buf[pos + 1:nl])
+                pos = nl + 2
+                if n > 0:
+                    stack.append([[], n * 2 if t == 37 else n, t == 37])
+                    continue
+                val = None if n < 0 else []
+            elif t == 58:  # : integer
+                val = int(buf[pos + 1:nl])
+                pos = nl + 2
+            elif t == 43 or t == 44 or t == 40 or t == 35:  # + simple, , double, ( big number, # boolean
+                val = buf[pos + 1:nl]
+                pos = nl + 2
+            elif t == 95:  # _ null
+                val = None
+                pos = nl + 2
+            elif t == 45:  # - error
+                raise ResponseError(buf[pos + 1:nl].decode("utf-8", "replace"))
+            else:
+                raise InvalidResponse(f"Protocol error, got {chr(t)!r} as reply type byte")
+            while True:  # attach ``val`` to its container, closing the ones it completes
+                if not stack:
+                    self.value = val
+                    self.pos = pos
+                    return True
+                top = stack[-1]
+                top[0].append(val)
+                top[1] -= 1
+                if top[1]:
+                    break
+                stack.pop()
+                items = top[0]
+                val = [items[i:i + 2] for i in range(0, len(items), 2)] if top[2] else items
+        self.pos = pos
+        return False
+
+
+_malloc_trim = None
+with contextlib.suppress(OSError, AttributeError, TypeError):
+    _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    _malloc_trim = _libc.malloc_trim  # glibc only; musl and macOS have none
+    _malloc_trim.argtypes = [ctypes.c_size_t]
+    _malloc_trim.restype = ctypes.c_int
+
+
+def release_memory() -> bool:
+    """Return freed memory to the OS: ``gc.collect()`` then glibc ``malloc_trim(0)``.
+
+    Returns True when ``malloc_trim`` ran (glibc), False when only the collection did.
+    Takes a few to tens of milliseconds on the event loop; the hub calls it only
+    when its subscriber count has dropped to 0.
+    """
+    gc.collect()
+    if _malloc_trim is None:
+        return False
+    _malloc_trim(0)
+    return True
