@@ -202,8 +202,11 @@ class ToolService:
     async def handle(self, request: ToolRequested) -> None:
         """Bus handler: idempotent execute-and-publish for one request."""
         key = f"conduit:toolresult:{request.payload.idempotency_key}"
-        cached = await self.redis.get(key)
-        if not cached and await self.redis.exists(cancel_key(request.task_id)):
+        async with self.redis.pipeline(transaction=False) as pipe:  # both reads in one round trip
+            pipe.get(key)
+            pipe.exists(cancel_key(request.task_id))
+            cached, cancelled = await pipe.execute()
+        if not cached and cancelled:
             # the task was cancelled while this request waited in the topic: do not run it
             p = request.payload
             await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=ToolResultPayload(
@@ -218,7 +221,11 @@ class ToolService:
             metrics.tool_call(payload.tool, payload.outcome, (payload.duration_ms or 0) / 1000)
             transient = payload.outcome == "timeout" or (payload.error is not None and payload.error.kind == "transient")
             if not transient:  # a retry of a transient failure must run the tool again (seed 003)
-                await self.redis.set(key, payload.model_dump_json(), ex=RESULT_TTL_S)
+                # stored and published at once: a crash in between only means a redelivery runs it again
+                await asyncio.gather(
+                    self.redis.set(key, payload.model_dump_json(), ex=RESULT_TTL_S),
+                    bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload)))
+                return
         await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload))
 
     async def serve(self, ready: Callable[[], Awaitable[None]] | None = None) -> None:
