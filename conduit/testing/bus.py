@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from contracts import topics
 from contracts.events import AgentEvent, ToolResult
 
+M = TypeVar("M", bound=BaseModel)
 
-async def await_tool_result(bootstrap: str, call_id: str, timeout_s: float = 90.0) -> ToolResult:
-    """Read ``conduit.tools.results`` from the start until the result of ``call_id`` arrives.
 
-    Records that are not a ``ToolResult`` (other tests publish malformed ones on
-    purpose) are skipped. Raises AssertionError after ``timeout_s`` seconds.
+async def _events(bootstrap: str, topic: str, model: type[M], timeout_s: float) -> AsyncIterator[M]:
+    """Yield the records of ``topic`` from the start that parse as ``model``, for ``timeout_s`` seconds.
+
+    Records that do not parse (other tests publish malformed ones on purpose) are
+    skipped. The iteration simply ends at the deadline; the caller decides what that means.
     """
-    consumer = AIOKafkaConsumer(topics.TOOL_RESULTS, bootstrap_servers=bootstrap, group_id=None,
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
                                 auto_offset_reset="earliest", fetch_max_wait_ms=10)
     await consumer.start()
     try:
@@ -26,14 +31,23 @@ async def await_tool_result(bootstrap: str, call_id: str, timeout_s: float = 90.
             for records in (await consumer.getmany(timeout_ms=200)).values():
                 for record in records:
                     try:
-                        event = ToolResult.model_validate_json(record.value)
+                        yield model.model_validate_json(record.value)
                     except ValidationError:
                         continue
-                    if event.payload.call_id == call_id:
-                        return event
-        raise AssertionError(f"no ToolResult for {call_id} within {timeout_s} s")
     finally:
         await consumer.stop()
+
+
+async def await_tool_result(bootstrap: str, call_id: str, timeout_s: float = 90.0) -> ToolResult:
+    """Read ``conduit.tools.results`` from the start until the result of ``call_id`` arrives.
+
+    Raises AssertionError after ``timeout_s`` seconds.
+    """
+    async with aclosing(_events(bootstrap, topics.TOOL_RESULTS, ToolResult, timeout_s)) as events:
+        async for event in events:
+            if event.payload.call_id == call_id:
+                return event
+    raise AssertionError(f"no ToolResult for {call_id} within {timeout_s} s")
 
 
 async def agent_events_of(bootstrap: str, task_id: str, until_kind: str, timeout_s: float = 60.0) -> list[AgentEvent]:
@@ -42,23 +56,11 @@ async def agent_events_of(bootstrap: str, task_id: str, until_kind: str, timeout
     Returns the task's ``AgentEvent`` list in topic order once one of kind
     ``until_kind`` arrived. Raises AssertionError after ``timeout_s`` seconds.
     """
-    consumer = AIOKafkaConsumer(topics.AGENT_EVENTS, bootstrap_servers=bootstrap, group_id=None,
-                                auto_offset_reset="earliest", fetch_max_wait_ms=10)
-    await consumer.start()
     found: list[AgentEvent] = []
-    try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=200)).values():
-                for record in records:
-                    try:
-                        event = AgentEvent.model_validate_json(record.value)
-                    except ValidationError:
-                        continue
-                    if event.task_id == task_id:
-                        found.append(event)
-                        if event.payload.kind == until_kind:
-                            return found
-        raise AssertionError(f"no {until_kind} for {task_id} within {timeout_s} s; got {[e.payload.kind for e in found]}")
-    finally:
-        await consumer.stop()
+    async with aclosing(_events(bootstrap, topics.AGENT_EVENTS, AgentEvent, timeout_s)) as events:
+        async for event in events:
+            if event.task_id == task_id:
+                found.append(event)
+                if event.payload.kind == until_kind:
+                    return found
+    raise AssertionError(f"no {until_kind} for {task_id} within {timeout_s} s; got {[e.payload.kind for e in found]}")
