@@ -104,6 +104,8 @@ def test_approval_approve_runs_exactly_what_was_approved(stack, model):
     assert t[-1] == "task.completed"
     sandbox_msg = tool_messages(model.requests[-1])[0]
     assert "沙箱" in sandbox_msg or "sandbox" in sandbox_msg
+    if sandbox_status()[0]:  # isolation available: the approved code really ran
+        assert "42" in sandbox_msg and "exit code 0" in sandbox_msg, sandbox_msg
     trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace").json()["trace"]
     assert any(x["phase"] == "approval" and x["decision"] == "approve" for x in trace)
     assert any(x["phase"] == "tool" and x["tool"] == "code_exec" for x in trace)
