@@ -191,9 +191,7 @@ class ToolService:
                     log.warning("cancel check failed for %s: %r", task_id, exc)
                     cancelled = False
                 if cancelled:
-                    tool.cancel()
-                    await asyncio.gather(tool, return_exceptions=True)
-                    raise TaskCancelled(task_id)
+                    raise TaskCancelled(task_id)  # the finally below stops the tool
         finally:
             if not tool.done():
                 tool.cancel()

@@ -20,6 +20,8 @@ class DeltaWriter:
 
     Args:
         emit: coroutine function appending one ``answer.delta`` with the given text.
+        after: an append that must land first (the step's ``step.started``, sent while
+            the model request goes out); awaited before the first delta and by ``flush()``.
 
     ``add(text)`` never waits for Redis (it yields to the event loop once when it
     starts an append, so the append is on the wire before the caller parses the next
@@ -28,8 +30,9 @@ class DeltaWriter:
     event of the step, so the log keeps its order).
     """
 
-    def __init__(self, emit: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(self, emit: Callable[[str], Awaitable[None]], after: Awaitable[None] | None = None) -> None:
         self._emit = emit
+        self._after = after
         self._buffer: list[str] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -45,6 +48,8 @@ class DeltaWriter:
             await asyncio.sleep(0)  # let the append start now, not after the buffered chunks are parsed
 
     async def _drain(self) -> None:
+        if self._after is not None:
+            await self._after
         while self._buffer:
             text = "".join(self._buffer)
             self._buffer.clear()
@@ -54,5 +59,4 @@ class DeltaWriter:
         """Wait until all added text is appended. Raises what a failed append raised."""
         if self._task is not None:
             await self._task
-        if self._buffer:
-            await self._drain()
+        await self._drain()

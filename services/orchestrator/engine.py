@@ -32,10 +32,9 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from pydantic import ValidationError
-
 import structlog
 from faststream.kafka import KafkaBroker
+from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from conduit import approvals, bus, metrics
@@ -75,10 +74,10 @@ from contracts.stream import (
 from contracts.tools import TOOL_SPECS, arguments_digest, openai_tool_schema
 from services.orchestrator import fallback, policies, prompt
 from services.orchestrator.breaker import CircuitBreaker
+from services.orchestrator.deltas import DeltaWriter
 from services.orchestrator.evidence import EvidencePool
 from services.orchestrator.model import ModelClient, ModelError, parse_arguments
 from services.orchestrator.state import PendingCall, TaskState
-from services.orchestrator.deltas import DeltaWriter
 from services.orchestrator.store import LEASES, TOOL_DEADLINES, StaleState, StateStore
 from services.orchestrator.window import window
 
@@ -151,7 +150,7 @@ class Orchestrator:
                 {"role": "user", "content": event.payload.question},
             ],
         )
-        # lease first (same pipeline, executed in order): a crash after the save is resumed by the sweeper
+        # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
         try:
             await self.store.save(state, lease_ttl_s=s.lease_ttl_s)
         except StaleState:
@@ -279,14 +278,10 @@ class Orchestrator:
         tools = None if final or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
 
         async def emit_delta(text: str) -> None:
-            if not started.done():
-                await started
             await self._emit(state.task_id, AnswerDelta(text=text))
 
-        deltas = DeltaWriter(emit_delta)  # one append in flight; text arriving meanwhile joins the next
-
-        async def on_delta(text: str) -> None:
-            await deltas.add(text)
+        # one append in flight, after step.started; text arriving meanwhile joins the next
+        deltas = DeltaWriter(emit_delta, after=started)
 
         last_check = [0.0]
 
@@ -299,14 +294,12 @@ class Orchestrator:
 
         t0 = time.perf_counter()
         try:
-            resp = await self.model.stream(messages, tools, on_delta, should_stop)
-            await started
+            resp = await self.model.stream(messages, tools, deltas.add, should_stop)
             await deltas.flush()
             self.breaker.success()
             metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
                                        resp.usage.completion_tokens, "ok")
         except ModelError as exc:
-            await started
             await deltas.flush()
             self.breaker.failure()
             metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
