@@ -268,15 +268,21 @@ def _kill_and_replace_orchestrator(stack: Stack) -> None:
     restart(stack, "orchestrator")
 
 
-def test_sigkill_while_streaming_resumes_from_checkpoint_with_answer_reset(stack, model):
-    model.push(Turn(content="第一次写到一半。" * 40, chunks=40, chunk_delay_s=0.2), Turn(content="重新写的完整答案。"))
+def _kill_on(stack: Stack, event_type: str):  # noqa: ANN202 - (Event, callback) pair
+    """An ``on_event`` callback that SIGKILLs and replaces the orchestrator at the first ``event_type``."""
     killed = threading.Event()
 
     def on_event(task_id: str, ev: SseEvent) -> None:
-        if ev.event == "answer.delta" and not killed.is_set():
+        if ev.event == event_type and not killed.is_set():
             killed.set()
             threading.Thread(target=_kill_and_replace_orchestrator, args=(stack,), daemon=True).start()
 
+    return killed, on_event
+
+
+def test_sigkill_while_streaming_resumes_from_checkpoint_with_answer_reset(stack, model):
+    model.push(Turn(content="第一次写到一半。" * 40, chunks=40, chunk_delay_s=0.2), Turn(content="重新写的完整答案。"))
+    killed, on_event = _kill_on(stack, "answer.delta")
     _, events = events_of(stack, "写一个长答案", on_event)
     t = types(events)
     assert killed.is_set() and "answer.reset" in t and t.count("task.completed") == 1
@@ -288,13 +294,7 @@ def test_sigkill_while_streaming_resumes_from_checkpoint_with_answer_reset(stack
 def test_sigkill_after_tool_request_runs_the_tool_once(stack, model):
     model.push(Turn(tool_calls=[kb("小规模纳税人 征收率")]),
                lambda body: Turn(content="答案[1]。" if tool_messages(body) else "没有工具结果。"))
-    killed = threading.Event()
-
-    def on_event(task_id: str, ev: SseEvent) -> None:
-        if ev.event == "tool.requested" and not killed.is_set():
-            killed.set()
-            threading.Thread(target=_kill_and_replace_orchestrator, args=(stack,), daemon=True).start()
-
+    killed, on_event = _kill_on(stack, "tool.requested")
     task_id, events = events_of(stack, "查征收率", on_event)
     assert events[-1].event == "task.completed" and events[-1].data["answer"] == "答案[1]。"
     assert types(events).count("tool.requested") == 1 and types(events).count("tool.completed") == 1
