@@ -69,16 +69,9 @@ async def create_task(state: GatewayState, body: TaskCreate, traceparent: str | 
     claim = None
     if idempotency_key is not None:
         claim = f"conduit:idempotency:{tenant}:{hashlib.sha256(idempotency_key.encode()).hexdigest()}"
-        digest = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
-        record = json.dumps({"task_id": task_id, "session_id": session_id, "body": digest})
-        if not await state.redis.set(claim, record, nx=True, ex=state.settings.task_events_ttl_s):
-            earlier = json.loads(await state.redis.get(claim) or record)
-            if earlier["body"] != digest:
-                raise ApiError(409, "idempotency_key_reused",
-                               "this Idempotency-Key was already used for a different request body",
-                               {"task_id": earlier["task_id"]})
-            return TaskCreated(task_id=earlier["task_id"], session_id=earlier["session_id"],
-                               events_url=events_url(earlier["task_id"])), True
+        earlier = await _claim(state, claim, body, task_id, session_id)
+        if earlier is not None:
+            return earlier, True
     # one trace per task: continue the client's traceparent or start one (tracing off: a random id)
     with tracing.span("task create", traceparent, kind=tracing.SpanKind.SERVER, task_id=task_id) as tp:
         try:
@@ -87,6 +80,28 @@ async def create_task(state: GatewayState, body: TaskCreate, traceparent: str | 
             if claim is not None:
                 await state.redis.delete(claim)  # not queued: a retry with this key may create it
             raise
+
+
+async def _claim(state: GatewayState, claim: str, body: TaskCreate, task_id: str,
+                 session_id: str) -> TaskCreated | None:
+    """Claim an idempotency key for a new task: None when claimed, else the earlier task's ids.
+
+    Raises ApiError 409 ``idempotency_key_reused`` when the key was used with another body.
+    """
+    digest = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+    record = json.dumps({"task_id": task_id, "session_id": session_id, "body": digest})
+    while not await state.redis.set(claim, record, nx=True, ex=state.settings.task_events_ttl_s):
+        raw = await state.redis.get(claim)
+        if raw is None:
+            continue  # expired between the two calls: claim it again
+        earlier = json.loads(raw)
+        if earlier["body"] != digest:
+            raise ApiError(409, "idempotency_key_reused",
+                           "this Idempotency-Key was already used for a different request body",
+                           {"task_id": earlier["task_id"]})
+        return TaskCreated(task_id=earlier["task_id"], session_id=earlier["session_id"],
+                           events_url=events_url(earlier["task_id"]))
+    return None
 
 
 async def _create_task(state: GatewayState, body: TaskCreate, task_id: str, session_id: str,
