@@ -47,6 +47,10 @@ class TaskStore:
         raw = await self.redis.get(self.key(task_id))
         return TaskView.model_validate_json(raw) if raw else None
 
+    async def exists(self, task_id: str) -> bool:
+        """True while the record exists (one ``EXISTS``; nothing is parsed)."""
+        return bool(await self.redis.exists(self.key(task_id)))
+
     async def add_turn(self, session_id: str, question: str, answer: str, max_turns: int = 50) -> None:
         """Append one finished (question, answer) turn to a session's history."""
         key = f"conduit:session:{session_id}:turns"

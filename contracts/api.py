@@ -53,7 +53,14 @@ class StepRecord(BaseModel):
 
 
 class TaskView(BaseModel):
-    """``GET /v1/tasks/{id}``: the task's record (status, answer, citations, steps, usage)."""
+    """``GET /v1/tasks/{id}``: the task's record (status, answer, citations, steps, usage).
+
+    Parsed with ``cache_strings="keys"``: pydantic-core's JSON string cache would
+    otherwise keep up to 16,384 short values (task ids, statuses) alive in every
+    gateway, scattered over the allocator's arenas after a burst of reads.
+    """
+
+    model_config = ConfigDict(cache_strings="keys")
 
     task_id: str
     session_id: str

@@ -73,7 +73,7 @@ async def get_task(task_id: str, state: GatewayState = Depends(get_state)) -> JS
 async def task_events(task_id: str, request: Request, state: GatewayState = Depends(get_state)) -> EventSourceResponse:
     """Stream the task's events after ``Last-Event-ID`` (0 = from the start)."""
     after = inputs.last_event_id(request)
-    await tasks.get_task(state, task_id)
+    await tasks.require_task(state, task_id)
     return sse_response(state, task_id, after)
 
 

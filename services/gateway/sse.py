@@ -25,17 +25,15 @@ so clients reconnect with ``Last-Event-ID`` (to any replica) and lose nothing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
-
-import anyio
 
 from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from conduit.taskstore import TaskStore
 from conduit.taskstream import LoggedEvent
+from services.gateway.hub import Subscription
 from services.gateway.state import GatewayState
 
 log = logging.getLogger("conduit.gateway.sse")
@@ -59,8 +57,43 @@ def encode_events(batch: list[LoggedEvent]) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
+class ShutdownSignal:
+    """The ``shutdown_event`` handed to sse-starlette: its ``set()`` interrupts the stream's subscription.
+
+    sse-starlette only calls ``set()`` on it when the server exits; doing the
+    interrupt right there spares every stream a watcher task waiting on an
+    ``anyio.Event`` (a task, an event and a future per open stream).
+    """
+
+    __slots__ = ("_sub", "_set")
+
+    def __init__(self) -> None:
+        self._sub: Subscription | None = None
+        self._set = False
+
+    def is_set(self) -> bool:
+        """True once the server has signalled shutdown."""
+        return self._set
+
+    def set(self) -> None:
+        """Signal shutdown: the stream's pending and later waits return ``None``."""
+        self._set = True
+        if self._sub is not None:
+            self._sub.interrupt()
+
+    def attach(self, sub: Subscription) -> None:
+        """Interrupt ``sub`` on shutdown (at once if it was already signalled)."""
+        self._sub = sub
+        if self._set:
+            sub.interrupt()
+
+    def detach(self) -> None:
+        """Forget the subscription (the stream ended)."""
+        self._sub = None
+
+
 async def task_event_stream(state: GatewayState, task_id: str, after: int,
-                            shutdown: anyio.Event | None = None) -> AsyncIterator[ServerSentEvent | bytes]:
+                            shutdown: ShutdownSignal | None = None) -> AsyncIterator[ServerSentEvent | bytes]:
     """Yield the task's events with seq > ``after`` in order, ending after the terminal one.
 
     Yields SSE wire bytes (one chunk per batch of ready events, see ``encode_events``)
@@ -74,12 +107,11 @@ async def task_event_stream(state: GatewayState, task_id: str, after: int,
     hub = state.hub
     if hub is None:
         raise RuntimeError("the gateway's StreamHub is not started")
-    shutdown = shutdown or anyio.Event()
+    shutdown = shutdown or ShutdownSignal()
     poll_s = state.settings.gateway_sse_poll_ms / 1000
     state.open_streams += 1
     sub = hub.subscribe(task_id, after)
-    watcher = asyncio.ensure_future(shutdown.wait())
-    watcher.add_done_callback(lambda _: sub.interrupt())
+    shutdown.attach(sub)
     try:
         while True:
             batch = await sub.next_batch(poll_s)
@@ -105,7 +137,7 @@ async def task_event_stream(state: GatewayState, task_id: str, after: int,
     except RedisError as exc:
         log.warning("redis error while streaming task %s: %r", task_id, exc)
     finally:
-        watcher.cancel()
+        shutdown.detach()
         hub.unsubscribe(sub)
         state.open_streams -= 1
 
@@ -133,7 +165,7 @@ def _ping() -> ServerSentEvent:
 def sse_response(state: GatewayState, task_id: str, after: int, status_code: int = 200,
                  headers: dict[str, str] | None = None) -> EventSourceResponse:
     """An ``EventSourceResponse`` streaming ``task_event_stream`` with heartbeats and no-cache headers."""
-    shutdown = anyio.Event()
+    shutdown = ShutdownSignal()
     return _EventSourceResponse(
         task_event_stream(state, task_id, after, shutdown),
         status_code=status_code,
@@ -141,6 +173,6 @@ def sse_response(state: GatewayState, task_id: str, after: int, status_code: int
         ping=state.settings.sse_heartbeat_s,
         ping_message_factory=_ping,
         sep=SEP,
-        shutdown_event=shutdown,
+        shutdown_event=shutdown,  # type: ignore[arg-type]  # duck-typed: sse-starlette only calls set()
         shutdown_grace_period=SHUTDOWN_GRACE_S,
     )

@@ -145,6 +145,16 @@ async def get_task(state: GatewayState, task_id: str) -> TaskView:
     return view
 
 
+async def require_task(state: GatewayState, task_id: str) -> None:
+    """Check that the task's record exists without reading it (the SSE route's check).
+
+    Raises:
+        ApiError: 404 ``task_not_found`` when unknown or expired.
+    """
+    if not await state.store.exists(task_id):
+        raise ApiError(404, "task_not_found", f"no task {task_id!r} (unknown or expired)")
+
+
 async def cancel_task(state: GatewayState, task_id: str, traceparent: str | None) -> TaskView:
     """Ask the orchestrator to stop a task: publish ``TaskCancelled`` to ``topics.CONTROL``.
 
