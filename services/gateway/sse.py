@@ -6,9 +6,12 @@ Wire format of one event (``\\n`` line separator)::
     event: <type>
     data: <JSON of the contracts.stream model, as stored in the log>
 
-plus ``: ping`` comment lines every ``settings.sse_heartbeat_s`` seconds (sent by
-sse-starlette's own ping task, concurrently with the data, so an idle stream
-stays alive through proxies). The stream ends right after the terminal event.
+plus a ``: ping`` comment line when a stream has sent nothing for
+``settings.sse_heartbeat_s`` seconds (checked after each idle wait, so at most
+``gateway_sse_poll_ms`` late), which keeps an idle stream alive through proxies.
+The generator sends it itself; sse-starlette's ping task is off (``ping=0``),
+one task and one timer fewer per open stream. The stream ends right after the
+terminal event.
 Events that are ready together are sent as one body chunk (one write).
 
 Lifecycle: the generator subscribes to the gateway's shared ``StreamHub``
@@ -25,6 +28,7 @@ so clients reconnect with ``Last-Event-ID`` (to any replica) and lose nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -109,6 +113,9 @@ async def task_event_stream(state: GatewayState, task_id: str, after: int,
         raise RuntimeError("the gateway's StreamHub is not started")
     shutdown = shutdown or ShutdownSignal()
     poll_s = state.settings.gateway_sse_poll_ms / 1000
+    heartbeat_s = state.settings.sse_heartbeat_s
+    loop = asyncio.get_running_loop()
+    last_sent = loop.time()
     state.open_streams += 1
     sub = hub.subscribe(task_id, after)
     shutdown.attach(sub)
@@ -128,7 +135,11 @@ async def task_event_stream(state: GatewayState, task_id: str, after: int,
                     log.info("task %s expired while streaming", task_id)
                     return
                 else:
+                    if heartbeat_s > 0 and loop.time() - last_sent >= heartbeat_s:
+                        last_sent = loop.time()
+                        yield _ping()
                     continue
+            last_sent = loop.time()
             for i, ev in enumerate(batch):
                 if ev.terminal:
                     yield encode_events(batch[: i + 1])
@@ -170,8 +181,7 @@ def sse_response(state: GatewayState, task_id: str, after: int, status_code: int
         task_event_stream(state, task_id, after, shutdown),
         status_code=status_code,
         headers={**HEADERS, **(headers or {})},
-        ping=state.settings.sse_heartbeat_s,
-        ping_message_factory=_ping,
+        ping=0,  # heartbeats come from task_event_stream when idle
         sep=SEP,
         shutdown_event=shutdown,  # type: ignore[arg-type]  # duck-typed: sse-starlette only calls set()
         shutdown_grace_period=SHUTDOWN_GRACE_S,
