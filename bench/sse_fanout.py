@@ -380,12 +380,19 @@ client processes (raw asyncio sockets) read the streams; broker, Redis, writer a
 
 "Before" is taken after a warm-up of {a.warmup} streams and the {a.tasks:,} `POST /v1/tasks`, 4 s after the last
 stream. The gateway's hub runs `gc.collect()` and glibc `malloc_trim(0)` 2 s after its last stream ends (after a
-peak of ≥ 32 streams; skipped off glibc). What stays above the baseline is allocator high-water, not live objects
-(a gateway instrumented for it showed 39.4 MB of live small objects both before and after a 1,000-stream burst,
-in 41 and 76 arenas):
-CPython's small-object allocator frees a 1 MiB arena only when every block in it is free, and the few objects that
-outlive a burst (Redis pool connections opened during the connect rush, cached strings, counters) keep most
-arenas of the burst alive; a repeated burst reuses them instead of growing (row above).
+peak of ≥ 32 streams; skipped off glibc). What stays above the baseline is allocator high-water, not live objects.
+A gateway instrumented for it (`sys._debugmallocstats()` before the burst and 17 s after; `tracemalloc` started at
+the burst for the survivors) showed 43.9 MB of live small objects in 44 arenas before, and 41.6 MB in 77 arenas
+after, 34.6 MB of them in empty 16 KiB pools: CPython's small-object allocator frees a 1 MiB arena only when every
+block in it is free, and ~800 blocks that outlive the burst (cancelled timers still in the event loop's heap,
+the Redis pool connections' last replies, uvicorn's date header) keep most of the burst's arenas alive; a repeated
+burst reuses them instead of growing (row above). Found and fixed that way: pydantic-core's JSON string cache
+kept ~2,000 task-id strings from `GET /events` record reads (the route now checks the record with `EXISTS`, and
+`TaskView` is parsed with `cache_strings="keys"`): +44 → +28 MiB in a 1,000 × 10 run; the stream's own
+heartbeats instead of sse-starlette's ping task and a shutdown signal without a watcher task (peak −9 MiB).
+Tried and not kept (1,000 × 10 runs): `PYTHONMALLOC=malloc` +21 MiB (at ~25 % more CPU per event), jemalloc
+(`LD_PRELOAD`, `dirty_decay_ms:1000`) +41 MiB, mimalloc +40 MiB; touching every pool connection after the burst
+changed nothing.
 Before the hub (one blocking `XREAD` and Redis connection per stream) 300 streams × 100 deltas delivered
 774 events/s at p50 1.5 s, and RSS went 91 → 112 → 112 MiB.
 """
