@@ -55,6 +55,9 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
         enable_idempotence=settings.kafka_idempotent_producer,
         logger=logging.getLogger(f"conduit.{client_id}.faststream"),
         log_level=logging.DEBUG,
+        # no FastDepends: handlers take the message body; with it, resolving the ``KafkaMessage``
+        # annotation (a sync ``Context`` field) hopped to a worker thread on every message
+        apply_types=False,
     )
 
 
@@ -99,6 +102,12 @@ async def publish(broker: KafkaBroker, topic: str, event: Envelope) -> None:
                          "conduit.event_type": event.type}) as tp:
         headers["traceparent"] = tp
         await broker.publish(body, topic, key=topics.partition_key(event.task_id), headers=headers)
+
+
+async def _raw_body(msg: KafkaMessage, _default: Any = None) -> bytes:
+    """FastStream decoder that hands the handler the body bytes as received (it is validated there,
+    and a body that is not JSON must reach the dead-letter path instead of failing in a decoder)."""
+    return msg.body
 
 
 def subscribe(
@@ -152,7 +161,8 @@ def subscribe(
         metrics.dead_lettered(consumer_name, "invalid" if task_id == "unknown" else "failed")
         log.warning("dead-lettered message from %s: %s", dead.payload.topic, error[:300])
 
-    async def _consume(msg: KafkaMessage) -> None:
+    async def _consume(_body: bytes) -> None:
+        msg: KafkaMessage = broker.context.get_local("message")  # set by FastStream around each call
         started = time.perf_counter()
         try:
             event = adapter.validate_json(msg.body)
@@ -193,5 +203,6 @@ def subscribe(
         heartbeat_interval_ms=1_000,
         rebalance_timeout_ms=10_000,
         title=f"{consumer_name}:{','.join(subscribed)}",
+        decoder=_raw_body,
         **({"max_workers": max_workers} if max_workers > 1 else {}),
     )(_consume)
