@@ -35,7 +35,7 @@ class Settings(BaseSettings):
         default=None, validation_alias=_alias("kafka_bootstrap_servers", "KAFKA_BOOTSTRAP_SERVERS"),
         description="Kafka bootstrap servers; unset = embedded tansu broker",
     )
-    kafka_fetch_max_wait_ms: int = Field(default=3, description="consumer fetch wait in ms: tansu answers a waiting fetch only when it ends, so each hop waits ~half of it; 500 for real Kafka (docs/benchmarks.md §1)")
+    kafka_fetch_max_wait_ms: int = Field(default=2, description="consumer fetch wait in ms: tansu answers a waiting fetch only when it ends, so each hop waits ~half of it; 500 for real Kafka (docs/benchmarks.md §1)")
     kafka_partitions: int = Field(default=6, description="partitions per topic created by Conduit")
     kafka_idempotent_producer: bool = Field(
         default=False, description="idempotent producer; tansu 0.6.0 rejects InitProducerId, enable on real Kafka")
