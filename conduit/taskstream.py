@@ -74,6 +74,17 @@ class TaskEventLog:
         """True once a terminal event has been appended."""
         return bool(await self.redis.exists(self._keys(task_id)[2]))
 
+    async def sealed_and_exists(self, task_id: str, other_key: str) -> tuple[bool, bool]:
+        """``(is the log sealed, does other_key exist)`` in one round trip (one pooled connection).
+
+        The SSE stream's idle check: sealed log, or the task record (``other_key``) expired.
+        """
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(self._keys(task_id)[2])
+            pipe.exists(other_key)
+            sealed, exists = await pipe.execute()
+        return bool(sealed), bool(exists)
+
     async def read(self, task_id: str, after: int = 0, block_ms: int | None = None, count: int = 500) -> list[LoggedEvent]:
         """Return events with seq > ``after`` (oldest first).
 

@@ -206,10 +206,10 @@ class StreamHub:
     """Shared multi-key ``XREAD`` over the task logs that have subscribers (see the module docstring).
 
     Args:
-        reader: a Redis client used only by the hub's loop (one connection at a time);
+        reader: a Redis client used only by the hub (its blocking read, and the wakes that interrupt it);
             its socket read timeout must exceed ``block_ms``. Closed by ``stop``.
-        events: the task logs (``TaskEventLog``); its client also sends the wake
-            XADDs and the subscribers' catch-up ``XRANGE`` reads.
+        events: the task logs (``TaskEventLog``); its client serves the
+            subscribers' catch-up ``XRANGE`` reads.
         block_ms: ``XREAD BLOCK`` per round, in milliseconds (> 0).
         count: entries read per task log per round (bounds one round's size).
         queue_max: events buffered per subscriber before it falls back to ``XRANGE``.
@@ -347,7 +347,9 @@ class StreamHub:
     async def _send_wake(self) -> None:
         self.wakes += 1
         try:
-            async with self.events.redis.pipeline(transaction=False) as pipe:
+            # on the hub's own client: the shared pool can be exhausted by a burst of streams,
+            # and a wake queued behind it left new streams unread for up to block_ms
+            async with self.reader.pipeline(transaction=False) as pipe:
                 pipe.xadd(self.wake_key, {b"w": b"1"}, maxlen=1, approximate=False)
                 pipe.expire(self.wake_key, 3600)
                 await pipe.execute()

@@ -126,12 +126,13 @@ async def task_event_stream(state: GatewayState, task_id: str, after: int,
                 yield ServerSentEvent(comment="shutdown", retry=RECONNECT_MS, sep=SEP)
                 return
             if not batch:
-                if await events.is_sealed(task_id):
+                sealed, recorded = await events.sealed_and_exists(task_id, TaskStore.key(task_id))
+                if sealed:
                     # the terminal event may have landed between the wait and the check
                     batch = await sub.catch_up()
                     if not batch:
                         return
-                elif not await state.redis.exists(TaskStore.key(task_id)):
+                elif not recorded:
                     log.info("task %s expired while streaming", task_id)
                     return
                 else:
