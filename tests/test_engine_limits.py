@@ -6,6 +6,7 @@ history window never separates a tool call from its result."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from datetime import timedelta
@@ -53,6 +54,19 @@ async def test_deadline_and_token_budget_force_a_final_call_without_tools(settin
         assert state.status == "completed" and state.stop_reason == "max_tokens"
         assert state.usage.total_tokens >= 50 and "tools" not in model.requests[-1]
         assert "tool_not_available" in [m for m in state.messages if m["role"] == "tool"][0]["content"]
+
+        # a tool name the model made up is refused and keeps its own name in the events
+        model.push(Turn(tool_calls=[{"name": "delete_everything", "arguments": {"path": "/"}}]),
+                   Turn(content="没有这个工具。"))
+        q = _question()
+        state = await _run(orch, q)
+        assert state.status == "completed"
+        assert "tool_not_available" in [m for m in state.messages if m["role"] == "tool"][0]["content"]
+        logged = await orch.events.read(q.task_id)
+        tool_events = [json.loads(e.data) for e in logged if e.type.startswith("tool.")]
+        assert [(e["type"], e["tool"]) for e in tool_events] == [("tool.requested", "delete_everything"),
+                                                                 ("tool.completed", "delete_everything")]
+        assert tool_events[1]["error_code"] == "tool_not_available"
     finally:
         await broker.stop()
 

@@ -90,6 +90,9 @@ TIMER_GRACE_S = 3.0
 replica was up are consumed first instead of being declared timeouts."""
 CANCEL_POLL_S = 0.25
 """Seconds between two checks of the cancel flag while a model streams."""
+UNKNOWN_TOOL_PLACEHOLDER = "kb_search"
+"""``ToolResultPayload.tool`` of the refusal of a tool name the model made up (the contract's
+``ToolName`` is closed); the call, its ``tool.*`` events and the record keep the name asked for."""
 
 
 class Orchestrator:
@@ -366,9 +369,8 @@ class Orchestrator:
         pending: list[PendingCall] = []
         loop_stop = False
         for call_id, name, args in calls:
-            known = name in TOOL_SPECS
             call = PendingCall(
-                call_id=call_id, tool=name if known else "kb_search", arguments=args or {},
+                call_id=call_id, tool=name, arguments=args or {},
                 reason=str((args or {}).get("reason", ""))[:500], step=state.step,
                 idempotency_key=f"{state.task_id}:{state.step}:{call_id}", deadline_at=deadline,
             )
@@ -412,8 +414,10 @@ class Orchestrator:
                         call.arguments_digest = arguments_digest(call.arguments)
                         call.expires_at = now + timedelta(seconds=s.approval_ttl_s)
             if error is not None:
-                call.result = ToolResultPayload(call_id=call_id, tool=call.tool, idempotency_key=call.idempotency_key,
-                                                outcome="error", error=error)
+                # a name the model made up keeps its own name on the call and its events; the result
+                # payload's ``tool`` is the contract's closed ToolName, so it carries a placeholder
+                call.result = ToolResultPayload(call_id=call_id, tool=name if name in TOOL_SPECS else UNKNOWN_TOOL_PLACEHOLDER,
+                                                idempotency_key=call.idempotency_key, outcome="error", error=error)
                 call.received_at = now
             pending.append(call)
         if loop_stop:
