@@ -141,7 +141,7 @@ async def get_task(state: GatewayState, task_id: str) -> TaskView:
     """
     view = await state.store.get(task_id)
     if view is None:
-        raise ApiError(404, "task_not_found", f"no task {task_id!r} (unknown or expired)")
+        raise _not_found(task_id)
     return view
 
 
@@ -152,7 +152,11 @@ async def require_task(state: GatewayState, task_id: str) -> None:
         ApiError: 404 ``task_not_found`` when unknown or expired.
     """
     if not await state.store.exists(task_id):
-        raise ApiError(404, "task_not_found", f"no task {task_id!r} (unknown or expired)")
+        raise _not_found(task_id)
+
+
+def _not_found(task_id: str) -> ApiError:
+    return ApiError(404, "task_not_found", f"no task {task_id!r} (unknown or expired)")
 
 
 async def cancel_task(state: GatewayState, task_id: str, traceparent: str | None) -> TaskView:
