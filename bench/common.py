@@ -9,6 +9,7 @@ the retrieval engineer's, are left alone).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import platform
@@ -23,6 +24,15 @@ from conduit.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "benchmarks.md"
+
+
+async def read_chunk(reader: asyncio.StreamReader) -> bytes:
+    """The next chunk of an HTTP/1.1 chunked body (``b""`` for the terminating zero-size chunk).
+
+    The benches' lean clients read SSE responses with it, so their own cost stays out of the figures.
+    """
+    size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
+    return (await reader.readexactly(size + 2))[:-2]
 
 
 def pct(values: list[float], p: float) -> float:

@@ -46,7 +46,7 @@ from urllib.parse import urlparse
 import httpx
 from redis.asyncio import Redis
 
-from bench.common import infra, machine, pct, rss_mib, write_section
+from bench.common import infra, machine, pct, read_chunk, rss_mib, write_section
 from conduit import infra as cinfra
 from conduit.redis_client import make_redis
 from conduit.services import ServiceProcess, settings_env
@@ -78,10 +78,9 @@ async def _follow(port: int, task_id: str, lat: list[float], seqs: list[int], ac
             rest = b""
             while True:
                 if chunked:
-                    size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
-                    if size == 0:
+                    data = await read_chunk(reader)
+                    if not data:
                         break
-                    data = (await reader.readexactly(size + 2))[:-2]
                 else:
                     data = await reader.read(65536)
                     if not data:

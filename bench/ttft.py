@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from bench.common import machine, pct, write_section
+from bench.common import machine, pct, read_chunk, write_section
 from bench.stackbench import model_stack, sse_events
 from conduit.settings import Settings
 from conduit.testing.scripted_model import Turn
@@ -59,9 +59,8 @@ class LeanClient:
             raise RuntimeError(head[:200])
         first, rest = None, b""
         while True:
-            size = int((await self.reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
-            data = (await self.reader.readexactly(size + 2))[:-2]
-            if size == 0:
+            data = await read_chunk(self.reader)
+            if not data:
                 return first
             if first is None:
                 rest += data
