@@ -9,8 +9,10 @@
 FROM python:3.11-slim
 
 # bubblewrap: the sandbox runs untrusted code in it (user namespaces, no network)
+# libjemalloc2: `conduit serve gateway` runs on it (gateway_allocator=auto; conduit/allocator.py), so its
+# memory returns to baseline after a burst of SSE streams
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap \
+    && apt-get install -y --no-install-recommends bubblewrap libjemalloc2 \
     && rm -rf /var/lib/apt/lists/*
 
 RUN pip install --no-cache-dir uv==0.13.8

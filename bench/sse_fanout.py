@@ -1,7 +1,8 @@
 """Benchmark 3: SSE fan-out through one gateway process.
 
     python -m bench.sse_fanout [--tasks 1000] [--deltas 200] [--interval-ms 100] [--clients 2]
-                               [--warmup 50] [--repeat 1] [--settle-s 30] [--gateway-env NAME=VALUE] [--no-report]
+                               [--warmup 50] [--repeat 1] [--settle-s 30] [--allocators auto,pymalloc]
+                               [--gateway-env NAME=VALUE] [--no-report]
 
 A real gateway process (``conduit serve gateway``) over a private tansu broker and
 redis-server. The bench creates ``--tasks`` tasks with ``POST /v1/tasks``, opens one
@@ -26,7 +27,8 @@ the gateway's CPU seconds (``/proc``), and its RSS before the streams open (afte
 ``--warmup`` of small streams), at peak (sampled every 0.25 s) and after they end
 (sampled every 0.5 s for up to ``--settle-s`` s, until within 2 MiB of the baseline).
 ``--repeat N`` runs the same fan-out N times through the same gateway and reports the
-RSS of each, which separates allocator high-water from growth.
+RSS of each, which separates allocator high-water from growth. ``--allocators`` repeats the
+whole run with a fresh gateway per ``gateway_allocator`` value, side by side.
 """
 
 from __future__ import annotations
@@ -54,7 +56,13 @@ from conduit.taskstream import TaskEventLog
 from contracts.stream import AnswerDelta, TaskCompleted
 
 RECONNECT_S = 1.0  # the gateway's retry: hint
-BASELINE_TOLERANCE_MIB = 2.0
+BASELINE_FRACTION = 0.05
+"""RSS within 5 % of the baseline (4 MiB at ~80 MiB) counts as back: the live state a first burst leaves
+(the Redis pool's extra connections, caches), against +40 % of allocator high-water under pymalloc."""
+
+
+def _back(rss: dict[str, float]) -> bool:
+    return rss["after"] <= rss["before"] * (1 + BASELINE_FRACTION)
 
 
 # ------------------------------------------------------------------ client processes
@@ -283,6 +291,10 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
         try:
             await _wait_ready(port)
             pid = gw.proc.pid
+            proc_dir = Path(f"/proc/{pid}")
+            preloaded = (proc_dir / "maps").exists() and "libjemalloc" in (proc_dir / "maps").read_text()
+            malloc = (proc_dir / "environ").exists() and b"PYTHONMALLOC=malloc" in (proc_dir / "environ").read_bytes()
+            in_use = ("jemalloc" if malloc else "pymalloc, jemalloc preloaded") if preloaded else "pymalloc"
             start_rss = rss_mib(pid)
             if warmup:
                 _progress(f"warm-up: {warmup} streams x 5 deltas")
@@ -290,6 +302,7 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
             for b in range(repeat):
                 _progress(f"burst {b + 1}/{repeat}: creating {tasks} tasks")
                 ids = await _create_tasks(port, tasks)
+                _progress("tasks created; the baseline is taken in 4 s")
                 await asyncio.sleep(4.0)  # the gateway releases memory 2 s after its last stream
                 rss = {"start": start_rss, "before": rss_mib(pid), "peak": 0.0}
                 cpu0 = cpu_s(pid)
@@ -316,7 +329,7 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
                     after, after_t = rss_mib(pid), time.perf_counter() - ended
                     if at5 is None and after_t >= 5:
                         at5 = after
-                    if after <= rss["before"] + BASELINE_TOLERANCE_MIB and after_t >= 5:
+                    if after_t >= 5 and _back({"before": rss["before"], "after": after}):
                         break
                 rss.update(after=after, after_t=after_t, at5=at5 if at5 is not None else after)
                 r.update(rss=rss, conns=conns)
@@ -326,7 +339,22 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
             gw.stop()
     first = bursts[0]
     first["bursts"] = [{"lost": b["lost"], **b["rss"]} for b in bursts]
+    first["allocator"] = in_use
     return first
+
+
+def _bursts_text(r: dict) -> str:
+    if len(r["bursts"]) < 2:
+        return "not run (`--repeat 1`)"
+    return "; ".join(f"burst {i + 1}: before {b['before']:.0f}, peak {b['peak']:.0f}, after {b['after']:.0f} MiB, "
+                     f"lost {b['lost']}" for i, b in enumerate(r["bursts"]))
+
+
+def _verdict(rss: dict[str, float]) -> str:
+    over = rss["after"] - rss["before"]
+    pct_over = over / rss["before"] * 100
+    return (f"back to baseline (+{over:.0f} MiB, {pct_over:.0f} %)" if _back(rss)
+            else f"+{over:.0f} MiB ({pct_over:.0f} %) over the baseline")
 
 
 def main() -> None:
@@ -338,34 +366,45 @@ def main() -> None:
     ap.add_argument("--settle-s", type=float, default=30.0, help="max wait for the gateway's RSS to return to baseline")
     ap.add_argument("--warmup", type=int, default=50, help="streams run once before the baseline is taken (0 = none)")
     ap.add_argument("--repeat", type=int, default=1, help="identical fan-outs through the same gateway (RSS after each)")
+    ap.add_argument("--allocators", default="auto,pymalloc",
+                    help="gateway_allocator values, one gateway each, side by side; the first is the headline")
     ap.add_argument("--gateway-env", action="append", default=[], metavar="NAME=VALUE",
                     help="extra environment of the gateway process (repeatable)")
     ap.add_argument("--no-report", action="store_true", help="print the section, leave docs/benchmarks.md alone")
     a = ap.parse_args()
     gateway_env = dict(kv.split("=", 1) for kv in a.gateway_env)
     load_before = os.getloadavg()
-    r = asyncio.run(run(a.tasks, a.deltas, a.interval_ms / 1000, a.clients, a.settle_s, a.warmup, a.repeat,
-                        gateway_env))
+    runs: list[tuple[str, dict]] = []
+    for choice in a.allocators.split(","):
+        _progress(f"gateway with gateway_allocator={choice}")
+        env = {**gateway_env, "CONDUIT_GATEWAY_ALLOCATOR": choice}
+        runs.append((choice, asyncio.run(run(a.tasks, a.deltas, a.interval_ms / 1000, a.clients, a.settle_s,
+                                              a.warmup, a.repeat, env))))
     load_after = os.getloadavg()
+    r = runs[0][1]
     ms = [x * 1000 for x in r["lat"]]
     rate = r["received"] / r["drain_s"]
     rss, conns = r["rss"], r["conns"]
-    back = rss["after"] <= rss["before"] + BASELINE_TOLERANCE_MIB
     rounds = [x * 1000 for x in r["round_s"]]
-    verdict = "back to baseline" if back else f"+{rss['after'] - rss['before']:.0f} MiB over the baseline"
-    bursts_text = "; ".join(f"burst {i + 1}: before {b['before']:.0f}, peak {b['peak']:.0f}, "
-                            f"after {b['after']:.0f} MiB, lost {b['lost']}" for i, b in enumerate(r["bursts"]))
-    if len(r["bursts"]) < 2:
-        bursts_text = "not run (`--repeat 1`)"
+    rows = []
+    for choice, x in runs:
+        xm = [v * 1000 for v in x["lat"]]
+        xr = x["rss"]
+        rows.append(f"| `{choice}` ({x['allocator']}) | {x['lost']} | p50 {pct(xm, 50):.1f} / p99 {pct(xm, 99):.1f} ms | "
+                    f"{x['cpu_s'] / max(1, x['received']) * 1e6:.0f} µs | {xr['before']:.0f} / {xr['peak']:.0f} / "
+                    f"{xr['after']:.0f} MiB: {_verdict(xr)} | {_bursts_text(x)} |")
+    allocator_rows = "\n".join(rows)
     section = f"""
 ## 3. SSE fan-out through one gateway
 
-Command: `python -m bench.sse_fanout --tasks {a.tasks} --deltas {a.deltas} --interval-ms {a.interval_ms:g} --clients {a.clients} --warmup {a.warmup} --repeat {a.repeat}{"".join(f" --gateway-env {kv}" for kv in a.gateway_env)}` · machine: {machine()} · load average (1 min) {load_before[0]:.2f} at start, {load_after[0]:.2f} at end
+Command: `python -m bench.sse_fanout --tasks {a.tasks} --deltas {a.deltas} --interval-ms {a.interval_ms:g} --clients {a.clients} --warmup {a.warmup} --repeat {a.repeat} --allocators {a.allocators}{"".join(f" --gateway-env {kv}" for kv in a.gateway_env)}` · machine: {machine()} · load average (1 min) {load_before[0]:.2f} at start, {load_after[0]:.2f} at end
 
 {a.tasks:,} concurrent SSE streams × {a.deltas} `answer.delta` each ({a.tasks * a.deltas:,} events) through one gateway
 process, whose shared `StreamHub` reads all task logs with one multi-key `XREAD` on one connection. The writer
 appends one event to every log per round (the `TaskEventLog` append script, one pre-packed write) every {a.interval_ms:g} ms; {a.clients} lean
 client processes (raw asyncio sockets) read the streams; broker, Redis, writer and clients share the same 2 cores.
+The whole run is repeated with a fresh gateway per `gateway_allocator` (`--allocators`); the table's figures are
+the first's (`{runs[0][0]}`, the default), the comparison below it.
 
 | figure | value |
 | --- | --- |
@@ -374,24 +413,33 @@ client processes (raw asyncio sockets) read the streams; broker, Redis, writer a
 | delivered rate | {rate:,.0f} events/s (writing took {r["write_s"]:.1f} s, {r["behind"]} of {a.deltas} rounds overran the interval; all streams ended after {r["drain_s"]:.1f} s) |
 | gateway CPU | {r["cpu_s"]:.1f} s, {r["cpu_s"] / max(1, r["received"]) * 1e6:.0f} µs per delivered event (connects and disconnects included) |
 | Redis connections on the server | {conns["before"]} before the streams opened, {conns.get("open", 0)} with all {a.tasks:,} open (the growth is the gateway's pool answering the burst of `GET /events`; the hub reads on one) |
-| gateway RSS | **before {rss["before"]:.0f} MiB, peak {rss["peak"]:.0f} MiB, after {rss["after"]:.0f} MiB** ({rss["after_t"]:.0f} s after the streams ended; {rss["at5"]:.0f} MiB at 5 s): {verdict}; {rss["start"]:.0f} MiB right after start |
-| the same fan-out again (same gateway) | {bursts_text} |
+| gateway RSS ({r["allocator"]}) | **before {rss["before"]:.0f} MiB, peak {rss["peak"]:.0f} MiB, after {rss["after"]:.0f} MiB** ({rss["after_t"]:.0f} s after the streams ended; {rss["at5"]:.0f} MiB at 5 s): {_verdict(rss)}; {rss["start"]:.0f} MiB right after start |
+| the same fan-out again (same gateway) | {_bursts_text(r)} |
+
+| `gateway_allocator` (in use) | lost | delivery latency | CPU per event | RSS before / peak / after | each burst |
+| --- | --- | --- | --- | --- | --- |
+{allocator_rows}
 
 "Before" is taken after a warm-up of {a.warmup} streams and the {a.tasks:,} `POST /v1/tasks`, 4 s after the last
-stream. The gateway's hub runs `gc.collect()` and glibc `malloc_trim(0)` 2 s after its last stream ends (after a
-peak of ≥ 32 streams; skipped off glibc). What stays above the baseline is allocator high-water, not live objects.
-A gateway instrumented for it (`sys._debugmallocstats()` before the burst and 17 s after; `tracemalloc` started at
-the burst for the survivors) showed 43.9 MB of live small objects in 44 arenas before, and 41.6 MB in 77 arenas
-after, 34.6 MB of them in empty 16 KiB pools: CPython's small-object allocator frees a 1 MiB arena only when every
-block in it is free, and ~800 blocks that outlive the burst (cancelled timers still in the event loop's heap,
-the Redis pool connections' last replies, uvicorn's date header) keep most of the burst's arenas alive; a repeated
-burst reuses them instead of growing (row above). Found and fixed that way: pydantic-core's JSON string cache
-kept ~2,000 task-id strings from `GET /events` record reads (the route now checks the record with `EXISTS`, and
-`TaskView` is parsed with `cache_strings="keys"`): +44 → +28 MiB in a 1,000 × 10 run; the stream's own
-heartbeats instead of sse-starlette's ping task and a shutdown signal without a watcher task (peak −9 MiB).
-Tried and not kept (1,000 × 10 runs): `PYTHONMALLOC=malloc` +21 MiB (at ~25 % more CPU per event), jemalloc
-(`LD_PRELOAD`, `dirty_decay_ms:1000`) +41 MiB, mimalloc +40 MiB; touching every pool connection after the burst
-changed nothing.
+stream; "back" means within {BASELINE_FRACTION:.0%} of it. The gateway's hub runs `gc.collect()` and glibc `malloc_trim(0)`
+2 s after its last stream ends (after a peak of ≥ 32 streams; skipped off glibc).
+
+**Why the allocator** (conduit/allocator.py): under CPython's own small-object allocator (`pymalloc`) what stays
+above the baseline is allocator high-water, not live objects. A gateway instrumented for it (`sys._debugmallocstats()`
+before the burst and 17 s after; `tracemalloc` started at the burst for the survivors) showed 43.9 MB of live small
+objects in 44 arenas before, and 41.6 MB in 77 arenas after, 34.6 MB of them in empty 16 KiB pools: pymalloc frees a
+1 MiB arena only when every block in it is free, and a few hundred blocks that outlive the burst (cancelled timers
+still in the event loop's heap, the Redis pool connections' state and last replies, uvicorn's date header) keep most
+of the burst's arenas alive. With `PYTHONMALLOC=malloc` every object goes to `malloc`, and jemalloc preloaded under it
+(`dirty_decay_ms:1000`) returns freed pages to the OS page by page within about a second: `conduit serve gateway`
+re-executes itself that way when `libjemalloc.so.2` is installed (Debian `libjemalloc2`, in the Dockerfile), which
+is `gateway_allocator=auto`. Tried before and not kept (1,000 × 10 runs): `PYTHONMALLOC=malloc` with glibc's malloc
++21 MiB (at ~25 % more CPU per event), jemalloc or mimalloc preloaded *without* `PYTHONMALLOC=malloc` +40 MiB (pymalloc
+still takes every small object), flushing asyncio's future-iterator free list, touching every pool connection after
+the burst. Found and fixed under pymalloc: pydantic-core's JSON string cache kept ~2,000 task-id strings from
+`GET /events` record reads (the route now checks the record with `EXISTS`, and `TaskView` is parsed with
+`cache_strings="keys"`): +44 → +28 MiB in a 1,000 × 10 run; the stream's own heartbeats instead of sse-starlette's
+ping task and a shutdown signal without a watcher task (peak −9 MiB).
 Before the hub (one blocking `XREAD` and Redis connection per stream) 300 streams × 100 deltas delivered
 774 events/s at p50 1.5 s, and RSS went 91 → 112 → 112 MiB.
 """

@@ -6,6 +6,7 @@ Commands: ``demo`` (the README's first command), ``up``, ``ask``, ``ingest``, ``
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 import time
@@ -67,6 +68,8 @@ def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orch
     if name not in SERVICES:
         raise typer.BadParameter(f"unknown service {name!r}; expected one of {', '.join(SERVICES)}")
     settings = get_settings()
+    if name == "gateway":
+        _apply_allocator(settings.gateway_allocator)
     configure_logging(name, settings.log_level, settings.log_json)
     from conduit import metrics, tracing
 
@@ -74,6 +77,23 @@ def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orch
     if name != "gateway":  # the gateway serves GET /metrics itself
         metrics.start_metrics_server(settings.metrics_port)
     importlib.import_module(f"services.{name}.main").main(settings)
+
+
+def _apply_allocator(choice: str) -> None:
+    """Re-execute this process with jemalloc preloaded when ``choice`` asks for it (conduit/allocator.py).
+
+    Returns without change when nothing is to change; exits 2 with a message when
+    ``choice`` is ``jemalloc`` and no library is installed.
+    """
+    from conduit import allocator
+
+    try:
+        extra = allocator.reexec_env(choice)
+    except allocator.AllocatorError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    if extra:
+        os.execve(sys.executable, sys.orig_argv, {**os.environ, **extra})
 
 
 @app.command()

@@ -11,12 +11,13 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from conduit import bus
+from conduit import allocator, bus
 from conduit.client import SseEvent, create_task, stream_task
 from conduit.settings import Settings
 from conduit.stack import Stack
@@ -198,3 +199,14 @@ def test_orchestrator_crash_mid_handler_loses_no_question(stack, model):
     events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90))
     assert events[-1].event == "task.completed"
     assert [e.event for e in events].count("task.accepted") == 1
+
+
+@pytest.mark.skipif(allocator.find_jemalloc() is None, reason="libjemalloc2 not installed (.ci/run installs it)")
+def test_gateway_runs_on_jemalloc_when_installed(stack):
+    """`conduit serve gateway` re-executed itself in place (same pid) with jemalloc under PYTHONMALLOC=malloc."""
+    pid = stack.procs["gateway"].proc.pid
+    assert "libjemalloc" in Path(f"/proc/{pid}/maps").read_text()
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert b"PYTHONMALLOC=malloc" in environ
+    assert "allocator jemalloc" in (stack.log_dir / "gateway.log").read_text()
+    assert httpx.get(f"{stack.gateway_url}/healthz").status_code == 200

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from conduit import bus, metrics
+from conduit import allocator, bus, metrics
 from conduit.liveness import heartbeat
 from conduit.redis_client import make_redis
 from conduit.settings import Settings
@@ -71,7 +71,8 @@ def create_app(settings: Settings) -> FastAPI:
             # 200-300 ms every few seconds (bench/sse_fanout.py); now it walks only what came later.
             gc.collect()
             gc.freeze()
-            log.info("gateway ready (kafka %s, redis %s)", settings.bootstrap_servers(), settings.redis())
+            log.info("gateway ready (kafka %s, redis %s, allocator %s)", settings.bootstrap_servers(), settings.redis(),
+                     allocator.in_use())
             yield
         finally:
             if beat is not None:
