@@ -431,7 +431,8 @@ objects in 44 arenas before, and 41.6 MB in 77 arenas after, 34.6 MB of them in 
 1 MiB arena only when every block in it is free, and a few hundred blocks that outlive the burst (cancelled timers
 still in the event loop's heap, the Redis pool connections' state and last replies, uvicorn's date header) keep most
 of the burst's arenas alive. With `PYTHONMALLOC=malloc` every object goes to `malloc`, and jemalloc preloaded under it
-(`dirty_decay_ms:1000`) returns freed pages to the OS page by page within about a second: `conduit serve gateway`
+(`background_thread:true,dirty_decay_ms:1000`) returns freed pages to the OS within about a second, also when the
+gateway sits idle (without its background thread a burst stayed +31 MiB until the next requests): `conduit serve gateway`
 re-executes itself that way when `libjemalloc.so.2` is installed (Debian `libjemalloc2`, in the Dockerfile), which
 is `gateway_allocator=auto`. Tried before and not kept (1,000 × 10 runs): `PYTHONMALLOC=malloc` with glibc's malloc
 +21 MiB (at ~25 % more CPU per event), jemalloc or mimalloc preloaded *without* `PYTHONMALLOC=malloc` +40 MiB (pymalloc

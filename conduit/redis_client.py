@@ -2,9 +2,45 @@
 
 from __future__ import annotations
 
-from redis.asyncio import BlockingConnectionPool, Redis
+import asyncio
+from typing import Any
+
+from redis.asyncio import BlockingConnectionPool, Connection, Redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from conduit.settings import Settings
+
+
+class InlineSendConnection(Connection):
+    """redis-py's TCP ``Connection``, sending each command inline under ``asyncio.timeout``.
+
+    With ``socket_timeout`` set, redis-py 8 sends through ``asyncio.wait_for``, which on
+    Python 3.11 wraps the write in a new Task: the bytes leave only when the event loop
+    next gets to that task, after whatever else is ready. On the orchestrator's first
+    ``answer.delta`` that put ~1.5 ms between the append and Redis (docs/benchmarks.md,
+    "Where the time goes"). Here the same send runs in the caller's task, bounded by the
+    same ``socket_timeout`` (seconds); a send that times out raises redis-py's
+    ``TimeoutError`` as before, and redis-py's own handling (disconnect on failure) is kept.
+    """
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        """Send ``command`` (bytes or chunks) within ``socket_timeout`` seconds.
+
+        Raises ``redis.exceptions.TimeoutError`` when the send (health check included)
+        takes longer, ``ConnectionError`` as redis-py does.
+        """
+        timeout = self.socket_timeout
+        if not timeout:
+            return await super().send_packed_command(command, check_health)
+        self.socket_timeout = None  # redis-py then writes inline; the timeout is ours
+        try:
+            async with asyncio.timeout(timeout):
+                await super().send_packed_command(command, check_health)
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        finally:
+            self.socket_timeout = timeout
 
 
 def make_redis(settings: Settings) -> Redis:
@@ -18,7 +54,10 @@ def make_redis(settings: Settings) -> Redis:
     """
     # redis-py 8 times socket reads out after 5 s by default, which cut the hub's blocking
     # XREAD: the read timeout is a setting, kept above the SSE poll block
-    pool = BlockingConnectionPool.from_url(settings.redis(), decode_responses=False, health_check_interval=30,
+    url = settings.redis()
+    # plain TCP only: unix:// and rediss:// keep redis-py's own connection classes
+    inline: dict[str, Any] = {"connection_class": InlineSendConnection} if url.startswith("redis://") else {}
+    pool = BlockingConnectionPool.from_url(url, decode_responses=False, health_check_interval=30, **inline,
                                            max_connections=settings.redis_max_connections,
                                            timeout=settings.redis_socket_timeout_s,
                                            socket_timeout=settings.redis_socket_timeout_s)
