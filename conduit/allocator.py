@@ -36,7 +36,6 @@ over about 1 s (seconds-scale decay keeps the CPU cost of purging out of the hot
 jemalloc's background thread, so an idle gateway gives them back too (without it, purging waits
 for the next allocations: a 1,000-stream burst stayed +31 MiB until the next requests came)."""
 
-_MARK = "CONDUIT_ALLOCATOR_APPLIED"
 
 
 class AllocatorError(RuntimeError):
@@ -61,7 +60,7 @@ def reexec_env(choice: str, env: Mapping[str, str] = os.environ,
     Args:
         choice: ``auto`` | ``jemalloc`` | ``pymalloc`` (setting ``gateway_allocator``).
         env: the current environment; None is returned when jemalloc is already in use
-            or this process is the re-executed one (no loop).
+            (so the re-executed process does not loop).
         paths: where to look for the library.
 
     Raises:
@@ -70,7 +69,7 @@ def reexec_env(choice: str, env: Mapping[str, str] = os.environ,
     """
     if choice not in ("auto", "jemalloc", "pymalloc"):
         raise ValueError(f"gateway_allocator must be auto, jemalloc or pymalloc, not {choice!r}")
-    if choice == "pymalloc" or in_use(env) == "jemalloc" or env.get(_MARK):
+    if choice == "pymalloc" or in_use(env) == "jemalloc":
         return None
     lib = find_jemalloc(paths)
     if lib is None:
@@ -80,4 +79,4 @@ def reexec_env(choice: str, env: Mapping[str, str] = os.environ,
         return None
     preload = " ".join(p for p in (lib, env.get("LD_PRELOAD", "")) if p)
     return {"LD_PRELOAD": preload, "PYTHONMALLOC": "malloc",
-            "MALLOC_CONF": env.get("MALLOC_CONF") or MALLOC_CONF, _MARK: "1"}
+            "MALLOC_CONF": env.get("MALLOC_CONF") or MALLOC_CONF}
