@@ -57,6 +57,7 @@ from contracts.events import (
     ToolResult,
     ToolResultPayload,
 )
+from contracts.evidence import Citation
 from contracts.stream import (
     AnswerDelta,
     AnswerReset,
@@ -643,7 +644,7 @@ class Orchestrator:
             state.trace.append({"phase": "citations", "removed": removed})
         state.status, state.phase, state.answer, state.finished_at = "completed", "done", answer, utcnow()
         await self.store.save(state)
-        await self._announce_terminal(state)
+        await self._announce_terminal(state, citations)
 
     async def _finish_loop(self, state: TaskState) -> None:
         """End a task whose model keeps repeating a call, with a report of what was tried (seed 003)."""
@@ -667,12 +668,16 @@ class Orchestrator:
         await self.store.save(state)
         await self._announce_terminal(state)
 
-    async def _announce_terminal(self, state: TaskState) -> None:
-        """Emit the terminal event, record, session turn and public event (idempotent: the log seals once)."""
+    async def _announce_terminal(self, state: TaskState, citations: list[Citation] | None = None) -> None:
+        """Emit the terminal event, record, session turn and public event (idempotent: the log seals once).
+
+        ``citations``: the checked answer's citations when the caller has them (``_complete``);
+        otherwise (a resumed task) they are derived again from the answer and the evidence pool.
+        """
         latency_ms = round(((state.finished_at or utcnow()) - state.created_at).total_seconds() * 1000, 2)
         if state.status == "completed":
-            pool = EvidencePool(state.evidence)
-            _, citations, _ = pool.check_citations(state.answer or "")
+            if citations is None:
+                citations = EvidencePool(state.evidence).check_citations(state.answer or "")[1]
             event: StreamEvent = TaskCompleted(answer=state.answer or "", citations=citations, usage=state.usage,
                                                latency_ms=latency_ms, mode=state.mode, fallback_reason=state.fallback_reason,
                                                stop_reason=state.stop_reason or "answered")
@@ -683,7 +688,7 @@ class Orchestrator:
             event = TaskFailed(code=failure.get("code", "failed"), message=failure.get("message", "the task failed"))
         first = await self.events.append(state.task_id, event) > 0
         # the client has its terminal event; the bookkeeping writes are independent of each other
-        writes = [self._write_view(state, latency_ms), self.store.release(state.task_id)]
+        writes = [self._write_view(state, latency_ms, citations), self.store.release(state.task_id)]
         if first:
             metrics.task_finished(state.status, state.mode)
             if state.status == "completed":
@@ -777,12 +782,14 @@ class Orchestrator:
     async def _emit(self, task_id: str, event: StreamEvent) -> None:
         await self.events.append(task_id, event)
 
-    async def _write_view(self, state: TaskState, latency_ms: float | None = None) -> None:
+    async def _write_view(self, state: TaskState, latency_ms: float | None = None,
+                          citations: list[Citation] | None = None) -> None:
         error = None
         if state.status == "failed":
             failure = next((t for t in reversed(state.trace) if t.get("phase") == "failed"), {})
             error = {"code": str(failure.get("code", "failed")), "message": str(failure.get("message", ""))}
-        citations = EvidencePool(state.evidence).check_citations(state.answer or "")[1] if state.answer else []
+        if citations is None:
+            citations = EvidencePool(state.evidence).check_citations(state.answer)[1] if state.answer else []
         await self.tasks.save(TaskView(
             task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id, user_id=state.user_id,
             status=state.status, question=state.question, answer=state.answer, citations=citations, steps=state.steps,
