@@ -25,7 +25,7 @@ events lost (expected − received, must be 0), streams out of order, delivery l
 delivered rate, Redis connections on the server before and while all streams are open,
 the gateway's CPU seconds (``/proc``), and its RSS before the streams open (after a
 ``--warmup`` of small streams), at peak (sampled every 0.25 s) and after they end
-(sampled every 0.5 s for up to ``--settle-s`` s, until within 2 MiB of the baseline).
+(sampled every 0.5 s for up to ``--settle-s`` s, until within 5 % of the baseline).
 ``--repeat N`` runs the same fan-out N times through the same gateway and reports the
 RSS of each, which separates allocator high-water from growth. ``--allocators`` repeats the
 whole run with a fresh gateway per ``gateway_allocator`` value, side by side.
@@ -40,8 +40,8 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from multiprocessing.connection import Connection
 from collections.abc import Awaitable, Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -49,6 +49,7 @@ import httpx
 from redis.asyncio import Redis
 
 from bench.common import infra, machine, pct, read_chunk, rss_mib, write_section
+from conduit import allocator
 from conduit import infra as cinfra
 from conduit.redis_client import make_redis
 from conduit.services import ServiceProcess, settings_env
@@ -291,10 +292,8 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
         try:
             await _wait_ready(port)
             pid = gw.proc.pid
-            proc_dir = Path(f"/proc/{pid}")
-            preloaded = (proc_dir / "maps").exists() and "libjemalloc" in (proc_dir / "maps").read_text()
-            malloc = (proc_dir / "environ").exists() and b"PYTHONMALLOC=malloc" in (proc_dir / "environ").read_bytes()
-            in_use = ("jemalloc" if malloc else "pymalloc, jemalloc preloaded") if preloaded else "pymalloc"
+            environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+            in_use = allocator.in_use(dict(kv.split("=", 1) for kv in environ if "=" in kv))  # after its re-exec
             start_rss = rss_mib(pid)
             if warmup:
                 _progress(f"warm-up: {warmup} streams x 5 deltas")

@@ -37,7 +37,6 @@ jemalloc's background thread, so an idle gateway gives them back too (without it
 for the next allocations: a 1,000-stream burst stayed +31 MiB until the next requests came)."""
 
 
-
 class AllocatorError(RuntimeError):
     """``gateway_allocator=jemalloc`` but no jemalloc library was found."""
 
