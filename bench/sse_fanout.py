@@ -197,7 +197,7 @@ class _Writer:
                             ("task.completed", TaskCompleted(answer="done", latency_ms=1.0).model_dump_json())):
             terminal = b"1" if etype == "task.completed" else b"0"
             self.templates[etype] = b"".join(
-                _pack(b"EVALSHA", sha.encode(), b"3", *(k.encode() for k in TaskEventLog._keys(t)), etype.encode(),
+                _pack(b"EVALSHA", sha.encode(), b"3", *(k.encode() for k in TaskEventLog.keys(t)), etype.encode(),
                       data.encode(), str(maxlen).encode(), str(ttl_s).encode(), terminal) for t in ids)
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None

@@ -17,15 +17,21 @@ from redis.asyncio import Redis
 
 from contracts.stream import TERMINAL_TYPES, StreamEvent
 
-_APPEND = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
-local seq = redis.call('INCR', KEYS[2])
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], seq .. '-0', 'type', ARGV[1], 'data', ARGV[2])
-if ARGV[5] == '1' then redis.call('SET', KEYS[3], seq, 'EX', ARGV[4]) end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-return seq
+APPEND_EVENT_LUA = """
+local function append_event(log, seq_key, seal, kind, data, maxlen, ttl, terminal)
+  if redis.call('EXISTS', seal) == 1 then return -1 end
+  local seq = redis.call('INCR', seq_key)
+  redis.call('XADD', log, 'MAXLEN', '~', maxlen, seq .. '-0', 'type', kind, 'data', data)
+  if terminal == '1' then redis.call('SET', seal, seq, 'EX', ttl) end
+  redis.call('EXPIRE', log, ttl)
+  redis.call('EXPIRE', seq_key, ttl)
+  return seq
+end
 """
+"""Lua ``append_event(log, seq_key, seal, type, data, maxlen, ttl, terminal)``: the one append rule,
+shared by ``TaskEventLog.append`` and the checkpoint store's save-with-events (its outbox)."""
+
+_APPEND = APPEND_EVENT_LUA + "return append_event(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])"
 
 
 @dataclass(frozen=True)
@@ -58,21 +64,24 @@ class TaskEventLog:
         self._append = redis.register_script(_APPEND)
 
     @staticmethod
-    def _keys(task_id: str) -> list[str]:
+    def keys(task_id: str) -> list[str]:
+        """``[stream, seq counter, seal]`` Redis keys of one task's log."""
         return [f"conduit:events:{task_id}", f"conduit:events:{task_id}:seq", f"conduit:events:{task_id}:terminal"]
+
+    @staticmethod
+    def encode(event: StreamEvent) -> list[str]:
+        """``[type, JSON data, "1" if terminal else "0"]``: an event as ``append_event`` takes it."""
+        return [event.type, event.model_dump_json(), "1" if event.type in TERMINAL_TYPES else "0"]
 
     async def append(self, task_id: str, event: StreamEvent) -> int:
         """Append ``event``; return its seq, or -1 if the log is already sealed by a terminal event."""
-        terminal = "1" if event.type in TERMINAL_TYPES else "0"
-        seq = await self._append(
-            keys=self._keys(task_id),
-            args=[event.type, event.model_dump_json(), self.maxlen, self.ttl_s, terminal],
-        )
+        kind, data, terminal = self.encode(event)
+        seq = await self._append(keys=self.keys(task_id), args=[kind, data, self.maxlen, self.ttl_s, terminal])
         return int(seq)
 
     async def is_sealed(self, task_id: str) -> bool:
         """True once a terminal event has been appended."""
-        return bool(await self.redis.exists(self._keys(task_id)[2]))
+        return bool(await self.redis.exists(self.keys(task_id)[2]))
 
     async def sealed_and_exists(self, task_id: str, other_key: str) -> tuple[bool, bool]:
         """``(is the log sealed, does other_key exist)`` in one round trip (one pooled connection).
@@ -80,7 +89,7 @@ class TaskEventLog:
         The SSE stream's idle check: sealed log, or the task record (``other_key``) expired.
         """
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.exists(self._keys(task_id)[2])
+            pipe.exists(self.keys(task_id)[2])
             pipe.exists(other_key)
             sealed, exists = await pipe.execute()
         return bool(sealed), bool(exists)
@@ -91,7 +100,7 @@ class TaskEventLog:
         With ``block_ms`` set, waits up to that many milliseconds for new events
         and returns an empty list on timeout.
         """
-        key = self._keys(task_id)[0]
+        key = self.keys(task_id)[0]
         if block_ms is None:
             rows = await self.redis.xrange(key, min=f"({after}-0", max="+", count=count)
             entries = rows

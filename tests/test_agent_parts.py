@@ -106,7 +106,7 @@ async def test_model_endpoint_down_fails_fast():
 async def test_event_log_seq_replay_and_single_terminal(redis):
     log = TaskEventLog(redis, ttl_s=60)
     tid = "test-log-task"
-    await redis.delete(*TaskEventLog._keys(tid))
+    await redis.delete(*TaskEventLog.keys(tid))
     seqs = [await log.append(tid, AnswerDelta(text=str(i))) for i in range(5)]
     assert seqs == [1, 2, 3, 4, 5]
     assert await log.append(tid, TaskCompleted(answer="a", latency_ms=1.0)) == 6
@@ -116,6 +116,30 @@ async def test_event_log_seq_replay_and_single_terminal(redis):
     blocked = await log.read(tid, after=6, block_ms=50)
     assert blocked == []
     assert await redis.ttl(f"conduit:events:{tid}") > 0
+
+
+async def test_checkpoint_save_appends_its_outbox_events_atomically(redis):
+    """A save's events and tool wake-up land with it, in order; a stale save writes none (``StateStore``'s outbox)."""
+    from services.orchestrator.state import TaskState
+    from services.orchestrator.store import LEASES, TOOL_DEADLINES, StaleState, StateStore
+
+    log = TaskEventLog(redis, ttl_s=60)
+    store = StateStore(redis, ttl_s=60, events=log)
+    tid = "test-outbox-task"
+    await redis.delete(StateStore.key(tid), *TaskEventLog.keys(tid))
+    state = TaskState(task_id=tid, session_id="s", tenant_id="t", question="q", allowed_tools=[])
+    await store.save(state, lease_ttl_s=30, events=[AnswerDelta(text="a"), AnswerDelta(text="b")])
+    assert [e.seq for e in await log.read(tid)] == [1, 2] and await redis.zscore(LEASES, tid)
+    stale = state.model_copy(update={"version": 0})
+    with pytest.raises(StaleState):
+        await store.save(stale, events=[AnswerDelta(text="lost")])
+    assert len(await log.read(tid)) == 2 and (await store.load(tid)).version == 1
+    await store.save(state, wake_at=1234.5, events=[TaskCompleted(answer="a", latency_ms=1.0), AnswerDelta(text="after the end")])
+    assert await redis.zscore(TOOL_DEADLINES, tid) == 1234.5
+    assert [e.type for e in await log.read(tid)] == ["answer.delta", "answer.delta", "task.completed"]
+    assert await log.is_sealed(tid) and (await store.load(tid)).version == 2
+    await redis.zrem(LEASES, tid)
+    await redis.zrem(TOOL_DEADLINES, tid)
 
 
 async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):

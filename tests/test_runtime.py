@@ -304,6 +304,30 @@ def test_sigkill_after_tool_request_runs_the_tool_once(stack, model):
     assert len([x for x in trace if x["phase"] == "tool"]) == 1
 
 
+def test_crash_right_after_a_tool_result_is_saved_loses_none_of_its_events(stack, model):
+    """The outbox: the tool result's checkpoint and its client events are one write, so a replica that
+    dies right after it leaves nothing the client misses (this once lost ``tool.completed``)."""
+    restart(stack, "orchestrator", CONDUIT_FAULT_CRASH_ONCE="tool_result")
+    try:
+        model.push(Turn(tool_calls=[kb("小规模纳税人 征收率")]))
+        model.default = lambda body: Turn(content="答案[1]。" if tool_messages(body) else "没有工具结果。")
+        created = create_task(stack.gateway_url, "查征收率")
+        proc = stack.procs["orchestrator"]
+        deadline = time.monotonic() + 30
+        while proc.running and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not proc.running, "the fault-injected orchestrator should have exited after the save"
+        restart(stack, "orchestrator", drop=("CONDUIT_FAULT_CRASH_ONCE",))
+        events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
+        t = types(events)
+        assert t.count("tool.requested") == 1 and t.count("tool.completed") == 1 and t.count("evidence") == 1
+        assert t.index("tool.completed") < t.index("evidence") < t.index("answer.reset")
+        assert events[-1].event == "task.completed" and events[-1].data["answer"] == "答案[1]。"
+    finally:
+        if "CONDUIT_FAULT_CRASH_ONCE" in stack.procs["orchestrator"].env:
+            restart(stack, "orchestrator", drop=("CONDUIT_FAULT_CRASH_ONCE",))
+
+
 def test_sigkill_while_waiting_for_approval(stack, model):
     model.push(Turn(tool_calls=[code("print(2+2)")]), Turn(content="4（沙箱计算）。"))
 

@@ -302,7 +302,7 @@ class StreamHub:
             return sub
         topic = self._topics.get(task_id)
         if topic is None:
-            topic = self._topics[task_id] = _Topic(TaskEventLog._keys(task_id)[0].encode(), after)
+            topic = self._topics[task_id] = _Topic(TaskEventLog.keys(task_id)[0].encode(), after)
             self._wake()
         elif topic.cursor > after:
             sub.stale = True  # the hub is past ``after``: read the gap from the log first

@@ -111,7 +111,7 @@ class Orchestrator:
         self.broker = broker
         self.events = TaskEventLog(redis, settings.task_events_ttl_s, settings.task_events_maxlen)
         self.tasks = TaskStore(redis, settings.task_events_ttl_s)
-        self.store = StateStore(redis, settings.task_events_ttl_s)
+        self.store = StateStore(redis, settings.task_events_ttl_s, self.events)
         self.model = ModelClient(settings) if settings.model_configured else None
         self.breaker = CircuitBreaker(settings.model_breaker_failures, settings.model_breaker_cooldown_s)
         self.tool_breakers = {name: CircuitBreaker(settings.tool_breaker_failures, settings.tool_breaker_cooldown_s)
@@ -133,9 +133,7 @@ class Orchestrator:
             return  # redelivered: the task already exists
         if sealed:
             return  # the gateway gave up on this task (publish timed out) and told the client
-        if s.fault_crash_once == "question" and await self.redis.set(f"conduit:fault:{event.task_id}", "1", nx=True, ex=600):
-            log.error("fault injection: exiting mid-handler before the offset is committed")
-            os._exit(70)
+        await self._crash_if_injected("question", event.task_id)  # mid-handler, before the offset is committed
         state = TaskState(
             task_id=event.task_id,
             session_id=event.session_id,
@@ -185,6 +183,13 @@ class Orchestrator:
                     return
                 except StaleState:
                     continue
+
+    async def _crash_if_injected(self, point: str, task_id: str) -> None:
+        """Fault injection (tests, evals): exit the process at ``point`` once per task when
+        ``fault_crash_once`` names it. Exit code 70; nothing after this point runs."""
+        if self.settings.fault_crash_once == point and await self.redis.set(f"conduit:fault:{task_id}", "1", nx=True, ex=600):
+            log.error("fault injection: exiting", point=point)
+            os._exit(70)
 
     # ================================================================ model steps
     def _spawn(self, task_id: str, resumed: bool = False, state: TaskState | None = None) -> None:
@@ -427,20 +432,28 @@ class Orchestrator:
         state.pending = pending
         state.phase = "tools"
         state.status = "waiting_approval" if state.pending_approvals() else "waiting_tool"
-        await self.store.save(state)
-        await self._schedule(state)
+        outbox: list[StreamEvent] = []
+        for call in pending:
+            outbox.append(ToolRequestedEvent(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason))
+            if call.result is not None:  # refused before running (not offered, bad arguments, loop, budget, breaker)
+                outbox.append(ToolCompletedEvent(
+                    call_id=call.call_id, tool=call.tool, outcome=call.result.outcome, duration_ms=0.0,
+                    error_code=call.result.error.error_code if call.result.error else None))
+            elif call.approval == "pending":
+                # the record goes first: if this replica dies before the save, it just expires unused
+                outbox.append(await self._approval_record(state, call))
+        # the checkpoint, the client's events and the sweeper's wake-up in one write: a kill right after it
+        # loses none of them, and the wake-up re-sends whatever requests did not reach the bus
+        await self.store.save(state, events=outbox, wake_at=state.next_wakeup())
         await self.store.drop_lease(state.task_id)
         await self._write_view(state)
         to_send = []
         for call in pending:
-            await self._emit(state.task_id, ToolRequestedEvent(call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason))
-            if call.result is not None:  # refused before running (not offered, bad arguments, loop, budget, breaker)
-                await self._emit(state.task_id, ToolCompletedEvent(
-                    call_id=call.call_id, tool=call.tool, outcome=call.result.outcome, duration_ms=0.0,
-                    error_code=call.result.error.error_code if call.result.error else None))
+            if call.result is not None:
                 continue
             if call.approval == "pending":
-                await self._ask_approval(state, call)
+                metrics.approval_requested()
+                await self._public(state, "approval.requested", tool=call.tool)
             else:
                 await self._publish_request(state, call)
                 to_send.append(call.call_id)
@@ -450,7 +463,7 @@ class Orchestrator:
             await self._record_results(state.task_id, [])
 
     async def _mark_sent(self, task_id: str, call_ids: list[str]) -> None:
-        """Outbox: record that these calls' requests are on the bus, then reschedule the task's timers."""
+        """Outbox: record that these calls' requests are on the bus, with the task's next wake-up in the same write."""
         for _ in range(SAVE_RETRIES):
             state = await self.store.load(task_id)
             if state is None or state.terminal or state.phase != "tools":
@@ -462,10 +475,9 @@ class Orchestrator:
             if not changed:
                 return
             try:
-                await self.store.save(state)
+                await self.store.save(state, wake_at=state.next_wakeup())
             except StaleState:
                 continue
-            await self._schedule(state)
             return
 
     async def _publish_request(self, state: TaskState, call: PendingCall) -> None:
@@ -478,23 +490,21 @@ class Orchestrator:
         await bus.publish(self.broker, TOOL_SPECS[call.tool].request_topic, request)
         await self._public(state, "tool.requested", tool=call.tool)
 
-    async def _ask_approval(self, state: TaskState, call: PendingCall) -> None:
-        """Record the pending approval for the gateway and tell the client (``tool.approval_required``)."""
+    async def _approval_record(self, state: TaskState, call: PendingCall) -> ApprovalRequiredEvent:
+        """Write the pending approval's record for the gateway; return the client's ``tool.approval_required``."""
         assert call.arguments_digest and call.expires_at
-        metrics.approval_requested()
         await approvals.save(self.redis, ApprovalRecord(
             task_id=state.task_id, call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,
             arguments_digest=call.arguments_digest, expires_at=call.expires_at))
-        await self._emit(state.task_id, ApprovalRequiredEvent(
+        return ApprovalRequiredEvent(
             call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason,
-            arguments_digest=call.arguments_digest, expires_at=call.expires_at.isoformat()))
-        await self._public(state, "approval.requested", tool=call.tool)
+            arguments_digest=call.arguments_digest, expires_at=call.expires_at.isoformat())
 
     async def _schedule(self, state: TaskState) -> None:
         """Wake the sweeper at the earliest approval expiry, retry time or tool deadline."""
-        times = [t for t in (c.next_wakeup() for c in state.pending) if t is not None]
-        if times:
-            await self.store.set_tool_deadline(state.task_id, min(times).timestamp())
+        wake_at = state.next_wakeup()
+        if wake_at is not None:
+            await self.store.set_tool_deadline(state.task_id, wake_at)
         else:
             await self.store.clear_tool_deadline(state.task_id)
 
@@ -540,7 +550,7 @@ class Orchestrator:
             state.status = "waiting_approval" if state.pending_approvals() else "waiting_tool"
             state.trace.append({"phase": "approval", "call_id": call.call_id, "decision": d.decision})
             try:
-                await self.store.save(state)
+                await self.store.save(state, wake_at=state.next_wakeup())
             except StaleState:
                 continue
             record = await approvals.load(self.redis, state.task_id, call.call_id)
@@ -548,7 +558,6 @@ class Orchestrator:
                 record.status = call.approval  # type: ignore[assignment]
                 record.arguments, record.arguments_digest = call.arguments, call.arguments_digest or record.arguments_digest
                 await approvals.save(self.redis, record)
-            await self._schedule(state)
             await self._write_view(state)
             await self._public(state, "approval.decided", tool=call.tool, outcome=call.approval)
             if run:
@@ -615,20 +624,21 @@ class Orchestrator:
                 state.pending = []
                 state.phase, state.status = "model", "running"
                 await self.store.take_lease(task_id, s.lease_ttl_s)
+            # the client's events go in the checkpoint's own write (outbox): a kill right after it loses none
+            outbox: list[StreamEvent] = [
+                ToolCompletedEvent(call_id=r.call_id, tool=r.tool, outcome=r.outcome, duration_ms=r.duration_ms,
+                                   error_code=r.error.error_code if r.error else None) for r in fresh]
+            outbox += [TraceEvent(phase="tool", data=t) for t in traces]
+            if new_evidence:
+                outbox.append(EvidenceEvent(items=new_evidence))
             try:
-                await self.store.save(state)
+                await self.store.save(state, events=outbox)
             except StaleState:
                 continue
+            await self._crash_if_injected("tool_result", task_id)
             for r in fresh:
-                code = r.error.error_code if r.error else None
-                await self._emit(task_id, ToolCompletedEvent(call_id=r.call_id, tool=r.tool, outcome=r.outcome,
-                                                             duration_ms=r.duration_ms, error_code=code))
                 await self._public(state, "tool.completed", tool=r.tool, outcome=r.outcome, duration_ms=r.duration_ms)
-            for t in traces:
-                await self._emit(task_id, TraceEvent(phase="tool", data=t))
             if done:
-                if new_evidence:
-                    await self._emit(task_id, EvidenceEvent(items=new_evidence))
                 await self.store.clear_tool_deadline(task_id)
                 await self._write_view(state)
                 self._spawn(task_id)

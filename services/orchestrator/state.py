@@ -109,3 +109,9 @@ class TaskState(BaseModel):
     def all_results_in(self) -> bool:
         """True when every pending call has a result."""
         return all(c.result is not None for c in self.pending)
+
+    def next_wakeup(self) -> float | None:
+        """Epoch seconds at which the sweeper must look at this task's pending calls (earliest
+        approval expiry, retry time or result deadline), or None when none waits."""
+        times = [t for t in (c.next_wakeup() for c in self.pending) if t is not None]
+        return min(times).timestamp() if times else None

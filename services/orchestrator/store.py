@@ -3,6 +3,9 @@
 - ``conduit:state:{task_id}``: the JSON checkpoint. ``save`` succeeds only if the
   stored version equals the version the caller loaded (compare-and-set in Lua),
   so two replicas never both advance one task; the loser gets ``StaleState``.
+  A save may carry stream events (a transactional outbox): they are appended to
+  the task's event log in the same script, so a replica killed right after a
+  save cannot leave a recorded step whose events the client never sees.
 - ``conduit:leases`` (sorted set, score = lease expiry in epoch seconds): tasks
   whose model step is running. The holder renews; when it lapses (process
   killed) any replica's sweeper claims the task and resumes it from its checkpoint.
@@ -13,18 +16,23 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
 from conduit.taskstore import cancel_key
-
+from conduit.taskstream import APPEND_EVENT_LUA, TaskEventLog
+from contracts.stream import StreamEvent
 from services.orchestrator.state import TaskState
 
 LEASES = "conduit:leases"
 TOOL_DEADLINES = "conduit:tool_deadlines"
 
-_CAS = """
-if ARGV[4] then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) end
+_CAS = APPEND_EVENT_LUA + """
+-- KEYS: checkpoint, leases, the task's event log, its seq counter, its seal, tool deadlines
+-- ARGV: expected version, checkpoint JSON, checkpoint TTL, lease expiry ('' = none), task id,
+--       log maxlen, log TTL, tool wake-up time ('' = none), then (type, data, terminal) per outbox event
+if ARGV[4] ~= '' then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) end
 local cur = redis.call('GET', KEYS[1])
 local expected = tonumber(ARGV[1])
 if cur then
@@ -34,6 +42,10 @@ elseif expected ~= 0 then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+if ARGV[8] ~= '' then redis.call('ZADD', KEYS[6], ARGV[8], ARGV[5]) end
+for i = 9, #ARGV, 3 do
+  append_event(KEYS[3], KEYS[4], KEYS[5], ARGV[i], ARGV[i + 1], ARGV[6], ARGV[7], ARGV[i + 2])
+end
 return 1
 """
 
@@ -56,11 +68,13 @@ class StateStore:
     Args:
         redis: asyncio Redis client.
         ttl_s: lifetime of a checkpoint after its last save (seconds).
+        events: the task event log that ``save(..., events=...)`` appends to (its maxlen and TTL).
     """
 
-    def __init__(self, redis: Redis, ttl_s: int = 86400) -> None:
+    def __init__(self, redis: Redis, ttl_s: int = 86400, events: TaskEventLog | None = None) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
+        self.events = events or TaskEventLog(redis, ttl_s)
         self._cas = redis.register_script(_CAS)
         self._claim = redis.register_script(_CLAIM)
 
@@ -74,20 +88,30 @@ class StateStore:
         raw = await self.redis.get(self.key(task_id))
         return TaskState.model_validate_json(raw) if raw else None
 
-    async def save(self, state: TaskState, lease_ttl_s: float | None = None) -> TaskState:
+    async def save(self, state: TaskState, lease_ttl_s: float | None = None,
+                   events: Sequence[StreamEvent] = (), wake_at: float | None = None) -> TaskState:
         """Save ``state`` if nobody saved since it was loaded; bump its version.
 
         With ``lease_ttl_s`` (seconds), the task's lease is taken in the same script
         (one round trip, atomic), as a new task needs: a crash after the save is
         then resumed by the sweeper.
-        Raises StaleState when the stored version differs (the caller reloads).
+        ``events`` (the outbox) are appended to the task's event log, in order, in the
+        same script and only if the save succeeds; after a terminal event the log is
+        sealed and later appends are dropped, as ``TaskEventLog.append`` does.
+        ``wake_at`` (epoch seconds) sets the task's tool deadline in the same script, so a
+        checkpoint that waits for tools always has a sweeper wake-up.
+        Raises StaleState when the stored version differs (the caller reloads); then
+        nothing is written and no event appended.
         """
         expected = state.version
         state.version = expected + 1
-        args: list = [expected, state.model_dump_json(), self.ttl_s]
-        if lease_ttl_s is not None:
-            args += [time.time() + lease_ttl_s, state.task_id]
-        ok = await self._cas(keys=[self.key(state.task_id), LEASES], args=args)
+        log = self.events
+        args: list = [expected, state.model_dump_json(), self.ttl_s,
+                      time.time() + lease_ttl_s if lease_ttl_s is not None else "", state.task_id, log.maxlen, log.ttl_s,
+                      wake_at if wake_at is not None else ""]
+        for event in events:
+            args += log.encode(event)
+        ok = await self._cas(keys=[self.key(state.task_id), LEASES, *log.keys(state.task_id), TOOL_DEADLINES], args=args)
         if not ok:
             state.version = expected
             raise StaleState(state.task_id)
