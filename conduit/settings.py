@@ -137,7 +137,8 @@ class Settings(BaseSettings):
     # ---- fault injection (tests and evals only)
     fault_crash_once: str | None = Field(
         default=None, description="TESTS ONLY: the orchestrator exits once per task, 'question' mid-handler, "
-                                  "'tool_result' right after a tool result's checkpoint is saved")
+                                  "'tool_result' right after a tool result's checkpoint is saved, 'cancel' right after a "
+                                  "cancelled task is saved")
 
     # ---- logging
     log_level: str = Field(default="INFO", description="log level")

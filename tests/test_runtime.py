@@ -245,6 +245,34 @@ def test_cancel_stops_a_streaming_answer(stack, model):
     assert again.status_code == 409
 
 
+def test_crash_between_saving_a_cancel_and_announcing_it_still_ends_the_stream(stack, model):
+    """The cancel's offset is committed after its handler, so the redelivered cancel announces the end
+    that the dead replica saved but never told (a task waiting for approval holds no lease)."""
+    restart(stack, "orchestrator", CONDUIT_FAULT_CRASH_ONCE="cancel")
+    try:
+        model.push(Turn(tool_calls=[code("print(1)")]))
+        created = create_task(stack.gateway_url, "取消时崩溃")
+        seen: list[str] = []
+        for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=30):
+            seen.append(ev.event)
+            if ev.event == "tool.approval_required":
+                break
+        assert seen[-1] == "tool.approval_required"
+        assert httpx.post(f"{stack.gateway_url}/v1/tasks/{created['task_id']}/cancel", timeout=10).status_code == 202
+        proc = stack.procs["orchestrator"]
+        deadline = time.monotonic() + 30
+        while proc.running and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not proc.running, "the fault-injected orchestrator should have exited after saving the cancel"
+        restart(stack, "orchestrator", drop=("CONDUIT_FAULT_CRASH_ONCE",))
+        events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
+        assert events[-1].event == "task.cancelled" and types(events).count("task.cancelled") == 1
+        assert httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}").json()["status"] == "cancelled"
+    finally:
+        if "CONDUIT_FAULT_CRASH_ONCE" in stack.procs["orchestrator"].env:
+            restart(stack, "orchestrator", drop=("CONDUIT_FAULT_CRASH_ONCE",))
+
+
 def test_disconnecting_client_does_not_stop_the_task(stack, model):
     model.push(Turn(content="客户端走了我也会写完。", chunks=10, chunk_delay_s=0.1))
     created = create_task(stack.gateway_url, "断开测试")

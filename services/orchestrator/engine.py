@@ -176,7 +176,12 @@ class Orchestrator:
             await self.store.request_cancel(event.task_id)
             for _ in range(SAVE_RETRIES):
                 state = await self.store.load(event.task_id)
-                if state is None or state.terminal:
+                if state is None:
+                    return
+                if state.terminal:
+                    # a replica that died between saving the end and announcing it told nobody: this
+                    # redelivery does (idempotent: the log seals once)
+                    await self._announce_terminal(state)
                     return
                 try:
                     await self._finish_cancelled(state, event.payload.reason)
@@ -676,6 +681,7 @@ class Orchestrator:
         state.status, state.phase, state.finished_at = "cancelled", "done", utcnow()
         state.trace.append({"phase": "cancelled", "reason": reason})
         await self.store.save(state)
+        await self._crash_if_injected("cancel", state.task_id)
         await self._announce_terminal(state)
 
     async def _announce_terminal(self, state: TaskState, citations: list[Citation] | None = None) -> None:
