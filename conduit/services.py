@@ -70,6 +70,16 @@ class ServiceProcess:
         if self.proc:
             infra.stop(self.proc)
 
+    def wait_exit(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for the process to exit by itself; True if it did."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     @property
     def running(self) -> bool:
         """True while the process has not exited."""

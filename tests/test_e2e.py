@@ -190,11 +190,7 @@ def test_orchestrator_crash_mid_handler_loses_no_question(stack, model):
     restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], CONDUIT_FAULT_CRASH_ONCE="question")
     model.push(Turn(content="崩溃之后仍然回答了。"))
     created = create_task(stack.gateway_url, "崩溃测试：增值税法第十一条说了什么？")
-    proc = stack.procs["orchestrator"]
-    deadline = time.monotonic() + 30
-    while proc.running and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not proc.running, "the fault-injected orchestrator should have exited mid-handler"
+    assert stack.procs["orchestrator"].wait_exit(30), "the fault-injected orchestrator should have exited mid-handler"
     restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], CONDUIT_FAULT_CRASH_ONCE="question")
     events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90))
     assert events[-1].event == "task.completed"

@@ -21,7 +21,7 @@ from conduit.client import SseEvent, create_task, stream_task
 from conduit.stack import Stack
 from conduit.testing.bus import agent_events_of, await_tool_result
 from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import add_replica, restart, start_stack
+from conduit.testing.stack import FAULT, add_replica, orchestrator_crashing_once, restart, start_stack
 from services.sandbox.isolation import sandbox_status
 
 TOOL_TIMEOUT_S = 4
@@ -248,8 +248,7 @@ def test_cancel_stops_a_streaming_answer(stack, model):
 def test_crash_between_saving_a_cancel_and_announcing_it_still_ends_the_stream(stack, model):
     """The cancel's offset is committed after its handler, so the redelivered cancel announces the end
     that the dead replica saved but never told (a task waiting for approval holds no lease)."""
-    restart(stack, "orchestrator", CONDUIT_FAULT_CRASH_ONCE="cancel")
-    try:
+    with orchestrator_crashing_once(stack, "cancel") as proc:
         model.push(Turn(tool_calls=[code("print(1)")]))
         created = create_task(stack.gateway_url, "取消时崩溃")
         seen: list[str] = []
@@ -259,18 +258,11 @@ def test_crash_between_saving_a_cancel_and_announcing_it_still_ends_the_stream(s
                 break
         assert seen[-1] == "tool.approval_required"
         assert httpx.post(f"{stack.gateway_url}/v1/tasks/{created['task_id']}/cancel", timeout=10).status_code == 202
-        proc = stack.procs["orchestrator"]
-        deadline = time.monotonic() + 30
-        while proc.running and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not proc.running, "the fault-injected orchestrator should have exited after saving the cancel"
-        restart(stack, "orchestrator", drop=("CONDUIT_FAULT_CRASH_ONCE",))
+        assert proc.wait_exit(30), "the fault-injected orchestrator should have exited after saving the cancel"
+        restart(stack, "orchestrator", drop=(FAULT,))
         events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
         assert events[-1].event == "task.cancelled" and types(events).count("task.cancelled") == 1
         assert httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}").json()["status"] == "cancelled"
-    finally:
-        if "CONDUIT_FAULT_CRASH_ONCE" in stack.procs["orchestrator"].env:
-            restart(stack, "orchestrator", drop=("CONDUIT_FAULT_CRASH_ONCE",))
 
 
 def test_disconnecting_client_does_not_stop_the_task(stack, model):
@@ -335,25 +327,17 @@ def test_sigkill_after_tool_request_runs_the_tool_once(stack, model):
 def test_crash_right_after_a_tool_result_is_saved_loses_none_of_its_events(stack, model):
     """The outbox: the tool result's checkpoint and its client events are one write, so a replica that
     dies right after it leaves nothing the client misses (this once lost ``tool.completed``)."""
-    restart(stack, "orchestrator", CONDUIT_FAULT_CRASH_ONCE="tool_result")
-    try:
+    with orchestrator_crashing_once(stack, "tool_result") as proc:
         model.push(Turn(tool_calls=[kb("小规模纳税人 征收率")]))
         model.default = lambda body: Turn(content="答案[1]。" if tool_messages(body) else "没有工具结果。")
         created = create_task(stack.gateway_url, "查征收率")
-        proc = stack.procs["orchestrator"]
-        deadline = time.monotonic() + 30
-        while proc.running and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not proc.running, "the fault-injected orchestrator should have exited after the save"
-        restart(stack, "orchestrator", drop=("CONDUIT_FAULT_CRASH_ONCE",))
+        assert proc.wait_exit(30), "the fault-injected orchestrator should have exited after the save"
+        restart(stack, "orchestrator", drop=(FAULT,))
         events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
         t = types(events)
         assert t.count("tool.requested") == 1 and t.count("tool.completed") == 1 and t.count("evidence") == 1
         assert t.index("tool.completed") < t.index("evidence") < t.index("answer.reset")
         assert events[-1].event == "task.completed" and events[-1].data["answer"] == "答案[1]。"
-    finally:
-        if "CONDUIT_FAULT_CRASH_ONCE" in stack.procs["orchestrator"].env:
-            restart(stack, "orchestrator", drop=("CONDUIT_FAULT_CRASH_ONCE",))
 
 
 def test_sigkill_while_waiting_for_approval(stack, model):

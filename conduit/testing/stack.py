@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from conduit import infra
@@ -44,3 +46,20 @@ def add_replica(stack: Stack, name: str, key: str) -> ServiceProcess:
     proc = ServiceProcess(name, dict(stack.procs[name].env), stack.log_dir).start()
     stack.procs[key] = proc
     return proc
+
+
+FAULT = "CONDUIT_FAULT_CRASH_ONCE"
+
+
+@contextmanager
+def orchestrator_crashing_once(stack: Stack, point: str) -> Iterator[ServiceProcess]:
+    """Run the body against an orchestrator that exits at fault point ``point`` once per task
+    (``Settings.fault_crash_once``); yields that process. The body replaces it with
+    ``restart(stack, "orchestrator", drop=(FAULT,))``; if it did not, that happens on exit.
+    """
+    proc = restart(stack, "orchestrator", **{FAULT: point})
+    try:
+        yield proc
+    finally:
+        if FAULT in stack.procs["orchestrator"].env:
+            restart(stack, "orchestrator", drop=(FAULT,))
