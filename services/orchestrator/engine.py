@@ -629,7 +629,8 @@ class Orchestrator:
                 state.pending = []
                 state.phase, state.status = "model", "running"
                 await self.store.take_lease(task_id, s.lease_ttl_s)
-            # the client's events go in the checkpoint's own write (outbox): a kill right after it loses none
+            # the client's events (and, while calls are still out, the next wake-up) go in the checkpoint's
+            # own write (outbox): a kill right after it loses none
             outbox: list[StreamEvent] = [
                 ToolCompletedEvent(call_id=r.call_id, tool=r.tool, outcome=r.outcome, duration_ms=r.duration_ms,
                                    error_code=r.error.error_code if r.error else None) for r in fresh]
@@ -637,7 +638,7 @@ class Orchestrator:
             if new_evidence:
                 outbox.append(EvidenceEvent(items=new_evidence))
             try:
-                await self.store.save(state, events=outbox)
+                await self.store.save(state, events=outbox, wake_at=None if done else state.next_wakeup())
             except StaleState:
                 continue
             await self._crash_if_injected("tool_result", task_id)
@@ -647,8 +648,6 @@ class Orchestrator:
                 await self.store.clear_tool_deadline(task_id)
                 await self._write_view(state)
                 self._spawn(task_id)
-            else:
-                await self._schedule(state)
             return
 
     # ================================================================ endings
