@@ -22,7 +22,7 @@ from conduit.client import SseEvent, create_task, stream_task
 from conduit.settings import Settings
 from conduit.stack import Stack
 from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import restart, start_stack
+from conduit.testing.stack import FAULT, restart, start_stack
 from contracts import topics
 from contracts.events import parse_event
 
@@ -66,7 +66,7 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
 
 def restart_orchestrator(stack: Stack, **env: str) -> None:
     """Replace the orchestrator process with one started with ``env`` overrides."""
-    restart(stack, "orchestrator", drop=("OPENAI_BASE_URL", "CONDUIT_FAULT_CRASH_ONCE"), **env)
+    restart(stack, "orchestrator", drop=("OPENAI_BASE_URL", FAULT), **env)
 
 
 def run(stack: Stack, question: str = QUESTION, **extra) -> tuple[dict, list[SseEvent]]:
