@@ -3,10 +3,10 @@
     python -m bench.bus_overhead [--n 300] [--fetch-waits 2,5,10]
 
 Side by side, interleaved, over a private tansu broker and redis-server:
-- **bus**: publish a ``ToolRequested`` (``conduit.bus.publish``) to the kb request
-  topic → the real ``ToolService`` consumer (``conduit.bus.subscribe``: validation,
+- **bus**: publish a ``ToolRequested`` (``conduit.runtime.bus.publish``) to the kb request
+  topic → the real ``ToolService`` consumer (``conduit.runtime.bus.subscribe``: validation,
   span, metrics; ``ToolService.handle``: Redis idempotency check and store, the tool,
-  publish ``ToolResult``) → a ``conduit.bus.subscribe`` consumer of
+  publish ``ToolResult``) → a ``conduit.runtime.bus.subscribe`` consumer of
   ``conduit.tools.results`` (what the orchestrator runs) resolves the waiting call;
 - **in-process**: ``ToolService.execute`` of the same request (argument validation + tool).
 The tool is a no-op. Reported per consumer fetch wait (``kafka_fetch_max_wait_ms``; tansu
@@ -24,10 +24,10 @@ import time
 import uuid
 
 from bench.common import cpu_s, infra_procs, machine, pct, summary_ms, write_section
-from conduit.settings import Settings
-from conduit import bus
-from conduit.redis_client import make_redis
-from conduit.toolservice import ToolOutput, ToolService
+from conduit.runtime.settings import Settings
+from conduit.runtime import bus
+from conduit.runtime.redis_client import make_redis
+from conduit.runtime.toolservice import ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested, ToolRequestPayload, ToolResult
 

@@ -19,8 +19,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from conduit import infra as cinfra
-from conduit.settings import Settings
+from conduit.ops import infra as cinfra
+from conduit.runtime.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "benchmarks.md"

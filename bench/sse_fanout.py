@@ -49,11 +49,11 @@ import httpx
 from redis.asyncio import Redis
 
 from bench.common import infra, machine, pct, read_chunk, rss_mib, write_section
-from conduit import allocator
-from conduit import infra as cinfra
-from conduit.redis_client import make_redis
-from conduit.services import ServiceProcess, settings_env
-from conduit.taskstream import TaskEventLog
+from conduit.runtime import allocator
+from conduit.ops import infra as cinfra
+from conduit.runtime.redis_client import make_redis
+from conduit.ops.services import ServiceProcess, settings_env
+from conduit.records.taskstream import TaskEventLog
 from contracts.stream import AnswerDelta, TaskCompleted
 
 RECONNECT_S = 1.0  # the gateway's retry: hint

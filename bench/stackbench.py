@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 
-from conduit import infra
-from conduit.settings import Settings
-from conduit.stack import Stack
+from conduit.ops import infra
+from conduit.runtime.settings import Settings
+from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import ScriptedModel, Turn
 
 

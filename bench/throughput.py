@@ -25,7 +25,7 @@ import httpx
 
 from bench.common import cpu_s, machine, pct, write_section
 from bench.stackbench import model_stack, sse_events
-from conduit.services import ServiceProcess
+from conduit.ops.services import ServiceProcess
 from conduit.testing.scripted_model import Turn
 
 RETRIES = 5

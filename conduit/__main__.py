@@ -1,3 +1,3 @@
-from conduit.cli import app
+from conduit.ops.cli import app
 
 app()

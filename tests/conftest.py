@@ -1,6 +1,6 @@
 """Shared fixtures: a real tansu broker and a private real redis-server per test session.
 
-No Docker is needed: both run as local processes (see conduit.infra). When a
+No Docker is needed: both run as local processes (see conduit.ops.infra). When a
 Docker daemon is reachable the same fixtures still use local processes, so CI
 behaves the same everywhere.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from conduit import infra
-from conduit.settings import Settings
+from conduit.ops import infra
+from conduit.runtime.settings import Settings
 from conduit.testing.scripted_model import ScriptedModel
 
 

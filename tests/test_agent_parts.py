@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from conduit.settings import Settings
-from conduit.taskstream import TaskEventLog
+from conduit.runtime.settings import Settings
+from conduit.records.taskstream import TaskEventLog
 from conduit.testing.scripted_model import ScriptedModel, Turn
 from contracts.evidence import EvidenceItem
 from contracts.stream import AnswerDelta, TaskCompleted, TaskFailed
@@ -92,7 +92,7 @@ async def test_model_client_retries_before_first_token_then_gives_up(model_serve
 
 
 async def test_model_endpoint_down_fails_fast():
-    from conduit.infra import free_port
+    from conduit.ops.infra import free_port
 
     client = ModelClient(Settings(openai_base_url=f"http://127.0.0.1:{free_port()}/v1", openai_api_key="k"))
 
@@ -145,9 +145,9 @@ async def test_checkpoint_save_appends_its_outbox_events_atomically(redis):
 async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
     import uuid
 
-    from conduit.taskstore import cancel_key
+    from conduit.records.taskstore import cancel_key
     from conduit.testing.bus import await_tool_result
-    from conduit.toolservice import ToolOutput, ToolService
+    from conduit.runtime.toolservice import ToolOutput, ToolService
     from contracts import topics
     from contracts.events import ToolRequested, ToolRequestPayload
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conduit import allocator
+from conduit.runtime import allocator
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from conduit.settings import settings_table
+from conduit.runtime.settings import settings_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_readme_settings_table_is_current():
     assert settings_table() in (ROOT / "README.md").read_text(encoding="utf-8"), (
         "README settings table is stale: regenerate it with "
-        "`.venv/bin/python -m conduit.settings` and paste it into README.md"
+        "`.venv/bin/python -m conduit.runtime.settings` and paste it into README.md"
     )
 
 

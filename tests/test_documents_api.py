@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from conduit.settings import Settings
-from conduit.stack import Stack
+from conduit.runtime.settings import Settings
+from conduit.ops.stack import Stack
 from conduit.testing.stack import start_stack
 
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"

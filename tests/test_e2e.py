@@ -17,10 +17,10 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from conduit import allocator, bus
-from conduit.client import SseEvent, create_task, stream_task
-from conduit.settings import Settings
-from conduit.stack import Stack
+from conduit.runtime import allocator, bus
+from conduit.ops.client import SseEvent, create_task, stream_task
+from conduit.runtime.settings import Settings
+from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import FAULT, restart, start_stack
 from contracts import topics

@@ -11,7 +11,7 @@ import time
 import uuid
 from datetime import timedelta
 
-from conduit import bus
+from conduit.runtime import bus
 from conduit.testing.scripted_model import Turn
 from contracts.envelope import utcnow
 from contracts.events import QuestionAsked, QuestionPayload

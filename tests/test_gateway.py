@@ -24,11 +24,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
-from conduit import infra
-from conduit.services import ServiceProcess, settings_env
-from conduit.settings import Settings
-from conduit.taskstore import TaskStore
-from conduit.taskstream import TaskEventLog
+from conduit.ops import infra
+from conduit.ops.services import ServiceProcess, settings_env
+from conduit.runtime.settings import Settings
+from conduit.records.taskstore import TaskStore
+from conduit.records.taskstream import TaskEventLog
 from contracts import topics
 from contracts.events import QuestionAsked, TaskCancelled, parse_event
 from contracts.stream import AnswerDelta, TaskCompleted, parse_stream_event

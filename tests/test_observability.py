@@ -1,7 +1,7 @@
 """Metrics, traces and log context over the real parts: the gateway app (in process, its real
-lifespan against the session's tansu and Redis) and a real bus consumer (``conduit.bus.subscribe``).
+lifespan against the session's tansu and Redis) and a real bus consumer (``conduit.runtime.bus.subscribe``).
 
-Spans go to an in-memory exporter installed with ``conduit.tracing.use_provider``.
+Spans go to an in-memory exporter installed with ``conduit.runtime.tracing.use_provider``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
 
-from conduit import bus, tracing
+from conduit.runtime import bus, tracing
 from contracts import topics
 from contracts.events import QuestionAsked
 from services.gateway.app import create_app

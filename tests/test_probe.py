@@ -1,6 +1,6 @@
-"""``python -m conduit.probe``: the exec health checks of docker-compose.yml and k8s/base.
+"""``python -m conduit.ops.probe``: the exec health checks of docker-compose.yml and k8s/base.
 
-Runs the real command against a private redis-server (``conduit.infra.start_redis``,
+Runs the real command against a private redis-server (``conduit.ops.infra.start_redis``,
 a free port) and, for ``topics``, against the session's tansu broker.
 """
 
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from conduit import bus, infra, probe
-from conduit.settings import Settings
+from conduit.runtime import bus
+from conduit.ops import infra, probe
+from conduit.runtime.settings import Settings
 from contracts import topics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,11 +48,11 @@ def test_ready_and_live_follow_the_heartbeat_key(redis_url: str, monkeypatch: py
     client.delete(*client.keys("conduit:alive:*") or ["none"])
     assert _main(monkeypatch, "ready", "web", REDIS_URL=redis_url) == 1
     assert _main(monkeypatch, "live", "web", REDIS_URL=redis_url) == 1
-    client.set("conduit:alive:web:1", "1", ex=30)  # what conduit.liveness.heartbeat writes
+    client.set("conduit:alive:web:1", "1", ex=30)  # what conduit.runtime.liveness.heartbeat writes
     assert _main(monkeypatch, "ready", "web", REDIS_URL=redis_url) == 0
     assert _main(monkeypatch, "live", "web", REDIS_URL=redis_url) == 0
     assert _main(monkeypatch, "ready", "sandbox", REDIS_URL=redis_url) == 1, "another service's key does not count"
-    # CONDUIT_REDIS_URL works too: the probe reads conduit.settings like the services
+    # CONDUIT_REDIS_URL works too: the probe reads conduit.runtime.settings like the services
     assert _main(monkeypatch, "ready", "web", CONDUIT_REDIS_URL=redis_url) == 0
     client.delete("conduit:alive:web:1")
 
@@ -63,7 +64,7 @@ def test_the_command_line_exit_status(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     client.set("conduit:alive:orchestrator:1", "1", ex=60)
     try:
-        done = subprocess.run([sys.executable, "-m", "conduit.probe", "ready", "orchestrator"],
+        done = subprocess.run([sys.executable, "-m", "conduit.ops.probe", "ready", "orchestrator"],
                               capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     finally:
         client.delete("conduit:alive:orchestrator:1")

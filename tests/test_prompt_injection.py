@@ -18,10 +18,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conduit import infra
-from conduit.client import create_task, stream_task
-from conduit.settings import Settings
-from conduit.stack import Stack
+from conduit.ops import infra
+from conduit.ops.client import create_task, stream_task
+from conduit.runtime.settings import Settings
+from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import ScriptedModel, Turn
 
 HOST = "127.0.0.2"

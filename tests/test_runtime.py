@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from conduit.client import SseEvent, create_task, stream_task
-from conduit.stack import Stack
+from conduit.ops.client import SseEvent, create_task, stream_task
+from conduit.ops.stack import Stack
 from conduit.testing.bus import agent_events_of, await_tool_result
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import FAULT, add_replica, orchestrator_crashing_once, restart, start_stack

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conduit import bus
+from conduit.runtime import bus
 from conduit.testing.bus import await_tool_result
-from conduit.services import ServiceProcess, settings_env
-from conduit.settings import Settings
+from conduit.ops.services import ServiceProcess, settings_env
+from conduit.runtime.settings import Settings
 from contracts import topics
 from contracts.events import ToolRequested, ToolRequestPayload
 from services.sandbox import isolation, watchdog
@@ -227,7 +227,8 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
 
 async def test_readiness_reports_why_isolation_is_missing(infra_stack, settings: Settings) -> None:
     """The probe's sandbox readiness reads the status key: refused (with bubblewrap's reason) unless unsafe."""
-    from conduit import liveness, probe
+    from conduit.runtime import liveness
+    from conduit.ops import probe
     from services.sandbox.main import publish_status, status_key
 
     url = infra_stack.redis_url.rsplit("/", 1)[0] + "/7"  # a database of its own: no real replica's keys

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import uvicorn
 
-from conduit import infra
-from conduit.settings import Settings
+from conduit.ops import infra
+from conduit.runtime.settings import Settings
 from contracts.events import ToolRequested, ToolRequestPayload
 from services.gateway.app import create_app
 from services.sandbox import isolation

@@ -15,8 +15,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from conduit import infra
-from conduit.taskstream import TaskEventLog
+from conduit.ops import infra
+from conduit.records.taskstream import TaskEventLog
 from contracts.stream import AnswerDelta, TaskCompleted
 from services.gateway.hub import StreamHub, Subscription, release_memory
 

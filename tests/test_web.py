@@ -21,10 +21,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conduit import bus
+from conduit.runtime import bus
 from conduit.testing.bus import await_tool_result
-from conduit.settings import Settings
-from conduit.toolservice import ToolFailure
+from conduit.runtime.settings import Settings
+from conduit.runtime.toolservice import ToolFailure
 from contracts import topics
 from contracts.events import ToolRequested, ToolRequestPayload
 from services.web import extract, pipeline, safefetch

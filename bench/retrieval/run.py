@@ -146,7 +146,7 @@ def main() -> int:
         os.environ.setdefault("CONDUIT_DATA_DIR", str(HERE / ".data" / f"labelled-{backend}{suffix}"))
     os.environ.setdefault("CONDUIT_DATA_DIR", str(HERE / ".data"))
 
-    from conduit.settings import Settings  # noqa: PLC0415
+    from conduit.runtime.settings import Settings  # noqa: PLC0415
     from services.retriever.embeddings import make_embedder  # noqa: PLC0415
     from services.retriever.ingest import ingest_law_db, ingest_paths  # noqa: PLC0415
     from services.retriever.store import open_store  # noqa: PLC0415

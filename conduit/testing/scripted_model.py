@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from conduit.infra import free_port, wait_port
+from conduit.ops.infra import free_port, wait_port
 
 
 @dataclass

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from conduit import infra
-from conduit.services import ServiceProcess
-from conduit.settings import Settings
-from conduit.stack import Stack
+from conduit.ops import infra
+from conduit.ops.services import ServiceProcess
+from conduit.runtime.settings import Settings
+from conduit.ops.stack import Stack
 
 
 def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[str, ...],

@@ -1,13 +1,13 @@
 """The gateway's FastAPI application: HTTP in, Kafka out, Redis task logs streamed back as SSE.
 
 ``create_app(settings)`` builds the app; its lifespan opens, in order:
-1. Redis (``conduit.redis_client.make_redis``) — task records and event logs;
-2. Conduit's Kafka topics (``conduit.bus.ensure_topics``) and a FastStream
-   ``KafkaBroker`` (``conduit.bus.make_broker``) with no subscribers, used only
+1. Redis (``conduit.runtime.redis_client.make_redis``) — task records and event logs;
+2. Conduit's Kafka topics (``conduit.runtime.bus.ensure_topics``) and a FastStream
+   ``KafkaBroker`` (``conduit.runtime.bus.make_broker``) with no subscribers, used only
    to publish (``acks=all``);
 3. the shared SSE reader (``services.gateway.hub.StreamHub``) on its own Redis
    client: one connection whose multi-key ``XREAD`` serves every open stream;
-4. a liveness heartbeat (``conduit.liveness.alive_key``) for ``/readyz``;
+4. a liveness heartbeat (``conduit.runtime.liveness.alive_key``) for ``/readyz``;
 then it freezes the startup objects (``gc.freeze()``) so full GC passes stay short.
 Startup fails (the process exits) when Kafka is unreachable at start; later
 outages are reported by ``/readyz`` and answered 503 by the write routes.
@@ -24,12 +24,12 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from conduit import allocator, bus, metrics
-from conduit.liveness import heartbeat
-from conduit.redis_client import make_redis
-from conduit.settings import Settings
-from conduit.taskstore import TaskStore
-from conduit.taskstream import TaskEventLog
+from conduit.runtime import allocator, bus, metrics
+from conduit.runtime.liveness import heartbeat
+from conduit.runtime.redis_client import make_redis
+from conduit.runtime.settings import Settings
+from conduit.records.taskstore import TaskStore
+from conduit.records.taskstream import TaskEventLog
 from services.gateway import approvals, artifacts, health, routes
 from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers

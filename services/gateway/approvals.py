@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from conduit import approvals
+from conduit.records import approvals
 from contracts import topics
 from contracts.api import ApprovalDecisionBody
 from contracts.events import ApprovalDecided, ApprovalDecisionPayload

@@ -1,10 +1,10 @@
 """``GET /v1/artifacts/{id}``: files produced by code_exec, served only to the task's owner.
 
 Query ``task_id`` (required) names the task that produced the artifact; header ``X-User-Id``
-must equal that task's ``user_id`` when it has one. Rule and storage: ``conduit.artifacts``.
+must equal that task's ``user_id`` when it has one. Rule and storage: ``conduit.records.artifacts``.
 Answers:
 
-- 200 with the bytes, ``Content-Type`` from the allowlist (``conduit.artifacts.MEDIA_TYPES``),
+- 200 with the bytes, ``Content-Type`` from the allowlist (``conduit.records.artifacts.MEDIA_TYPES``),
   ``Content-Disposition`` inline for images, attachment otherwise, ``X-Content-Type-Options:
   nosniff``, a ``Content-Security-Policy`` that runs nothing, ``Cache-Control: private``;
 - 404 ``artifact_not_found`` for an unknown or expired id AND for a caller who is not the owner
@@ -18,7 +18,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response
 
-from conduit.artifacts import INLINE_TYPES, ArtifactStore
+from conduit.records.artifacts import INLINE_TYPES, ArtifactStore
 from contracts.api import ErrorBody
 from services.gateway.errors import ApiError
 from services.gateway.state import GatewayState, get_state

@@ -16,7 +16,7 @@ import logging
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from conduit.liveness import alive_services
+from conduit.runtime.liveness import alive_services
 from services.gateway.errors import error_response
 from services.gateway.state import GatewayState, get_state
 

@@ -67,7 +67,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from conduit.taskstream import LoggedEvent, TaskEventLog
+from conduit.records.taskstream import LoggedEvent, TaskEventLog
 
 log = logging.getLogger("conduit.gateway.hub")
 

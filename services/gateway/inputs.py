@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 from contracts.api import TaskCreate
 from services.gateway.errors import ApiError
 

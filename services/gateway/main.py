@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 from services.gateway.app import create_app
 
 
@@ -14,7 +14,7 @@ def main(settings: Settings) -> None:
     Graceful shutdown: uvicorn stops accepting connections, sse-starlette ends
     open SSE streams (clients resume elsewhere with ``Last-Event-ID``), in-flight
     requests get ``settings.gateway_shutdown_grace_s`` seconds, then the
-    lifespan closes Kafka and Redis. Logging is left to ``conduit.logs``
+    lifespan closes Kafka and Redis. Logging is left to ``conduit.runtime.logs``
     (``log_config=None``).
     """
     config = uvicorn.Config(

@@ -35,8 +35,8 @@ from collections.abc import AsyncIterator
 from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from conduit.taskstore import TaskStore
-from conduit.taskstream import LoggedEvent
+from conduit.records.taskstore import TaskStore
+from conduit.records.taskstream import LoggedEvent
 from services.gateway.hub import Subscription
 from services.gateway.state import GatewayState
 

@@ -9,9 +9,9 @@ from faststream.kafka import KafkaBroker
 from fastapi import Request
 from redis.asyncio import Redis
 
-from conduit.settings import Settings
-from conduit.taskstore import TaskStore
-from conduit.taskstream import TaskEventLog
+from conduit.runtime.settings import Settings
+from conduit.records.taskstore import TaskStore
+from conduit.records.taskstream import TaskEventLog
 
 if TYPE_CHECKING:
     from services.gateway.hub import StreamHub

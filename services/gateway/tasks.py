@@ -20,7 +20,7 @@ import json
 import logging
 import uuid
 
-from conduit import bus, tracing
+from conduit.runtime import bus, tracing
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
 from contracts.envelope import Envelope, utcnow

@@ -37,11 +37,12 @@ from faststream.kafka import KafkaBroker
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from conduit import approvals, bus, metrics
-from conduit.settings import Settings
-from conduit.taskstore import TaskStore
-from conduit.taskstream import TaskEventLog
-from conduit.toolcatalog import available_tools
+from conduit.records import approvals
+from conduit.runtime import bus, metrics
+from conduit.runtime.settings import Settings
+from conduit.records.taskstore import TaskStore
+from conduit.records.taskstream import TaskEventLog
+from conduit.runtime.toolcatalog import available_tools
 from contracts import topics
 from contracts.api import ApprovalRecord, StepRecord, TaskView
 from contracts.envelope import utcnow

@@ -9,9 +9,9 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field
 
-from conduit import bus, liveness
-from conduit.redis_client import make_redis
-from conduit.settings import Settings
+from conduit.runtime import bus, liveness
+from conduit.runtime.redis_client import make_redis
+from conduit.runtime.settings import Settings
 from contracts import topics
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
 from services.orchestrator.engine import Orchestrator

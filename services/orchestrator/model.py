@@ -27,7 +27,7 @@ from openai import AsyncOpenAI, AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 from contracts.stream import Usage
 
 

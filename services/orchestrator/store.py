@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
-from conduit.taskstore import cancel_key
-from conduit.taskstream import APPEND_EVENT_LUA, TaskEventLog
+from conduit.records.taskstore import cancel_key
+from conduit.records.taskstream import APPEND_EVENT_LUA, TaskEventLog
 from contracts.stream import StreamEvent
 from services.orchestrator.state import TaskState
 

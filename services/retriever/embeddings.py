@@ -28,7 +28,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 
 QUERY_CACHE_SIZE = 2048
 """Query embeddings kept in the LRU cache (512 float32 = 2 KiB each, so ~4 MiB)."""

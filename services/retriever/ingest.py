@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 from services.retriever import lawdb
 from services.retriever.documents import SUPPORTED_SUFFIXES, Chunk, DocumentError, file_chunks, law_chunks, law_document_id
 from services.retriever.embeddings import Embedder, make_embedder

@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from conduit.settings import Settings
-from conduit.toolservice import ToolFailure, ToolOutput, ToolService
+from conduit.runtime.settings import Settings
+from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.documents import RETRIEVER_REQUEST_EVENTS
 from contracts.events import ToolRequested
@@ -50,7 +50,7 @@ def open_searcher(settings: Settings) -> KbSearcher:
 
 
 def make_kb_search_tool(searcher: KbSearcher):
-    """The ``kb_search`` tool function for ``ToolService.tool`` (shape of ``conduit.toolservice.ToolFn``).
+    """The ``kb_search`` tool function for ``ToolService.tool`` (shape of ``conduit.runtime.toolservice.ToolFn``).
 
     Errors given back to the model: ``kb_no_results`` (business: nothing scored
     above ``retrieval_min_score``), ``kb_backend_unavailable`` (transient).

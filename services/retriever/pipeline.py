@@ -35,7 +35,7 @@ import logging
 import unicodedata
 from dataclasses import dataclass, field
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query

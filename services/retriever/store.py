@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 from services.retriever.sparse import SparseVec
 
 DENSE = "dense"

@@ -9,17 +9,17 @@ Without working bubblewrap every call fails with ``ToolFailure("sandbox_unavaila
 kind="forbidden")`` carrying the reason, unless ``CONDUIT_SANDBOX_UNSAFE=true``.
 
 Files the code leaves in ``/tmp/out`` (``./out``) are stored as artifacts
-(``conduit.artifacts.ArtifactStore``: Redis, TTL ``sandbox_artifact_ttl_s``) owned by the
+(``conduit.records.artifacts.ArtifactStore``: Redis, TTL ``sandbox_artifact_ttl_s``) owned by the
 request's task, user and tenant, listed in ``ToolResultPayload.artifacts`` and named in the
 text output, so the model can mention them.
 
 Concurrency: ``sandbox_concurrency`` (N) Kafka consumers in the sandbox group, each handling
-one request at a time (FastStream ``max_workers``; ``conduit.bus.subscribe``), so a replica runs
+one request at a time (FastStream ``max_workers``; ``conduit.runtime.bus.subscribe``), so a replica runs
 at most N programs at once. Offsets are committed after a run, so waiting requests stay in
 the topic: only what aiokafka has already fetched (bounded by its fetch size) sits in memory,
 uncommitted, and is redelivered if the process dies.
 
-Readiness: ``python -m conduit.probe ready sandbox`` also reads the status key written by
+Readiness: ``python -m conduit.ops.probe ready sandbox`` also reads the status key written by
 ``publish_status`` (``conduit:sandbox:status:{host}:{pid}``: ``{"isolated", "unsafe", "reason"}``)
 and fails, printing the reason, when no replica can isolate code and unsafe mode is off.
 """
@@ -32,9 +32,9 @@ import logging
 import os
 import socket
 
-from conduit.artifacts import ArtifactStore
-from conduit.settings import Settings
-from conduit.toolservice import ToolFailure, ToolOutput, ToolService
+from conduit.records.artifacts import ArtifactStore
+from conduit.runtime.settings import Settings
+from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import CodeExecArgs

@@ -38,7 +38,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 from services.sandbox import isolation, watchdog
 
 log = logging.getLogger("conduit.sandbox.runner")

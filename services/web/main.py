@@ -1,7 +1,7 @@
 """The web tool service: ``web_search`` and ``web_fetch`` over Kafka.
 
 Run as ``python -m conduit serve web``. Consumes ``contracts.topics.TOOL_REQUESTS_WEB``
-in group ``GROUP_WEB`` and publishes ``ToolResult`` events (``conduit.toolservice``).
+in group ``GROUP_WEB`` and publishes ``ToolResult`` events (``conduit.runtime.toolservice``).
 
 - ``web_search`` needs a provider (``CONDUIT_SEARXNG_URL`` or ``CONDUIT_TAVILY_API_KEY``);
   without one it answers ``ToolFailure("provider_not_configured", kind="forbidden")``
@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from conduit.settings import Settings
-from conduit.toolservice import ToolFailure, ToolOutput, ToolService
+from conduit.runtime.settings import Settings
+from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import WebFetchArgs, WebSearchArgs

@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from conduit.toolservice import ToolFailure
+from conduit.runtime.toolservice import ToolFailure
 from contracts.evidence import EvidenceItem
 from services.web import extract, safefetch
 from services.web.providers import SearchHit, SearchProvider

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 import httpx
 
-from conduit.settings import Settings
-from conduit.toolservice import ToolFailure
+from conduit.runtime.settings import Settings
+from conduit.runtime.toolservice import ToolFailure
 
 log = logging.getLogger("conduit.web.providers")
 

@@ -35,7 +35,7 @@ import certifi
 import httpcore
 import httpx
 
-from conduit.toolservice import ToolFailure
+from conduit.runtime.toolservice import ToolFailure
 
 MAX_BYTES = 2_000_000
 """Largest body accepted (bytes after content decoding; brief: 2 MB)."""

@@ -8,7 +8,7 @@ from typing import Any
 from redis.asyncio import BlockingConnectionPool, Connection, Redis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 
 
 class InlineSendConnection(Connection):

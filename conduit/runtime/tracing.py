@@ -2,9 +2,9 @@
 
 The W3C ``traceparent`` (``00-<32 hex trace id>-<16 hex span id>-<2 hex flags>``)
 travels in the envelope (``Envelope.traceparent``) and in the Kafka message's
-``traceparent`` header (``conduit.bus.publish``). The gateway makes one per task
+``traceparent`` header (``conduit.runtime.bus.publish``). The gateway makes one per task
 when the client sent none (``task_span``); each publish is a PRODUCER span and
-each consumer's handling a CONSUMER span (``conduit.bus``), children of it.
+each consumer's handling a CONSUMER span (``conduit.runtime.bus``), children of it.
 
 Export: ``setup_tracing(service, settings)`` installs an SDK ``TracerProvider``
 with an OTLP/HTTP exporter (``opentelemetry-exporter-otlp-proto-http``) only when
@@ -29,7 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
-log = logging.getLogger("conduit.tracing")
+log = logging.getLogger("conduit.runtime.tracing")
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 tracer = trace.get_tracer("conduit")

@@ -12,10 +12,10 @@ Names follow Prometheus conventions: ``conduit_`` prefix, counters end in
 | ``conduit_model_time_to_first_token_seconds`` | histogram | | ``observe_model_call`` |
 | ``conduit_model_call_duration_seconds`` | histogram | outcome | ``observe_model_call`` |
 | ``conduit_model_tokens_total`` | counter | direction (in/out) | ``observe_model_call`` |
-| ``conduit_tool_calls_total`` | counter | tool, outcome | ``tool_call`` (``conduit.toolservice``) |
+| ``conduit_tool_calls_total`` | counter | tool, outcome | ``tool_call`` (``conduit.runtime.toolservice``) |
 | ``conduit_tool_call_duration_seconds`` | histogram | tool | ``tool_call`` |
-| ``conduit_consumer_handling_seconds`` | histogram | consumer, outcome | ``conduit.bus.subscribe`` (outcome ok/error/invalid/dead_letter) |
-| ``conduit_dead_letters_total`` | counter | consumer, reason | ``conduit.bus.subscribe`` (reason invalid/failed) |
+| ``conduit_consumer_handling_seconds`` | histogram | consumer, outcome | ``conduit.runtime.bus.subscribe`` (outcome ok/error/invalid/dead_letter) |
+| ``conduit_dead_letters_total`` | counter | consumer, reason | ``conduit.runtime.bus.subscribe`` (reason invalid/failed) |
 | ``conduit_approvals_pending`` | gauge | | ``set_approvals_pending`` / ``approval_requested`` / ``approval_decided`` |
 
 Exposure: the gateway serves ``GET /metrics`` (``instrument_app``); the other
@@ -32,7 +32,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest, start_http_server
 
-log = logging.getLogger("conduit.metrics")
+log = logging.getLogger("conduit.runtime.metrics")
 
 # seconds: 1 ms .. 60 s, fine at the low end where bus hops live
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -17,10 +17,11 @@ from pathlib import Path
 import httpx
 import redis as redis_sync
 
-from conduit import bus, infra
-from conduit.liveness import alive_key
-from conduit.services import SERVICES, ServiceProcess, settings_env
-from conduit.settings import Settings
+from conduit.runtime import bus
+from conduit.ops import infra
+from conduit.runtime.liveness import alive_key
+from conduit.ops.services import SERVICES, ServiceProcess, settings_env
+from conduit.runtime.settings import Settings
 
 
 class StackError(RuntimeError):

@@ -7,13 +7,13 @@ second; ``corpus`` imports the retriever's ingest module.
 
 Usage (exit status 0 = healthy)::
 
-    python -m conduit.probe ready SERVICE    # readiness
-    python -m conduit.probe live SERVICE     # liveness
-    python -m conduit.probe topics [--timeout SECONDS]   # init container
-    python -m conduit.probe corpus [--timeout SECONDS]   # init container of the retriever
+    python -m conduit.ops.probe ready SERVICE    # readiness
+    python -m conduit.ops.probe live SERVICE     # liveness
+    python -m conduit.ops.probe topics [--timeout SECONDS]   # init container
+    python -m conduit.ops.probe corpus [--timeout SECONDS]   # init container of the retriever
 
 - ``ready``: 0 when Redis (``REDIS_URL``) answers and at least one liveness key
-  ``conduit:alive:SERVICE:*`` exists (``conduit.liveness.heartbeat`` refreshes it
+  ``conduit:alive:SERVICE:*`` exists (``conduit.runtime.liveness.heartbeat`` refreshes it
   every 2 s with a 6 s TTL, from the service's event loop); else 1.
   For ``sandbox`` it also reads the isolation status keys ``conduit:sandbox:status:*``
   (``services.sandbox.main.publish_status``) and fails with bubblewrap's reason when no
@@ -43,13 +43,13 @@ import sys
 import time
 from collections.abc import Callable
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 
 REDIS_TIMEOUT_S = 2.0
 """Connect and read timeout of one Redis check (seconds)."""
 
 KEY_PATTERN = "conduit:alive:{service}:*"
-"""Liveness keys written by ``conduit.liveness.heartbeat``."""
+"""Liveness keys written by ``conduit.runtime.liveness.heartbeat``."""
 
 
 def heartbeat_present(redis_url: str, service: str) -> bool:
@@ -165,7 +165,7 @@ def wait_corpus(settings: Settings, timeout_s: float, every_s: float = 10.0) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the check, print its reason, return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m conduit.probe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m conduit.ops.probe", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="kind", required=True)
     for kind in ("ready", "live"):
         p = sub.add_parser(kind)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conduit.settings import Settings
+from conduit.runtime.settings import Settings
 from contracts.tools import ALL_TOOLS
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-EVALS_DIR = Path(__file__).resolve().parents[1] / "evals"
+EVALS_DIR = Path(__file__).resolve().parents[2] / "evals"
 
 
 @dataclass
@@ -53,7 +53,7 @@ def _rows(name: str, fast: bool) -> list[dict]:
 
 def _ask(base: str, question: str, timeout_s: float = 90.0) -> tuple[int, dict | None, str]:
     """POST a question and follow its stream: ``(status, terminal event data or None, terminal type)``."""
-    from conduit.client import stream_task
+    from conduit.ops.client import stream_task
 
     r = httpx.post(f"{base}/v1/tasks", json={"question": question}, timeout=30)
     if r.status_code != 202:
@@ -130,7 +130,7 @@ def security(base: str, fast: bool, max_chars: int) -> list[Gate]:
 def ssrf_gates() -> list[Gate]:
     """Every URL of ``evals/ssrf.txt`` is refused: by form (``check_url``) or by address (``AddressPolicy``)."""
     from services.web.safefetch import AddressPolicy, check_url
-    from conduit.toolservice import ToolFailure
+    from conduit.runtime.toolservice import ToolFailure
 
     policy = AddressPolicy()
     gates = []
@@ -153,7 +153,7 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = ("golden", "fault
     ``infra_settings`` (a ``Settings`` with broker and Redis addresses) makes the
     private stack reuse that broker and Redis instead of starting its own (tests).
     """
-    from conduit.settings import Settings, get_settings
+    from conduit.runtime.settings import Settings, get_settings
 
     if url:
         s = get_settings()
@@ -165,8 +165,8 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = ("golden", "fault
         if "security" in suites:
             gates += security(url, fast, s.max_question_chars)
         return gates
-    from conduit import infra
-    from conduit.stack import Stack
+    from conduit.ops import infra
+    from conduit.ops.stack import Stack
     from services.retriever.ingest import ingest_law_db
 
     laws = sorted({r["law"] for r in _rows("golden.jsonl", fast)})

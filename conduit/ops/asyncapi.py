@@ -2,7 +2,7 @@
 
 Nothing here runs or connects: the app exists so that
 
-    faststream docs gen conduit.asyncapi:app --yaml --out docs/asyncapi.yaml
+    faststream docs gen conduit.ops.asyncapi:app --yaml --out docs/asyncapi.yaml
 
 can write the public event contract from the same pydantic models the services
 use (``contracts.events``) and the same topic and group names (``contracts.topics``).

@@ -17,10 +17,10 @@ import httpx
 import typer
 from rich.console import Console
 
-from conduit.settings import Settings, get_settings
+from conduit.runtime.settings import Settings, get_settings
 
 if TYPE_CHECKING:
-    from conduit.stack import Stack
+    from conduit.ops.stack import Stack
 
 app = typer.Typer(help="Conduit: event-driven agentic question answering over Kafka and Redis.", no_args_is_help=True,
                   add_completion=False)
@@ -47,7 +47,7 @@ def _ensure_corpus(settings: Settings) -> None:
 
 def _start_stack(settings: Settings) -> "Stack":
     """Start the embedded stack with a spinner; exit 1 with the reason if it cannot start."""
-    from conduit.stack import Stack, StackError
+    from conduit.ops.stack import Stack, StackError
 
     stack = Stack(settings)
     try:
@@ -62,8 +62,8 @@ def _start_stack(settings: Settings) -> "Stack":
 @app.command()
 def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orchestrator | gateway")) -> None:
     """Run one service in the foreground until SIGTERM (what each process of the stack runs)."""
-    from conduit.logs import configure_logging
-    from conduit.services import SERVICES
+    from conduit.runtime.logs import configure_logging
+    from conduit.ops.services import SERVICES
 
     if name not in SERVICES:
         raise typer.BadParameter(f"unknown service {name!r}; expected one of {', '.join(SERVICES)}")
@@ -71,7 +71,7 @@ def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orch
     if name == "gateway":
         _apply_allocator(settings.gateway_allocator)
     configure_logging(name, settings.log_level, settings.log_json)
-    from conduit import metrics, tracing
+    from conduit.runtime import metrics, tracing
 
     tracing.setup_tracing(name, settings.otlp_endpoint)
     if name != "gateway":  # the gateway serves GET /metrics itself
@@ -85,7 +85,7 @@ def _apply_allocator(choice: str) -> None:
     Returns without change when nothing is to change; exits 2 with a message when
     ``choice`` is ``jemalloc`` and no library is installed.
     """
-    from conduit import allocator
+    from conduit.runtime import allocator
 
     try:
         extra = allocator.reexec_env(choice)
@@ -122,7 +122,7 @@ def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if th
 
 
 def _ask(base_url: str, question: str, session_id: str | None, show_events: bool) -> int:
-    from conduit.client import create_task, stream_task
+    from conduit.ops.client import create_task, stream_task
 
     try:
         created = create_task(base_url, question, session_id)
@@ -240,7 +240,7 @@ def eval_(fast: bool = typer.Option(False, "--fast", help="only the rows marked 
           url: str = typer.Option(None, help="run against this gateway instead of a private stack"),
           suite: list[str] = typer.Option(None, help="golden | fault | security (repeatable; default all)")) -> None:
     """Run the eval suites (golden questions, fault injection, security); exit 1 when a gate fails."""
-    from conduit.evals import run
+    from conduit.ops.evals import run
 
     gates = run(url, fast, tuple(suite) if suite else ("golden", "fault", "security"))
     for g in gates:

@@ -144,7 +144,7 @@ class Settings(BaseSettings):
     log_level: str = Field(default="INFO", description="log level")
     log_json: bool = Field(default=True, description="JSON log lines (structlog); false = console format")
 
-    # ---- observability (conduit.metrics, conduit.tracing)
+    # ---- observability (conduit.runtime.metrics, conduit.runtime.tracing)
     metrics_port: int = Field(default=0, description="port of /metrics for services without HTTP (not the gateway); 0 = off (embedded stack: set per process)")
     redis_max_connections: int = Field(default=64, description="Redis connections per client pool; commands wait for a free one (SSE streams share the gateway's one stream reader)")
     redis_socket_timeout_s: float = Field(
@@ -184,5 +184,5 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
-if __name__ == "__main__":  # `python -m conduit.settings` prints the README table
+if __name__ == "__main__":  # `python -m conduit.runtime.settings` prints the README table
     print(settings_table())

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conduit import infra
+from conduit.ops import infra
 
 SERVICES = ("retriever", "web", "sandbox", "orchestrator", "gateway")
 """Every service, in start order (tool services before the orchestrator, gateway last)."""

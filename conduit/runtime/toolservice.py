@@ -28,10 +28,10 @@ from pydantic import Field, ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from conduit import bus, liveness, metrics
-from conduit.redis_client import make_redis
-from conduit.settings import Settings
-from conduit.taskstore import cancel_key
+from conduit.runtime import bus, liveness, metrics
+from conduit.runtime.redis_client import make_redis
+from conduit.runtime.settings import Settings
+from conduit.records.taskstore import cancel_key
 from contracts import topics
 from contracts.envelope import Envelope
 from contracts.events import (
@@ -44,7 +44,7 @@ from contracts.events import (
 from contracts.evidence import EvidenceItem
 from contracts.tools import TOOL_SPECS, ToolArgs
 
-log = logging.getLogger("conduit.toolservice")
+log = logging.getLogger("conduit.runtime.toolservice")
 
 RESULT_TTL_S = 3600
 """Seconds a tool result is kept under its idempotency key."""

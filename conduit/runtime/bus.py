@@ -25,13 +25,13 @@ from faststream.kafka.annotations import KafkaMessage
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
-from conduit import metrics, tracing
-from conduit.settings import Settings
+from conduit.runtime import metrics, tracing
+from conduit.runtime.settings import Settings
 from contracts import topics
 from contracts.envelope import Envelope
 from contracts.events import DeadLetter, DeadLetterPayload
 
-log = logging.getLogger("conduit.bus")
+log = logging.getLogger("conduit.runtime.bus")
 
 E = TypeVar("E", bound=Envelope)
 Handler = Callable[[Any], Awaitable[None]]

@@ -14,7 +14,7 @@ import socket
 
 from redis.asyncio import Redis
 
-log = logging.getLogger("conduit.liveness")
+log = logging.getLogger("conduit.runtime.liveness")
 
 
 def alive_key(service: str, pid: int | None = None) -> str:
