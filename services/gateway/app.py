@@ -31,6 +31,7 @@ from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from services.gateway import approvals, artifacts, health, routes
+from services.gateway.page import install_page
 from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers
 from services.gateway.hub import StreamHub
@@ -99,4 +100,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(approvals.router)
     app.include_router(artifacts.router)
     app.include_router(documents_routes.router)  # /v1/search, /v1/documents (served by the retriever over the bus)
+    install_page(app)  # GET / (the chat page) and /static (its files), public
     return app
