@@ -74,9 +74,8 @@ export function approvalPrompt(taskId, ev, onDecided) {
     done = true;
     clearInterval(timer);
     node.classList.add("decided");
-    for (const x of [comment, buttons, editor, countdown]) x.remove();
-    const badge = el("div", "approval-result", label);
-    node.append(badge);
+    node.replaceChildren(head, el("div", "approval-result", label));
+    for (const x of [countdown]) x.remove();
   }
 
   async function send(decision) {
