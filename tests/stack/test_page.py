@@ -315,3 +315,16 @@ def test_logout_and_a_wrong_key(browser, stack):
     page.reload()
     expect(page.locator("#login-error")).to_contain_text("登录已失效")
     page.context.close()
+
+
+def test_the_page_is_served_from_the_package_with_no_outside_origin(stack):
+    index = httpx.get(f"{stack.gateway_url}/", timeout=10)
+    assert index.status_code == 200 and index.headers["content-type"].startswith("text/html")
+    csp = index.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "script-src 'self'" in csp
+    assert not re.search(r"(src|href)=\"(https?:)?//", index.text)  # no CDN, no remote fonts
+    module = httpx.get(f"{stack.gateway_url}/static/js/app.js", timeout=10)
+    assert module.status_code == 200 and "javascript" in module.headers["content-type"]
+    missing = httpx.get(f"{stack.gateway_url}/static/nope.js", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    assert "/" not in httpx.get(f"{stack.gateway_url}/openapi.json", timeout=10).json()["paths"]
