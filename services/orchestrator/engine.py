@@ -60,6 +60,7 @@ from contracts.events import (
 )
 from contracts.evidence import Citation
 from contracts.stream import (
+    OUTPUT_MAX_CHARS,
     AnswerDelta,
     AnswerReset,
     ApprovalRequiredEvent,
@@ -634,7 +635,9 @@ class Orchestrator:
             # own write (outbox): a kill right after it loses none
             outbox: list[StreamEvent] = [
                 ToolCompletedEvent(call_id=r.call_id, tool=r.tool, outcome=r.outcome, duration_ms=r.duration_ms,
-                                   error_code=r.error.error_code if r.error else None) for r in fresh]
+                                   error_code=r.error.error_code if r.error else None,
+                                   output=r.output[:OUTPUT_MAX_CHARS] if r.output else None,
+                                   artifacts=r.artifacts) for r in fresh]
             outbox += [TraceEvent(phase="tool", data=t) for t in traces]
             if new_evidence:
                 outbox.append(EvidenceEvent(items=new_evidence))

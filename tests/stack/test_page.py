@@ -291,6 +291,8 @@ def test_phone_width_layout(browser, stack, model):
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     shot(page, "07-phone")
     page.keyboard.press("Escape")
+    expect(page.locator(".card")).to_be_hidden()
+    shot(page, "07b-phone-closed")
     page.get_by_role("button", name="会话列表").click()
     expect(page.locator("#sidebar")).to_be_in_viewport()
     shot(page, "08-phone-sidebar")
@@ -328,3 +330,40 @@ def test_the_page_is_served_from_the_package_with_no_outside_origin(stack):
     missing = httpx.get(f"{stack.gateway_url}/static/nope.js", timeout=10)
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     assert "/" not in httpx.get(f"{stack.gateway_url}/openapi.json", timeout=10).json()["paths"]
+
+
+PLOT = """
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+frame = pd.DataFrame({"x": [1, 2, 3, 4], "y": [1, 4, 9, 16]})
+frame.to_csv("/tmp/out/squares.csv", index=False)
+frame.plot(x="x", y="y", marker="o", title="squares")
+plt.savefig("/tmp/out/plot.png")
+print("saved plot")
+"""
+
+
+def test_a_plot_from_the_sandbox_appears_and_the_csv_downloads(browser, stack, model):
+    from services.sandbox.isolation import sandbox_status
+
+    if not sandbox_status()[0]:
+        pytest.skip(f"sandbox isolation unavailable: {sandbox_status()[1]}")
+    model.push(Turn(tool_calls=[code(PLOT)]), Turn(content="图已画好（沙箱计算）。"))
+    page = open_page(browser, stack)
+    ask(page, "画一张平方数的折线图")
+    turn = last_turn(page)
+    turn.get_by_role("button", name="允许运行").click()
+    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    img = turn.locator(".files img")
+    expect(img).to_have_attribute("src", re.compile(r"^blob:"))
+    page.wait_for_function("document.querySelector('.turn:last-child .files img')?.naturalWidth > 100")
+    with page.expect_download() as download:
+        turn.locator(".files .artifact-file", has_text="squares.csv").click()
+    assert download.value.suggested_filename == "squares.csv"
+    record = turn.locator("details.record")
+    record.locator("summary").click()
+    expect(record.locator(".rec-stdout")).to_contain_text("saved plot")
+    shot(page, "10-plot", full=True)
+    page.context.close()

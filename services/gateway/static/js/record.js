@@ -35,7 +35,8 @@ export class Record {
     } else if (type === "tool.completed") {
       const c = this.calls.get(d.call_id);
       if (c) {
-        Object.assign(c, { outcome: d.outcome, duration_ms: d.duration_ms, error_code: d.error_code });
+        Object.assign(c, { outcome: d.outcome, duration_ms: d.duration_ms, error_code: d.error_code,
+          output: d.output ?? null, artifacts: d.artifacts || [] });
         if (c.approval === "pending") c.approval = d.error_code === "rejected_by_user" ? "rejected" : d.error_code === "approval_expired" ? "expired" : "approved";
         this.unclaimed.push(c);
       }
@@ -104,6 +105,10 @@ function callView(call) {
   if (call.reason) li.append(el("div", "rec-reason", `${t("record.reason")}：${call.reason}`));
   li.append(argumentsView(call));
   if (call.error_code) li.append(el("div", "rec-error", call.error_code));
+  if (call.output) {
+    li.append(el("div", "rec-label", t("record.output")));
+    li.append(el("pre", "rec-stdout", call.output));
+  }
   if (call.evidence.length) {
     const out = el("div", "rec-output");
     out.append(el("div", "rec-label", `${t("record.output")} · ${call.evidence.length} ${t("record.evidence_n")}`));

@@ -5,6 +5,7 @@ import { request, errorSentence, ApiError } from "./api.js";
 import { renderMarkdown, citedNumbers, citingSentence } from "./markdown.js";
 import { kindBadge } from "./cards.js";
 import { Record, renderRecord } from "./record.js";
+import { artifactView } from "./files.js";
 import { approvalPrompt } from "./approvals.js";
 
 const TURNS = new WeakMap();
@@ -58,11 +59,12 @@ export class Turn {
     this.answer.setAttribute("aria-busy", "true");
     this.notice = el("div", "notice");
     this.notice.hidden = true;
+    this.files = el("div", "files");
     this.sources = el("section", "sources");
     this.sources.hidden = true;
     this.details = el("details", "record");
     this.details.hidden = true;
-    a.append(this.status, this.approvals, this.answer, this.notice, this.sources, this.details);
+    a.append(this.status, this.approvals, this.answer, this.files, this.notice, this.sources, this.details);
     this.node.append(q, a);
     list.append(this.node);
   }
@@ -106,6 +108,7 @@ export class Turn {
       case "tool.completed": {
         const p = this.prompts.get(d.call_id);
         if (p) p.resolve(t(d.error_code === "rejected_by_user" ? "approval.rejected" : d.error_code === "approval_expired" ? "approval.expired" : "approval.approved"));
+        for (const artifact of d.artifacts || []) this.files.append(artifactView(artifact, this.taskId));
         break;
       }
       case "evidence": for (const item of d.items) this.evidence.set(item.index, item); break;
