@@ -367,3 +367,17 @@ def test_a_plot_from_the_sandbox_appears_and_the_csv_downloads(browser, stack, m
     expect(record.locator(".rec-stdout")).to_contain_text("saved plot")
     shot(page, "10-plot", full=True)
     page.context.close()
+
+
+def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
+    model.push(Turn(status=500), Turn(status=500), Turn(status=500))
+    page = open_page(browser, stack)
+    ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
+    turn = last_turn(page)
+    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    notice = turn.locator(".notice-retrieval")
+    expect(notice).to_contain_text("仅检索模式")
+    expect(notice).to_contain_text("model unavailable")
+    expect(turn.locator(".sources")).to_contain_text("第十一条")
+    shot(page, "11-retrieval-only")
+    page.context.close()

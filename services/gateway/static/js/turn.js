@@ -17,6 +17,14 @@ function el(tag, cls, text) {
   return e;
 }
 
+/** The banner text of a retrieval-only answer (null for an agent answer). */
+function retrievalNotice(done) {
+  if (done.mode !== "retrieval_only") return null;
+  const reason = done.fallback_reason || "";
+  if (!reason || reason === "no_model_configured") return t("notice.retrieval_only");
+  return t("notice.model_down", { reason: reason.split(":")[0].replace(/_/g, " ") });
+}
+
 /** The Turn that owns DOM node `node` (or null). */
 export function turnOf(node) {
   const art = node.closest(".turn");
@@ -59,12 +67,15 @@ export class Turn {
     this.answer.setAttribute("aria-busy", "true");
     this.notice = el("div", "notice");
     this.notice.hidden = true;
+    this.banner = el("div", "notice notice-retrieval");
+    this.banner.setAttribute("role", "note");
+    this.banner.hidden = true;
     this.files = el("div", "files");
     this.sources = el("section", "sources");
     this.sources.hidden = true;
     this.details = el("details", "record");
     this.details.hidden = true;
-    a.append(this.status, this.approvals, this.answer, this.files, this.notice, this.sources, this.details);
+    a.append(this.status, this.banner, this.approvals, this.answer, this.files, this.notice, this.sources, this.details);
     this.node.append(q, a);
     list.append(this.node);
   }
@@ -115,7 +126,8 @@ export class Turn {
       case "task.completed":
         this.text = d.answer;
         this.citations = d.citations;
-        this.finish("completed", d.mode === "retrieval_only" ? t("notice.retrieval_only") : null, d.latency_ms);
+        if (retrievalNotice(d)) { this.banner.textContent = retrievalNotice(d); this.banner.hidden = false; }
+        this.finish("completed", null, d.latency_ms);
         break;
       case "task.failed": this.finish("failed", t("err.failed", { message: d.message || d.code })); break;
       case "task.cancelled": this.finish("cancelled", t("notice.cancelled")); break;
@@ -185,7 +197,8 @@ export class Turn {
     this.status.classList.add(`done-${state}`);
     const label = t(`done.${state}`);
     this.statusText.textContent = latencyMs != null ? `${label} · ${(latencyMs / 1000).toFixed(1)} s` : label;
-    if (notice) { this.notice.textContent = notice; this.notice.hidden = false; this.notice.className = `notice notice-${state}`; }
+    if (notice) { this.notice.textContent = notice; this.notice.hidden = false; this.notice.className = `notice notice-${state}`;
+      this.notice.setAttribute("role", state === "failed" ? "alert" : "note"); }
     for (const p of this.prompts.values()) p.resolve(t("approval.closed"));
     this.answer.setAttribute("aria-busy", "false");
     this.paint();
