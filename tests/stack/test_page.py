@@ -381,3 +381,43 @@ def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
     expect(turn.locator(".sources")).to_contain_text("第十一条")
     shot(page, "11-retrieval-only")
     page.context.close()
+
+
+POLICY = "# 星河公司差旅报销制度\n\n## 第三条 住宿标准\n\n员工出差住宿费每晚不超过四百五十元，一线城市每晚不超过六百元。\n"
+DROP = """([name, text]) => {
+  const dt = new DataTransfer();
+  dt.items.add(new File([text], name, {type: 'text/markdown'}));
+  const target = document.getElementById('conversation');
+  for (const type of ['dragover', 'drop']) target.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
+}"""
+
+
+def cite_policy(body: dict) -> Turn:
+    n = evidence_number(body, "星河公司差旅报销制度", "")
+    return Turn(content=f"出差住宿费每晚不超过四百五十元[{n}]。" if n else "没有找到。")
+
+
+def test_a_dropped_markdown_file_is_ingested_and_answers_a_question(browser, stack, model):
+    page = open_page(browser, stack)
+    page.evaluate(DROP, ["星河公司差旅报销制度.md", POLICY])
+    dialog = page.locator("#docs")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator(".upload .doc-status")).to_contain_text("已入库", timeout=WAIT_MS)
+    expect(dialog.locator(".docs-list")).to_contain_text("星河公司差旅报销制度")
+    shot(page, "12-documents")
+    dialog.get_by_role("button", name="关闭").click()
+    model.push(Turn(tool_calls=[kb("星河公司 出差 住宿费 标准")]), cite_policy)
+    ask(page, "出差住宿每晚能报多少？")
+    turn = last_turn(page)
+    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(turn.locator(".answer")).to_contain_text("四百五十元")
+    turn.locator(".answer .chip").first.hover()
+    expect(page.locator(".card")).to_contain_text("星河公司差旅报销制度")
+    expect(page.locator(".card mark").first).to_be_visible()
+    shot(page, "13-document-answer")
+    # delete it again: the list no longer shows it
+    page.once("dialog", lambda d: d.accept())
+    page.get_by_role("button", name="文档").click()
+    dialog.get_by_role("button", name="删除 星河公司差旅报销制度").click()
+    expect(dialog.locator(".docs-list")).not_to_contain_text("星河公司差旅报销制度")
+    page.context.close()

@@ -3,6 +3,7 @@ import { t, lang, setLang, applyStatic } from "./i18n.js";
 import { auth, request, verifyKey, redeemToken, errorSentence, ApiError } from "./api.js";
 import { installCards } from "./cards.js";
 import { Turn, turnOf } from "./turn.js";
+import { installDocuments } from "./documents.js";
 import { listSessions, addTask, renameSession, deleteSession, getSession } from "./sessions.js";
 
 const $ = (id) => document.getElementById(id);
@@ -222,6 +223,8 @@ function wire() {
     $("toggle-sidebar").setAttribute("aria-expanded", String(open));
   });
   $("scrim").addEventListener("click", closeSidebar);
+  const docs = installDocuments($("docs"), [$("conversation")]);
+  $("open-docs").addEventListener("click", () => { docs.open(); closeSidebar(); });
   window.addEventListener("conduit:unauthorized", () => showLogin(t("login.expired")));
   installCards($("conversation"), (chip) => {
     const turn = turnOf(chip);
