@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,9 +73,10 @@ def identity_enabled(stack: Stack) -> bool:
     return httpx.get(f"{stack.gateway_url}/v1/me", timeout=10).status_code != 404
 
 
-def open_page(browser: Browser, stack: Stack, width: int = 1280, height: int = 900, touch: bool = False) -> Page:
+def open_page(browser: Browser, stack: Stack, width: int = 1280, height: int = 900, touch: bool = False,
+              bypass_csp: bool = False) -> Page:
     context = browser.new_context(viewport={"width": width, "height": height}, locale="zh-CN", has_touch=touch,
-                                  reduced_motion="reduce")
+                                  reduced_motion="reduce", bypass_csp=bypass_csp)
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)
     page.goto(stack.gateway_url + "/")
@@ -420,4 +424,112 @@ def test_a_dropped_markdown_file_is_ingested_and_answers_a_question(browser, sta
     page.get_by_role("button", name="文档").click()
     dialog.get_by_role("button", name="删除 星河公司差旅报销制度").click()
     expect(dialog.locator(".docs-list")).not_to_contain_text("星河公司差旅报销制度")
+    page.context.close()
+
+
+AXE_VERSION = "4.14.1"
+
+
+@pytest.fixture(scope="module")
+def axe_js(tmp_path_factory) -> str:
+    """axe-core's browser build, fetched with npm (pinned); the test skips without npm or the registry."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: axe-core cannot be fetched")
+    dest = tmp_path_factory.mktemp("axe")
+    got = subprocess.run([npm, "pack", f"axe-core@{AXE_VERSION}", "--pack-destination", str(dest)],
+                         capture_output=True, text=True, timeout=180)
+    if got.returncode != 0:
+        pytest.skip(f"npm could not fetch axe-core: {got.stderr[-300:]}")
+    with tarfile.open(next(dest.glob("axe-core-*.tgz"))) as tar:
+        member = tar.extractfile("package/axe.min.js")
+        assert member is not None
+        return member.read().decode("utf-8")
+
+
+def serious_violations(page: Page, axe: str) -> list[dict]:
+    page.add_script_tag(content=axe)
+    result = page.evaluate("async () => (await axe.run(document, {resultTypes: ['violations']})).violations")
+    return [{"id": v["id"], "impact": v["impact"], "nodes": [n["target"] for n in v["nodes"]][:5]}
+            for v in result if v["impact"] in ("serious", "critical")]
+
+
+def test_axe_finds_no_serious_accessibility_violations(browser, stack, model, axe_js):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN", bypass_csp=True)
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.goto(stack.gateway_url + "/")
+    expect(page.get_by_label("API 密钥")).to_be_visible()
+    assert serious_violations(page, axe_js) == []
+    page.get_by_label("API 密钥").fill(admin_key(stack))
+    page.get_by_role("button", name="登录").click()
+    model.push(Turn(tool_calls=[kb()]), markdown_answer, Turn(tool_calls=[code("print(1)")]))
+    ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
+    expect(last_turn(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    last_turn(page).locator("details.record summary").click()
+    last_turn(page).locator(".answer .chip").first.hover()
+    expect(page.locator(".card")).to_be_visible()
+    assert serious_violations(page, axe_js) == []
+    ask(page, "再算一下")
+    expect(last_turn(page).locator(".approval")).to_be_visible()
+    assert serious_violations(page, axe_js) == []
+    last_turn(page).get_by_role("button", name="拒绝").click()
+    expect(last_turn(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    page.get_by_role("button", name="文档").click()
+    assert serious_violations(page, axe_js) == []
+    context.close()
+
+
+def test_edit_an_approval_rename_and_delete_a_session_in_english_by_keyboard(browser, stack, model):
+    model.push(Turn(tool_calls=[code("print('ORIGINAL')")]), sandbox_outputs)
+    page = open_page(browser, stack)
+    page.get_by_role("button", name="English").first.click()
+    expect(page.locator("#question")).to_have_attribute("placeholder", re.compile("Enter to send"))
+    ask(page, "run some code")
+    turn = last_turn(page)
+    prompt = turn.locator(".approval")
+    prompt.get_by_role("button", name="Run edited").click()
+    editor = prompt.locator("textarea")
+    expect(editor).to_be_focused()
+    editor.fill("print('EDITED')")
+    prompt.get_by_role("button", name="Run edited").click()
+    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    from services.sandbox.isolation import sandbox_status
+    if sandbox_status()[0]:
+        expect(turn.locator(".answer")).to_contain_text("EDITED")
+    expect(turn.locator(".answer")).not_to_contain_text("ORIGINAL")
+    expect(turn.locator("details.record")).to_contain_text("Approved with edits")
+    # Shift+Enter is a new line, not a question
+    box = page.locator("#question")
+    box.fill("line one")
+    box.press("Shift+Enter")
+    box.type("line two")
+    assert box.input_value() == "line one\nline two"
+    expect(page.locator(".turn")).to_have_count(1)
+    box.fill("")
+    # rename and delete the session
+    page.once("dialog", lambda d: d.accept("My renamed chat"))
+    page.locator("#sessions .session.current").get_by_role("button", name="Rename").click()
+    expect(page.locator("#sessions .session.current")).to_contain_text("My renamed chat")
+    expect(page.locator("#session-title")).to_have_text("My renamed chat")
+    page.once("dialog", lambda d: d.accept())
+    page.locator("#sessions .session.current").get_by_role("button", name="Delete").click()
+    expect(page.locator("#sessions")).not_to_contain_text("My renamed chat")
+    expect(page.locator(".turn")).to_have_count(0)
+    page.context.close()
+
+
+def test_a_citation_chip_opens_its_card_from_the_keyboard(browser, stack, model):
+    model.push(Turn(tool_calls=[kb()]), markdown_answer)
+    page = open_page(browser, stack)
+    ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
+    turn = last_turn(page)
+    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    chip = turn.locator(".answer .chip").first
+    chip.focus()
+    expect(page.locator(".card")).to_be_visible()
+    expect(chip).to_have_attribute("aria-expanded", "true")
+    page.keyboard.press("Escape")
+    expect(page.locator(".card")).to_be_hidden()
+    expect(chip).to_be_focused()
     page.context.close()
