@@ -379,7 +379,7 @@ def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
     ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
     turn = last_turn(page)
     expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
-    notice = turn.locator(".notice-retrieval")
+    notice = turn.locator(".retrieval-banner")
     expect(notice).to_contain_text("仅检索模式")
     expect(notice).to_contain_text("model unavailable")
     expect(turn.locator(".sources")).to_contain_text("第十一条")

@@ -4,12 +4,12 @@ import { auth, request, verifyKey, redeemToken, errorSentence, ApiError } from "
 import { installCards } from "./cards.js";
 import { Turn, turnOf } from "./turn.js";
 import { installDocuments } from "./documents.js";
-import { listSessions, addTask, renameSession, deleteSession, getSession } from "./sessions.js";
+import { Sessions } from "./sessions.js";
 
 const $ = (id) => document.getElementById(id);
 const CURRENT = "conduit.current";
 
-const state = { sessionId: null, turns: [], active: null };
+const state = { sessionId: null, turns: [], active: null, sessions: null };
 
 function showLogin(message = "") {
   for (const turn of state.turns) turn.detach();
@@ -22,14 +22,21 @@ function showLogin(message = "") {
   $("login-key").focus();
 }
 
-function showApp() {
+async function showApp() {
   $("login").hidden = true;
   $("app").hidden = false;
   const who = auth.who || {};
   $("who").textContent = who.user_id && who.user_id !== "local" ? `${who.user_id}${who.role ? ` · ${who.role}` : ""}` : "";
-  renderSessions();
+  state.sessions = new Sessions(who);
+  try {
+    await state.sessions.detect();
+    await state.sessions.list();
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return;
+    showBanner(errorSentence(err));
+  }
   const last = sessionStorage.getItem(CURRENT);
-  if (last && getSession(auth.who, last)) openSession(last); else newSession();
+  if (last && state.sessions.get(last)) await openSession(last); else newSession();
   $("question").focus();
 }
 
@@ -59,10 +66,15 @@ async function loginFromHash() {
 }
 
 // ------------------------------------------------------------------ sessions
-function renderSessions() {
+/** Redraw the sidebar; with `reload`, fetch the list again first. */
+async function renderSessions(reload = false) {
+  if (!state.sessions) return;
+  if (reload) {
+    try { await state.sessions.list(); } catch (err) { if (!(err instanceof ApiError && err.status === 401)) showBanner(errorSentence(err)); }
+  }
   const ul = $("sessions");
   ul.replaceChildren();
-  const sessions = listSessions(auth.who);
+  const sessions = state.sessions.cache;
   if (!sessions.length) {
     const li = document.createElement("li");
     li.className = "sessions-empty";
@@ -81,17 +93,18 @@ function renderSessions() {
     open.addEventListener("click", () => { openSession(s.id); closeSidebar(); });
     const rename = iconButton("✎", t("sessions.rename"), () => {
       const title = prompt(t("sessions.rename_prompt"), s.title);
-      if (title) { renameSession(auth.who, s.id, title); renderSessions(); }
+      if (title && title.trim()) { state.sessions.rename(s.id, title); renderSessions(true); }
     });
     const del = iconButton("×", t("sessions.delete"), () => {
       if (!confirm(t("sessions.delete_confirm"))) return;
-      deleteSession(auth.who, s.id);
-      if (s.id === state.sessionId) newSession(); else renderSessions();
+      state.sessions.remove(s.id).then(() => {
+        if (s.id === state.sessionId) newSession(); else renderSessions(true);
+      }, (err) => showBanner(errorSentence(err)));
     });
     li.append(open, rename, del);
     ul.append(li);
   }
-  const current = getSession(auth.who, state.sessionId);
+  const current = state.sessions.get(state.sessionId);
   $("session-title").textContent = current ? current.title : t("sessions.new");
 }
 
@@ -119,17 +132,18 @@ function newSession() {
   state.sessionId = null;
   sessionStorage.removeItem(CURRENT);
   $("empty").hidden = false;
-  renderSessions();
+  renderSessions(true);
 }
 
-function openSession(id) {
-  const s = getSession(auth.who, id);
-  if (!s) { newSession(); return; }
+async function openSession(id) {
+  let turns = null;
+  try { turns = await state.sessions.turns(id); } catch (err) { showBanner(errorSentence(err)); return; }
+  if (!turns) { newSession(); return; }
   clearConversation();
   state.sessionId = id;
   sessionStorage.setItem(CURRENT, id);
-  $("empty").hidden = s.tasks.length > 0;
-  for (const task of s.tasks) startTurn(task.question, task.task_id);
+  $("empty").hidden = turns.length > 0;
+  for (const turn of turns) startTurn(turn.question, turn.task_id, turn);
   renderSessions();
 }
 
@@ -139,8 +153,8 @@ function setRunning(running) {
   $("stop").hidden = !running;
 }
 
-function startTurn(question, taskId) {
-  const turn = new Turn($("conversation"), question, taskId, (done) => {
+function startTurn(question, taskId, stored = null) {
+  const turn = new Turn($("conversation"), question, taskId, stored, (done) => {
     if (state.active === done) { state.active = null; setRunning(false); }
   });
   state.turns.push(turn);
@@ -163,8 +177,8 @@ async function ask() {
     const created = await request("/v1/tasks", { json: body, headers: { "Idempotency-Key": randomId() } });
     state.sessionId = created.session_id;
     sessionStorage.setItem(CURRENT, created.session_id);
-    addTask(auth.who, created.session_id, created.task_id, question);
-    renderSessions();
+    state.sessions.addTask(created.session_id, created.task_id, question);
+    renderSessions(true);
     showBanner("");
     startTurn(question, created.task_id).node.scrollIntoView({ block: "start", behavior: "smooth" });
   } catch (err) {

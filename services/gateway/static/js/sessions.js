@@ -1,51 +1,110 @@
-// The session list of this browser, per tenant and user (localStorage): id, title, its tasks.
+// Sessions: the gateway's own list (GET/DELETE /v1/sessions) when it has one, else this browser's
+// list (localStorage), per tenant and user. Titles renamed here are kept in localStorage either way.
+import { request, ApiError } from "./api.js";
+
 const MAX_SESSIONS = 100;
 
-function storeKey(who) {
-  return `conduit.sessions.${(who && who.tenant_id) || "default"}.${(who && who.user_id) || "local"}`;
+function scope(who) {
+  return `${(who && who.tenant_id) || "default"}.${(who && who.user_id) || "local"}`;
 }
 
-/** Sessions of `who` ({tenant_id, user_id}), newest first: [{id, title, tasks: [{task_id, question}], updated}]. */
-export function listSessions(who) {
+function load(key) {
   try {
-    const all = JSON.parse(localStorage.getItem(storeKey(who)) || "[]");
-    return Array.isArray(all) ? all.sort((a, b) => b.updated - a.updated) : [];
+    const v = JSON.parse(localStorage.getItem(key) || "null");
+    return v && typeof v === "object" ? v : null;
   } catch {
-    return [];
+    return null;
   }
 }
 
-function save(who, sessions) {
-  localStorage.setItem(storeKey(who), JSON.stringify(sessions.slice(0, MAX_SESSIONS)));
-}
-
-/** Record that task `taskId` (question `question`) belongs to session `id`; creates the session if new. */
-export function addTask(who, id, taskId, question) {
-  const sessions = listSessions(who);
-  let s = sessions.find((x) => x.id === id);
-  if (!s) {
-    s = { id, title: question.slice(0, 40), tasks: [], updated: 0 };
-    sessions.unshift(s);
+/** A session list for `who` ({tenant_id, user_id}); call `detect()` once after login. */
+export class Sessions {
+  constructor(who) {
+    this.who = who;
+    this.server = false;
+    this.cache = [];
   }
-  if (!s.tasks.some((x) => x.task_id === taskId)) s.tasks.push({ task_id: taskId, question });
-  s.updated = Date.now();
-  save(who, sessions);
-  return s;
-}
 
-/** Rename session `id`. */
-export function renameSession(who, id, title) {
-  const sessions = listSessions(who);
-  const s = sessions.find((x) => x.id === id);
-  if (s && title.trim()) { s.title = title.trim().slice(0, 80); save(who, sessions); }
-}
+  get localKey() { return `conduit.sessions.${scope(this.who)}`; }
+  get titlesKey() { return `conduit.titles.${scope(this.who)}`; }
 
-/** Remove session `id` from the list. */
-export function deleteSession(who, id) {
-  save(who, listSessions(who).filter((x) => x.id !== id));
-}
+  /** Find out whether the gateway keeps sessions (404 on GET /v1/sessions: it does not). */
+  async detect() {
+    try {
+      await request("/v1/sessions");
+      this.server = true;
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 404)) throw err;
+      this.server = false;
+    }
+  }
 
-/** The session `id` or undefined. */
-export function getSession(who, id) {
-  return listSessions(who).find((x) => x.id === id);
+  local() {
+    const all = load(this.localKey);
+    return Array.isArray(all) ? all : [];
+  }
+
+  saveLocal(list) { localStorage.setItem(this.localKey, JSON.stringify(list.slice(0, MAX_SESSIONS))); }
+
+  titled(list) {
+    const titles = load(this.titlesKey) || {};
+    return list.map((s) => ({ ...s, title: titles[s.id] || s.title }));
+  }
+
+  /** Sessions newest first: [{id, title, updated}] (also kept in `cache`). */
+  async list() {
+    let list;
+    if (this.server) {
+      const got = await request("/v1/sessions");
+      list = got.sessions.map((s) => ({ id: s.session_id, title: s.title, updated: s.updated_at }));
+    } else {
+      list = this.local().sort((a, b) => b.updated - a.updated);
+    }
+    this.cache = this.titled(list);
+    return this.cache;
+  }
+
+  /** The turns of session `id`: [{task_id, question, answer?, citations?}] (null when unknown). */
+  async turns(id) {
+    if (this.server) {
+      try {
+        return (await request(`/v1/sessions/${encodeURIComponent(id)}`)).turns;
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 404) return null;
+        throw err;
+      }
+    }
+    const s = this.local().find((x) => x.id === id);
+    return s ? s.tasks : null;
+  }
+
+  /** Note that task `taskId` (question `question`) joined session `id` (the gateway records it itself). */
+  addTask(id, taskId, question) {
+    if (this.server) return;
+    const list = this.local();
+    let s = list.find((x) => x.id === id);
+    if (!s) {
+      s = { id, title: question.slice(0, 40), tasks: [], updated: 0 };
+      list.unshift(s);
+    }
+    if (!s.tasks.some((x) => x.task_id === taskId)) s.tasks.push({ task_id: taskId, question });
+    s.updated = Date.now();
+    this.saveLocal(list);
+  }
+
+  /** Rename session `id` (kept in this browser). */
+  rename(id, title) {
+    const titles = load(this.titlesKey) || {};
+    titles[id] = title.trim().slice(0, 80);
+    localStorage.setItem(this.titlesKey, JSON.stringify(titles));
+  }
+
+  /** Delete session `id` (on the gateway: its history and tasks too). */
+  async remove(id) {
+    if (this.server) await request(`/v1/sessions/${encodeURIComponent(id)}`, { method: "DELETE" });
+    this.saveLocal(this.local().filter((x) => x.id !== id));
+  }
+
+  /** The cached entry of session `id`. */
+  get(id) { return this.cache.find((x) => x.id === id); }
 }

@@ -31,10 +31,15 @@ export function turnOf(node) {
   return art ? TURNS.get(art) : null;
 }
 
-/** A question/answer pair bound to task `taskId`; `onEnd(turn)` runs after the terminal event. */
+/**
+ * A question/answer pair bound to task `taskId`; `onEnd(turn)` runs after the terminal event.
+ * `stored` ({answer, citations} from the session's history, or null) is shown when the task's
+ * event log has expired.
+ */
 export class Turn {
-  constructor(list, question, taskId, onEnd) {
+  constructor(list, question, taskId, stored, onEnd) {
     this.taskId = taskId;
+    this.stored = stored;
     this.text = "";
     this.evidence = new Map();
     this.citations = null;
@@ -67,7 +72,7 @@ export class Turn {
     this.answer.setAttribute("aria-busy", "true");
     this.notice = el("div", "notice");
     this.notice.hidden = true;
-    this.banner = el("div", "notice notice-retrieval");
+    this.banner = el("div", "retrieval-banner");
     this.banner.setAttribute("role", "note");
     this.banner.hidden = true;
     this.files = el("div", "files");
@@ -95,7 +100,11 @@ export class Turn {
       });
     } catch (err) {
       if (err && err.name === "AbortError") return;
-      if (err instanceof ApiError && err.status === 404) this.finish("failed", t("notice.expired"));
+      if (err instanceof ApiError && err.status === 404 && this.stored && this.stored.answer) {
+        this.text = this.stored.answer;
+        this.citations = this.stored.citations || [];
+        this.finish("completed", null);
+      } else if (err instanceof ApiError && err.status === 404) this.finish("failed", t("notice.expired"));
       else this.finish("failed", errorSentence(err));
     }
   }
