@@ -228,6 +228,7 @@ function wire() {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing && e.keyCode !== 229) { e.preventDefault(); ask(); }
   });
   $("question").addEventListener("input", autosize);
+  $("example").addEventListener("click", () => { $("question").value = $("example").textContent; ask(); });
   $("stop").addEventListener("click", () => { if (state.active) state.active.stop(); });
   $("new-session").addEventListener("click", () => { newSession(); closeSidebar(); $("question").focus(); });
   $("toggle-sidebar").addEventListener("click", () => {
