@@ -130,7 +130,7 @@ function callView(call) {
 /** The summary line: tool calls, total time, tokens. */
 export function recordSummary(rec) {
   const parts = [t("record")];
-  if (rec.calls.size) parts.push(`${rec.calls.size} ${t("record.tools")}`);
+  if (rec.calls.size) parts.push(`${rec.calls.size} ${t(rec.calls.size === 1 ? "record.tools_one" : "record.tools")}`);
   if (rec.latencyMs != null) parts.push(`${t("record.total")} ${secs(rec.latencyMs)}`);
   if (rec.usage && rec.usage.total_tokens) parts.push(`${rec.usage.total_tokens.toLocaleString()} ${t("record.tokens")}`);
   return parts.join(" · ");
