@@ -74,8 +74,9 @@ export function approvalPrompt(taskId, ev, onDecided) {
     done = true;
     clearInterval(timer);
     node.classList.add("decided");
-    node.replaceChildren(head, el("div", "approval-result", label));
-    for (const x of [countdown]) x.remove();
+    countdown.remove();
+    head.querySelector(".approval-title").textContent = label;
+    node.replaceChildren(head);
   }
 
   async function send(decision) {
