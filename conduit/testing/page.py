@@ -52,8 +52,9 @@ def page_stack(infra: Any, data_dir: Path, model: ScriptedModel) -> Stack:
 def chromium() -> Iterator[Browser]:
     """Debian's Chromium, headless. Playwright's sync API keeps an event loop running in this
     thread while it is open: nothing may call ``asyncio.run`` meanwhile (start stacks first)."""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=WAIT_MS)  # expectations wait as long as actions (its default is 5 s: too short under load)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

@@ -82,10 +82,10 @@ def test_a_cited_answer_streams_its_chip_opens_the_article_and_survives_a_reload
     ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
     turn = last_turn(page)
     # streamed: text is on screen while the task is still running
-    expect(turn.locator(".answer")).to_contain_text("结论", timeout=WAIT_MS)
+    expect(turn.locator(".answer")).to_contain_text("结论")
     assert turn.get_attribute("data-state") is None
     expect(turn.locator(".status")).to_contain_text("写答案")
-    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(turn).to_have_attribute("data-state", "completed")
     answer = turn.locator(".answer")
     expect(answer.locator("table td").first).to_have_text("征收率")
     expect(answer.locator("li").first).to_contain_text("小规模纳税人")
@@ -110,7 +110,7 @@ def test_a_cited_answer_streams_its_chip_opens_the_article_and_survives_a_reload
 
     page.reload()
     turn = last_turn(page)
-    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(turn).to_have_attribute("data-state", "completed")
     expect(turn.locator(".answer")).to_contain_text("百分之三")
     turn.locator(".answer .chip").first.click()
     expect(page.locator(".card")).to_contain_text(f"《{VAT_LAW}》第十一条")
@@ -127,7 +127,7 @@ def test_answer_reset_replaces_the_text_written_before_the_tool_call(browser, st
     page.reload()
     ask(page, "简易计税的征收率？")
     turn = last_turn(page)
-    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(turn).to_have_attribute("data-state", "completed")
     seen = page.evaluate("window.__answers")
     assert any("我这就去查" in s for s in seen), seen  # the pre-tool text was on screen ...
     expect(turn.locator(".answer")).not_to_contain_text("我这就去查")  # ... and the reset replaced it
@@ -142,7 +142,7 @@ def test_stop_cancels_a_running_answer(browser, stack, model):
     turn = last_turn(page)
     expect(turn.locator(".answer")).to_contain_text("很长的回答")
     page.get_by_role("button", name="停止").click()
-    expect(turn).to_have_attribute("data-state", "cancelled", timeout=WAIT_MS)
+    expect(turn).to_have_attribute("data-state", "cancelled")
     expect(turn.locator(".notice")).to_contain_text("已停止")
     expect(page.get_by_role("button", name="发送")).to_be_visible()
     shot(page, "04-stopped")
@@ -154,10 +154,10 @@ def test_a_follow_up_stays_in_the_same_session(browser, stack, model):
     page = open_page(browser, stack)
     page.get_by_role("button", name="新会话").click()
     ask(page, "增值税征收率是多少？")
-    expect(last_turn(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(last_turn(page)).to_have_attribute("data-state", "completed")
     ask(page, "那一般纳税人呢？")
     expect(page.locator(".turn")).to_have_count(2)
-    expect(last_turn(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(last_turn(page)).to_have_attribute("data-state", "completed")
     contents = [m.get("content") for m in model.requests[-1]["messages"]]
     assert "增值税征收率是多少？" in contents and "第一轮回答：征收率为百分之三。" in contents
     expect(page.locator("#sessions .session.current")).to_contain_text("增值税征收率是多少？")
@@ -176,7 +176,7 @@ def test_a_dropped_connection_reconnects_and_the_answer_completes_once(browser, 
     restart(stack, "gateway")
     expect(turn.locator(".status")).to_contain_text("正在重连")
     page.unroute("**/v1/tasks/*/events")
-    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(turn).to_have_attribute("data-state", "completed")
     assert turn.locator(".answer").inner_text().strip() == text
     page.context.close()
 
@@ -187,7 +187,7 @@ def test_phone_width_layout(browser, stack, model):
     expect(page.locator("#sidebar")).not_to_be_in_viewport()
     page.get_by_role("button", name="小规模纳税人适用简易计税方法的征收率是多少？").tap()  # the example question
     turn = last_turn(page)
-    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(turn).to_have_attribute("data-state", "completed")
     turn.locator(".answer .chip").first.tap()
     expect(page.locator(".card")).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
@@ -206,7 +206,7 @@ def test_a_citation_chip_opens_its_card_from_the_keyboard(browser, stack, model)
     page = open_page(browser, stack)
     ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
     turn = last_turn(page)
-    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(turn).to_have_attribute("data-state", "completed")
     chip = turn.locator(".answer .chip").first
     chip.focus()
     expect(page.locator(".card")).to_be_visible()
@@ -222,7 +222,7 @@ def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
     page = open_page(browser, stack)
     ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
     turn = last_turn(page)
-    expect(turn).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(turn).to_have_attribute("data-state", "completed")
     notice = turn.locator(".retrieval-banner")
     expect(notice).to_contain_text("仅检索模式")
     expect(notice).to_contain_text("model unavailable")
@@ -281,7 +281,7 @@ def test_the_login_link_signs_in_once_and_two_users_see_only_their_own_sessions(
     model.push(Turn(content="爱丽丝的回答。"))
     alice = open_page(browser, stack, key=identity.alice)
     ask(alice, "爱丽丝的问题")
-    expect(last_turn(alice)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    expect(last_turn(alice)).to_have_attribute("data-state", "completed")
     expect(alice.locator("#sessions")).to_contain_text("爱丽丝的问题")
     task_id = last_turn(alice).get_attribute("data-task-id")
     bob = open_page(browser, stack, key=identity.bob)
