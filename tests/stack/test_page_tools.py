@@ -148,6 +148,7 @@ def test_approve_one_and_reject_another_of_two_parallel_code_calls(browser, stac
     expect(record.locator(".pill-approval")).to_have_count(2)
     expect(record).to_contain_text("已允许")
     expect(record).to_contain_text("已拒绝")
+    expect(record).to_contain_text("你拒绝了这次调用")
     shot(page, "06-approvals-decided", full=True)
     page.context.close()
 

@@ -104,7 +104,11 @@ function callView(call) {
   li.append(head);
   if (call.reason) li.append(el("div", "rec-reason", `${t("record.reason")}：${call.reason}`));
   li.append(argumentsView(call));
-  if (call.error_code) li.append(el("div", "rec-error", call.error_code));
+  if (call.error_code) {
+    const key = `tool_err.${call.error_code}`;
+    const sentence = t(key);
+    li.append(el("div", "rec-error", sentence === key ? call.error_code : `${sentence} (${call.error_code})`));
+  }
   if (call.output) {
     li.append(el("div", "rec-label", t("record.output")));
     li.append(el("pre", "rec-stdout", call.output));
