@@ -157,7 +157,10 @@ export class Turn {
     this.painting = true;
     requestAnimationFrame(() => {
       this.painting = false;
+      const scroller = this.node.parentElement;
+      const following = scroller && scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 80;
       this.answer.innerHTML = renderMarkdown(this.text);
+      if (following && this.running) scroller.scrollTop = scroller.scrollHeight; // keep up with the text unless the reader scrolled away
       for (const chip of this.answer.querySelectorAll(".chip")) {
         chip.setAttribute("aria-expanded", "false");
         if (!this.evidence.has(Number(chip.dataset.cite))) chip.classList.add("chip-unknown");
