@@ -145,7 +145,7 @@ async def test_checkpoint_save_appends_its_outbox_events_atomically(redis):
 async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
     import uuid
 
-    from conduit.records.taskstore import cancel_key
+    from conduit.records import keys
     from conduit.testing.bus import await_tool_result
     from conduit.runtime.toolservice import ToolOutput, ToolService
     from contracts import topics
@@ -162,7 +162,7 @@ async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
     await svc.broker.start()
     try:
         task_id, call_id = uuid.uuid4().hex, f"call_{uuid.uuid4().hex[:8]}"
-        await redis.set(cancel_key(task_id), "1", ex=60)
+        await redis.set(keys.cancel(task_id), "1", ex=60)
         await svc.handle(ToolRequested(task_id=task_id, session_id="s", payload=ToolRequestPayload(
             call_id=call_id, tool="kb_search", arguments={"query": "q", "reason": "r"}, step=1,
             idempotency_key=f"{task_id}:1:{call_id}")))

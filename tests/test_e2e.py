@@ -24,7 +24,7 @@ from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import FAULT, restart, start_stack
 from contracts import topics
-from contracts.events import parse_event
+from contracts.events import DeadLetter
 
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 VAT_LAW = "中华人民共和国增值税法"
@@ -162,7 +162,7 @@ def test_malformed_events_are_dead_lettered_and_consumers_keep_going(stack, mode
     dead = asyncio.run(scenario())
     assert len(dead) >= 4
     for d in dead:
-        parse_event(json.dumps(d))  # a valid DeadLetter envelope
+        DeadLetter.model_validate_json(json.dumps(d))  # a valid DeadLetter envelope
         assert d["type"] == "dead_letter" and d["payload"]["error"]
     assert {d["payload"]["topic"] for d in dead} >= {topics.QUESTIONS, topics.TOOL_RESULTS, topics.TOOL_REQUESTS_KB}
     model.push(Turn(content="仍然在工作。"))

@@ -27,7 +27,7 @@ from conduit.ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure
 from contracts import topics
-from contracts.events import ToolRequested, ToolRequestPayload, ToolResult, parse_event
+from contracts.events import ToolRequested, ToolRequestPayload, ToolResult
 from contracts.tools import KbSearchArgs
 from services.retriever.documents import law_chunks, law_document_id
 from services.retriever.embeddings import UseEmbedder
@@ -294,7 +294,7 @@ class ResultReader:
             for records in batches.values():
                 for record in records:
                     try:  # the topic is shared: other tests publish malformed records on purpose
-                        event = parse_event(record.value)
+                        event = ToolResult.model_validate_json(record.value)
                     except ValidationError:
                         continue
                     if isinstance(event, ToolResult) and event.task_id == self.task_id:

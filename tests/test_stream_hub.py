@@ -18,7 +18,8 @@ from redis.exceptions import RedisError
 from conduit.ops import infra
 from conduit.records.taskstream import TaskEventLog
 from contracts.stream import AnswerDelta, TaskCompleted
-from services.gateway.hub import StreamHub, Subscription, release_memory
+from conduit.runtime.allocator import release_memory
+from services.gateway.hub import StreamHub, Subscription
 
 
 @pytest.fixture

@@ -10,13 +10,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from redis.asyncio import Redis
+from conduit.records import keys
 
 from contracts.api import ApprovalRecord
 
 
 def key(task_id: str, call_id: str) -> str:
     """Redis key of one approval record."""
-    return f"conduit:approval:{task_id}:{call_id}"
+    return keys.approval(task_id, call_id)
 
 
 async def save(redis: Redis, record: ApprovalRecord) -> None:
