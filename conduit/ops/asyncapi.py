@@ -6,7 +6,7 @@ Nothing here runs or connects: the app exists so that
 
 can write the public event contract from the channel table the services use
 (``contracts.channels.CHANNELS``: topic, event types, partition key, consumer groups).
-``tests/test_asyncapi.py`` regenerates the document and fails when the committed
+``tests/unit/test_asyncapi.py`` regenerates the document and fails when the committed
 ``docs/asyncapi.yaml`` is stale.
 
 Shape of the document: one AsyncAPI *channel* per (topic, role):

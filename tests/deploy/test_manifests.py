@@ -38,7 +38,7 @@ from conduit.ops.services import SERVICES  # noqa: E402
 from conduit.runtime.settings import Settings  # noqa: E402
 from contracts import topics  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "k8s" / "base"
 DEV = ROOT / "k8s" / "overlays" / "dev"
 K8S_VERSION = "1.31.0"

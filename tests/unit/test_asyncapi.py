@@ -26,7 +26,7 @@ from contracts.channels import CHANNELS  # noqa: E402
 from contracts import topics  # noqa: E402
 from contracts.events import AgentEvent, AgentEventPayload  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "docs" / "asyncapi.yaml"
 
 
