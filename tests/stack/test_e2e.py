@@ -71,7 +71,7 @@ def restart_orchestrator(stack: Stack, **env: str) -> None:
 
 def run(stack: Stack, question: str = QUESTION, **extra) -> tuple[dict, list[SseEvent]]:
     created = create_task(stack.gateway_url, question, **extra)
-    return created, list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
+    return created, list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=0))
 
 
 def test_question_streams_a_cited_answer_and_resumes_with_last_event_id(stack, model):

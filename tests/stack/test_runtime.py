@@ -67,7 +67,7 @@ def tool_messages(body: dict) -> list[str]:
 def events_of(stack: Stack, question: str, on_event=None, **extra) -> tuple[str, list[SseEvent]]:
     created = create_task(stack.gateway_url, question, **extra)
     seen: list[SseEvent] = []
-    for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=120, reconnects=30):
+    for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=120, reconnects=2):
         seen.append(ev)
         if on_event:
             on_event(created["task_id"], ev)
