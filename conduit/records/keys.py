@@ -11,7 +11,8 @@ Tasks (orchestrator writes, gateway reads)
 - ``events(task_id)`` / ``events_seq(task_id)`` / ``events_terminal(task_id)``: the client event
   stream, its last sequence number and its terminal marker (``conduit.records.taskstream``).
 - ``cancel(task_id)``: string flag; set when a task is cancelled (tool services stop its calls).
-- ``approval(task_id, call_id)``: string, a pending ``contracts.api.ApprovalRecord``.
+- ``approval(task_id, call_id)``: string, a pending ``contracts.api.ApprovalRecord``;
+  ``approval_decision(task_id, call_id)``: the one decision the gateway accepted for it.
 - ``fault(task_id)``: string, a crash test's once-only fault marker.
 
 Gateway
@@ -75,6 +76,11 @@ def cancel(task_id: str) -> str:
 def approval(task_id: str, call_id: str) -> str:
     """A pending approval of one tool call."""
     return f"{PREFIX}:approval:{task_id}:{call_id}"
+
+
+def approval_decision(task_id: str, call_id: str) -> str:
+    """The decision the gateway accepted for one tool call (first one wins)."""
+    return f"{PREFIX}:approval:{task_id}:{call_id}:decision"
 
 
 def fault(task_id: str) -> str:

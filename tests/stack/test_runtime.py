@@ -149,7 +149,9 @@ def test_approval_reject_is_final_and_a_repeat_is_refused_without_asking(stack, 
             asked.append(ev.data["call_id"])
             assert decide(stack, task_id, ev.data["call_id"], decision="reject", comment="不允许").status_code == 202
             again = decide(stack, task_id, ev.data["call_id"], decision="approve")
-            assert again.status_code in (202, 409)  # raced or refused; either way nothing runs
+            assert again.status_code == 409, again.text  # one decision per call, recorded or not yet
+            assert again.json()["error"]["code"] == "approval_not_pending"
+            assert again.json()["error"]["details"] == {"status": "rejected"}
 
     _, events = events_of(stack, "列出根目录", on_event)
     assert len(asked) == 1, "the repeated call must be refused without a new approval"

@@ -70,7 +70,7 @@ def test_partition_key_is_the_task_id() -> None:
 
 def test_every_key_has_the_prefix_and_its_parts() -> None:
     built = [keys.state("t"), keys.task("t"), keys.session_turns("s"), keys.events("t"), keys.events_seq("t"),
-             keys.events_terminal("t"), keys.cancel("t"), keys.approval("t", "c"), keys.fault("t"),
+             keys.events_terminal("t"), keys.cancel("t"), keys.approval("t", "c"), keys.approval_decision("t", "c"), keys.fault("t"),
              keys.idempotency("ten", "d"), keys.hub_wake("h"), keys.reply("r"), keys.document("ten", "d"),
              keys.documents("ten"), keys.tool_result("k"), keys.attempts("c", "e"), keys.artifact("a"),
              keys.alive("web", "host", 7), keys.sandbox_status("host", 7), keys.LEASES, keys.TOOL_DEADLINES]
