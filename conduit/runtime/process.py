@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
@@ -60,7 +61,8 @@ async def serve_process(
     await bus.ensure_topics(settings)
     await broker.start()
     loop = asyncio.get_running_loop()
-    for sig in SIGNALS:
+    signals = SIGNALS if threading.current_thread() is threading.main_thread() else ()  # a test's thread: ``stop`` only
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     heartbeat = asyncio.create_task(liveness.heartbeat(redis, service))
     tasks = [asyncio.create_task(fn()) for fn in background]
@@ -70,7 +72,7 @@ async def serve_process(
         log.info("%s serving", service)
         await stop.wait()
     finally:
-        for sig in SIGNALS:
+        for sig in signals:
             loop.remove_signal_handler(sig)
         heartbeat.cancel()  # stop announcing liveness first
         for sub in broker.subscribers:  # stop taking messages; in-flight handlers finish and commit

@@ -52,6 +52,21 @@ async def test_model_client_retries_before_first_token_then_gives_up(model_serve
     assert not err.value.streamed
 
 
+async def test_model_client_waits_the_retry_after_it_is_given(model_server):
+    """A 429 with ``Retry-After: 2`` is retried no sooner than 2 s later: full jitter alone waits at
+    most 0.5 s before the first retry, so the gap (arrival times at the server) shows the header won."""
+    model_server.push(Turn(status=429, retry_after_s=2.0), Turn(content="ok"))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+
+    async def noop(_: str) -> None:
+        return None
+
+    r = await client.stream([{"role": "user", "content": "q"}], None, noop)
+    assert r.content == "ok" and r.retries == 1
+    refused, retried = model_server.received_at[-2:]
+    assert retried - refused >= 2.0
+
+
 async def test_model_endpoint_down_fails_fast():
     from conduit.ops.infra import free_port
 

@@ -16,12 +16,17 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import redis as redis_lib
 
 from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.ops.stack import Stack
+from conduit.runtime.liveness import alive_key
+from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from conduit.testing.bus import agent_events_of, await_tool_result
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import FAULT, add_replica, orchestrator_crashing_once, restart, start_stack
+from contracts import topics
+from contracts.evidence import EvidenceItem
 from services.sandbox.isolation import sandbox_status
 
 TOOL_TIMEOUT_S = 4
@@ -209,11 +214,67 @@ def test_tool_call_budget_refuses_extra_calls_then_forces_the_final_answer(stack
 
 
 def test_parallel_tool_calls_run_together_and_return_together(stack, model):
+    """Overlap is read from the task's own event order (seq numbers), not from wall-clock times:
+    both calls are requested before either completes, and one model request gets both results."""
     model.push(Turn(tool_calls=[kb("增值税 税率"), kb("简易计税 征收率")]), Turn(content="合并回答。"))
     _, events = events_of(stack, "两个问题一起查")
-    assert types(events).count("tool.requested") == 2 and types(events).count("tool.completed") == 2
+    requested = [e.id for e in events if e.event == "tool.requested"]
+    completed = [e.id for e in events if e.event == "tool.completed"]
+    assert len(requested) == 2 and len(completed) == 2
+    assert max(requested) < min(completed), "the second call was requested only after the first completed"
+    model_steps = [e.id for e in events if e.event == "step.started" and e.data.get("phase") == "model"]
+    assert not [s for s in model_steps if min(completed) < s < max(completed)], "a model step ran between the results"
     assert len(tool_messages(model.requests[-1])) == 2
     assert events[-1].event == "task.completed"
+
+
+def test_a_transient_tool_error_is_retried_with_the_same_key_and_hidden_from_the_model(stack, model):
+    """A web_search that fails transiently on its first delivery per idempotency key (an in-process
+    ToolService on the web topic: no web service runs in this stack) is sent again after a backoff
+    (full jitter, ``tool_retry_base_s``); the model sees one successful result."""
+    deliveries: dict[str, int] = {}
+
+    async def web_search(args, request):
+        key = request.payload.idempotency_key
+        deliveries[key] = deliveries.get(key, 0) + 1
+        if deliveries[key] == 1:
+            raise ToolFailure("search_busy", "the search backend is busy", kind="transient")
+        return ToolOutput(evidence=[EvidenceItem(chunk_id="https://example.org/rate#0", kind="web", title="Rate",
+                                                 url="https://example.org/rate", text="征收率为百分之三。")])
+
+    service = ToolService("web", topics.TOOL_REQUESTS_WEB, topics.GROUP_WEB, stack.settings)
+    service.tool("web_search", web_search)
+    ready, stop = threading.Event(), None
+    loop = asyncio.new_event_loop()
+
+    async def serve() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+
+        async def on_ready() -> None:
+            ready.set()
+
+        await service.serve(ready=on_ready, stop=stop)
+
+    runner = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    runner.start()
+    try:
+        assert ready.wait(60), "the in-process web service did not start"
+        model.push(Turn(tool_calls=[{"name": "web_search", "arguments": {"query": "征收率", "reason": "查"}}]),
+                   Turn(content="百分之三[1]。"))
+        task_id, events = events_of(stack, "网上查征收率")
+    finally:
+        loop.call_soon_threadsafe(lambda: stop.set())
+        runner.join(60)
+    assert events[-1].event == "task.completed"
+    completed = [e.data for e in events if e.event == "tool.completed"]
+    assert [(c["tool"], c["outcome"]) for c in completed] == [("web_search", "ok")]
+    mine = [k for k in deliveries if k.startswith(f"{task_id}:")]
+    assert len(mine) == 1 and deliveries[mine[0]] == 2  # the same call, run again (a transient result is not stored)
+    traced = [e.data["data"] for e in events if e.event == "trace" and e.data["phase"] == "tool"]
+    assert [t["attempts"] for t in traced] == [2]
+    (result,) = tool_messages(model.requests[-1])
+    assert "search_busy" not in result and "百分之三" in result
 
 
 def test_dead_tool_times_out_then_circuit_breaker_fails_fast(stack, model):
@@ -355,6 +416,11 @@ def test_sigkill_while_waiting_for_approval(stack, model):
 
 
 def test_two_replicas_share_tasks_and_run_each_tool_once(stack, model):
+    """The second replica names its model ``scripted-2``, so each model call says which replica made it.
+
+    Tasks are started until both replicas made model calls: the joining replica gets partitions
+    only after it has started and joined the group, so after the first six tasks more are sent,
+    four at a time, until it has taken some (at most 120 s after its heartbeat appeared)."""
     def agent(body: dict) -> Turn:
         if not tool_messages(body):
             question = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
@@ -363,21 +429,42 @@ def test_two_replicas_share_tasks_and_run_each_tool_once(stack, model):
 
     model.default = agent
     results: dict[str, list[SseEvent]] = {}
+    first_request = len(model.requests)
 
     def one(i: int) -> None:
         task_id, evs = events_of(stack, f"并发问题{i:02d}")
         results[task_id] = evs
 
+    def run_batch(numbers: range) -> None:
+        threads = [threading.Thread(target=one, args=(i,)) for i in numbers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+
+    def by_replica() -> set[str]:
+        return {body.get("model") for body in model.requests[first_request:]}
+
     threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
     for t in threads[:3]:
         t.start()
-    add_replica(stack, "orchestrator", "orchestrator-2")  # join during the run
+    second = add_replica(stack, "orchestrator", "orchestrator-2", CONDUIT_MODEL="scripted-2")  # join during the run
     for t in threads[3:]:
         t.start()
     for t in threads:
         t.join(timeout=120)
     try:
-        assert len(results) == 6
+        probe = redis_lib.Redis.from_url(stack.settings.redis())
+        deadline = time.monotonic() + 120
+        while not probe.exists(alive_key("orchestrator", second.proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the process is starting: nothing to wait on but its heartbeat key
+        deadline = time.monotonic() + 120
+        sent = 6
+        while by_replica() != {"scripted", "scripted-2"} and time.monotonic() < deadline:
+            run_batch(range(sent, sent + 4))
+            sent += 4
+        assert by_replica() == {"scripted", "scripted-2"}, "one replica handled every task"
+        assert len(results) == sent
         for task_id, evs in results.items():
             assert evs[-1].event == "task.completed", (task_id, types(evs))
             assert types(evs).count("tool.completed") == 1 and types(evs).count("task.completed") == 1

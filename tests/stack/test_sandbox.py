@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from aiokafka.partitioner import murmur2
 
 from conduit.runtime import bus
 from conduit.testing.bus import await_tool_result
@@ -31,8 +32,8 @@ needs_bwrap = pytest.mark.skipif(not OK, reason=f"sandbox isolation unavailable:
 LIMITS = Limits(timeout_s=5.0, memory_mb=512, output_bytes=64_000)
 
 
-def _request(code: str) -> ToolRequested:
-    call_id, task_id = uuid.uuid4().hex, f"t-{uuid.uuid4().hex[:8]}"
+def _request(code: str, task_id: str | None = None) -> ToolRequested:
+    call_id, task_id = uuid.uuid4().hex, task_id or f"t-{uuid.uuid4().hex[:8]}"
     return ToolRequested(task_id=task_id, session_id="s1", payload=ToolRequestPayload(
         call_id=call_id, tool="code_exec", arguments={"code": code, "reason": "test"}, step=1,
         idempotency_key=f"{task_id}:1:{call_id}"))
@@ -255,22 +256,43 @@ async def test_readiness_reports_why_isolation_is_missing(infra_stack, settings:
             assert "UNSAFE" in reason
 
 
+def _task_id_on(partition: int, partitions: int) -> str:
+    """A task id whose Kafka key lands on ``partition`` (the producer's murmur2 partitioner)."""
+    while True:
+        task_id = f"t-{uuid.uuid4().hex[:8]}"
+        if (murmur2(task_id.encode()) & 0x7FFFFFFF) % partitions == partition:
+            return task_id
+
+
 @needs_bwrap
 async def test_concurrency_limit_runs_n_at_once(settings: Settings) -> None:
-    """sandbox_concurrency=2: three 1.5 s programs sent at once overlap two at a time, never three.
+    """sandbox_concurrency=2: two programs run at the same time, a third waits (never three at once).
 
-    The ToolService runs in-process (its consumers are FastStream's, one per worker)."""
+    The ToolService runs in-process (its consumers are FastStream's, one per worker). Once both
+    consumers hold partitions, two requests are keyed to partitions of different consumers and a
+    third to the first consumer's again; overlap is read from the times the programs print."""
     settings = settings.model_copy(update={"sandbox_concurrency": 2})
     service = build_service(settings)
     assert service.max_workers == 2
     await bus.ensure_topics(settings)
-    bus.subscribe(service.broker, settings, service.redis, topic=service.topic, group_id=f"{service.group_id}-conc-test",
-                  model=ToolRequested, handler=service.handle, consumer_name=service.name, max_workers=service.max_workers)
+    bus.subscribe(service.broker, settings, service.redis, topic=service.topic,
+                  group_id=f"{service.group_id}-conc-{uuid.uuid4().hex[:6]}", model=ToolRequested,
+                  handler=service.handle, consumer_name=service.name, max_workers=service.max_workers)
     await service.broker.start()
     try:
-        requests = [_request("import time\nprint(time.time())\ntime.sleep(1.5)\nprint(time.time())")
-                    for _ in range(3)]
-        for i, request in enumerate(requests):  # three different partition keys, most likely 2+ partitions
+        (subscriber,) = service.broker.subscribers
+        owned: list[set[int]] = []
+        for _ in range(600):  # both consumers joined the group and got their partitions (tansu joins take seconds)
+            owned = [{tp.partition for tp in c.assignment()} for c in subscriber.consumer_subgroup]
+            if len(owned) == 2 and all(owned):
+                break
+            await asyncio.sleep(0.05)
+        assert len(owned) == 2 and all(owned), owned
+        partitions = len(owned[0] | owned[1])
+        first, second = min(owned[0]), min(owned[1])
+        code = "import time\nprint(time.time())\ntime.sleep(1.5)\nprint(time.time())"
+        requests = [_request(code, _task_id_on(p, partitions)) for p in (first, second, first)]
+        for request in requests:
             await bus.publish(service.broker, topics.TOOL_REQUESTS_SANDBOX, request)
         spans = []
         for request in requests:
@@ -281,8 +303,8 @@ async def test_concurrency_limit_runs_n_at_once(settings: Settings) -> None:
     finally:
         await service.broker.stop()
         await service.redis.aclose()
-    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
-    assert most <= 2, spans
+    at_once = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert at_once == 2, spans  # 1 would mean no concurrency, 3 a broken limit
 
 
 @needs_bwrap
