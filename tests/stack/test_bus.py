@@ -103,11 +103,15 @@ async def test_serve_process_starts_and_stops_in_order(settings: Settings) -> No
     await asyncio.wait_for(background_started.wait(), timeout=10)
     probe = Redis.from_url(settings.redis())
     try:
-        for _ in range(100):  # the heartbeat task's first write follows ready within one loop turn or two
-            if await probe.exists(alive_key(service)):
-                break
-            await asyncio.sleep(0.02)
-        assert await probe.exists(alive_key(service))
+        beat = asyncio.Event()
+
+        async def watch() -> None:  # the heartbeat task's first write follows ready within a loop turn or two
+            while not await probe.exists(alive_key(service)):
+                await asyncio.sleep(0.02)
+            beat.set()
+
+        await asyncio.wait_for(watch(), timeout=10)
+        assert beat.is_set()
         stop.set()
         await asyncio.wait_for(served, timeout=60)
     finally:

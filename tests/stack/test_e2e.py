@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from conduit.runtime import allocator, bus
 from conduit.ops.client import SseEvent, create_task, stream_task
@@ -139,10 +139,13 @@ def test_malformed_events_are_dead_lettered_and_consumers_keep_going(stack, mode
     async def scenario() -> list[dict]:
         settings = Settings(kafka_bootstrap_servers=infra_stack.bootstrap)
         broker = bus.make_broker(settings, "test-dlq")
-        consumer = AIOKafkaConsumer(topics.DEAD_LETTER, bootstrap_servers=infra_stack.bootstrap,
-                                    auto_offset_reset="latest", group_id=None)
+        consumer = AIOKafkaConsumer(bootstrap_servers=infra_stack.bootstrap, group_id=None)
         await consumer.start()
-        await asyncio.sleep(0.5)
+        await consumer.topics()  # metadata: the dead-letter topic's partitions
+        parts = [TopicPartition(topics.DEAD_LETTER, p) for p in consumer.partitions_for_topic(topics.DEAD_LETTER)]
+        consumer.assign(parts)
+        for tp, end in (await consumer.end_offsets(parts)).items():  # read only what this test causes
+            consumer.seek(tp, end)
         await broker.start()
         try:
             for topic in (topics.QUESTIONS, topics.TOOL_RESULTS, topics.TOOL_REQUESTS_KB):

@@ -32,6 +32,7 @@ from conduit.records.taskstream import TaskEventLog
 from contracts import topics
 from contracts.events import QuestionAsked, TaskCancelled
 from contracts.stream import AnswerDelta, TaskCompleted, parse_stream_event
+from conduit.testing.waits import until
 from services.gateway.app import create_app
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -221,14 +222,14 @@ async def test_idempotency_key_replays_the_same_task(client, infra_stack):
         assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request", bad
 
 
-async def test_sse_streams_prior_and_live_events_then_stops(client, log):
+async def test_sse_streams_prior_and_live_events_then_stops(client, log, gw):
     task_id = await new_task(client)
     await log.append(task_id, AnswerDelta(text="Hel"))  # before the client connects
+    hub = gw.app.state.gateway.hub
 
     async def orchestrator() -> None:
-        await asyncio.sleep(0.3)  # the client is connected and waiting
+        assert await until(lambda: task_id in hub._topics, 10)  # the client is connected and its log read
         await log.append(task_id, AnswerDelta(text="lo"))
-        await asyncio.sleep(0.1)
         await log.append(task_id, AnswerDelta(text="!"))
         await log.append(task_id, completed("Hello!"))
         await log.append(task_id, AnswerDelta(text="after terminal"))  # refused: log sealed

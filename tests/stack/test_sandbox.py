@@ -18,6 +18,7 @@ from aiokafka.partitioner import murmur2
 
 from conduit.runtime import bus
 from conduit.testing.bus import await_tool_result
+from conduit.testing.waits import until
 from conduit.ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
 from contracts import topics
@@ -155,9 +156,12 @@ async def test_fork_bomb_is_contained_and_cleaned_up() -> None:
     code += "time.sleep(30)"
     result = await run_code(code, Limits(timeout_s=2.0, max_procs=16))
     assert result.exit_code != 0 and result.duration_s < 4.0
-    await asyncio.sleep(0.5)
-    leftovers = [p for p in watchdog.process_tree(1) if _cmdline(p).endswith(isolation.CODE_PATH)]
-    assert leftovers == []
+    assert await _gone(isolation.CODE_PATH), "fork bomb processes were left behind"
+
+
+async def _gone(path: str, timeout_s: float = 10.0) -> bool:
+    """Wait until no process started as ``path`` is left (killed trees are reaped by init a moment later)."""
+    return await until(lambda: not [p for p in watchdog.process_tree(1) if _cmdline(p).endswith(path)], timeout_s)
 
 
 def _cmdline(pid: int) -> str:
@@ -201,8 +205,7 @@ async def test_service_keeps_serving_after_each_bomb(settings: Settings) -> None
         assert after.outcome == "ok" and (after.output or "").startswith("45\n"), after
     finally:
         await service.redis.aclose()
-    await asyncio.sleep(0.3)
-    assert [p for p in watchdog.process_tree(1) if _cmdline(p).endswith(isolation.LAUNCHER_PATH)] == []
+    assert await _gone(isolation.LAUNCHER_PATH), "sandbox launchers were left behind"
 
 
 @needs_bwrap
@@ -282,12 +285,12 @@ async def test_concurrency_limit_runs_n_at_once(settings: Settings) -> None:
     try:
         (subscriber,) = service.broker.subscribers
         owned: list[set[int]] = []
-        for _ in range(600):  # both consumers joined the group and got their partitions (tansu joins take seconds)
-            owned = [{tp.partition for tp in c.assignment()} for c in subscriber.consumer_subgroup]
-            if len(owned) == 2 and all(owned):
-                break
-            await asyncio.sleep(0.05)
-        assert len(owned) == 2 and all(owned), owned
+
+        def assigned() -> bool:  # both consumers joined the group and got their partitions (joins take seconds)
+            owned[:] = [{tp.partition for tp in c.assignment()} for c in subscriber.consumer_subgroup]
+            return len(owned) == 2 and all(owned)
+
+        assert await until(assigned, 30), owned
         partitions = len(owned[0] | owned[1])
         first, second = min(owned[0]), min(owned[1])
         code = "import time\nprint(time.time())\ntime.sleep(1.5)\nprint(time.time())"
