@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.evidence import Citation, NumberedEvidence
 
@@ -173,9 +173,3 @@ TaskStreamEvent = Annotated[
     ],
     Field(discriminator="type"),
 ]
-_STREAM_EVENT = TypeAdapter(TaskStreamEvent)
-
-
-def parse_stream_event(raw: bytes | str) -> StreamEvent:
-    """Parse the JSON ``data`` of a task event into its model; raises ValidationError."""
-    return _STREAM_EVENT.validate_json(raw)

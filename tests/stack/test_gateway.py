@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from fastapi import FastAPI
+from pydantic import TypeAdapter
 from redis.asyncio import Redis
 
 from conduit.ops import infra
@@ -29,11 +30,14 @@ from conduit.ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
+from conduit.testing.waits import until
 from contracts import topics
 from contracts.events import QuestionAsked, TaskCancelled
-from contracts.stream import AnswerDelta, TaskCompleted, parse_stream_event
-from conduit.testing.waits import until
+from contracts.stream import AnswerDelta, TaskCompleted, TaskStreamEvent
 from services.gateway.app import create_app
+
+parse_stream_event = TypeAdapter(TaskStreamEvent).validate_json
+"""The JSON ``data`` of an SSE event as its ``contracts.stream`` model."""
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

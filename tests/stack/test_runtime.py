@@ -25,8 +25,8 @@ from conduit.runtime.liveness import alive_key
 from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from conduit.testing.bus import agent_events_of, await_tool_result
 from conduit.testing.scripted_model import Turn
-from conduit.testing.waits import wait_until
 from conduit.testing.stack import FAULT, add_replica, orchestrator_crashing_once, restart, start_stack
+from conduit.testing.waits import wait_until
 from contracts import topics
 from contracts.evidence import EvidenceItem
 from services.sandbox import isolation, watchdog
