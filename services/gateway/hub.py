@@ -9,7 +9,7 @@ bounded buffers.
 
 Shapes and units:
 
-- a *subscriber* is a ``Subscription``: ``(task_id, last)`` where ``last`` is the seq
+- a *subscriber* is a ``Subscription`` (``services/gateway/subscription.py``): ``(task_id, last)`` where ``last`` is the seq
   (the SSE ``id:``, an int >= 0) of the last event the stream already delivered.
   ``Subscription.next_batch(timeout_s)`` returns the events with seq > ``last`` in
   seq order as ``list[LoggedEvent]`` (each seq exactly once), ``[]`` after
@@ -56,7 +56,6 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import deque
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
@@ -67,126 +66,9 @@ from conduit.records import keys
 from conduit.records.taskstream import LoggedEvent, TaskEventLog
 from conduit.runtime.allocator import release_memory
 from conduit.runtime.resp import bulk, read_reply, text
+from services.gateway.subscription import Subscription
 
 log = logging.getLogger("conduit.gateway.hub")
-
-
-class Subscription:
-    """One SSE stream's view of one task log through a ``StreamHub``.
-
-    Created by ``StreamHub.subscribe``; consumed by a single coroutine with
-    ``next_batch``; ended by ``StreamHub.unsubscribe``.
-
-    Attributes:
-        task_id: the task whose log is followed.
-        last: seq of the last event returned by ``next_batch`` (starts at the
-            subscriber's ``after``).
-        stale: True while the subscriber must read its gap from the log with
-            ``XRANGE`` (joined behind the hub's cursor, or its buffer overflowed).
-        overflows: how many times the buffer overflowed (each one cost one catch-up read).
-    """
-
-    __slots__ = ("task_id", "last", "stale", "overflows", "_hub", "_buf", "_maxsize", "_waiter",
-                 "_error", "_interrupted")
-
-    def __init__(self, hub: StreamHub, task_id: str, after: int, maxsize: int) -> None:
-        self.task_id = task_id
-        self.last = after
-        self.stale = False
-        self.overflows = 0
-        self._hub = hub
-        self._buf: deque[LoggedEvent] = deque()
-        self._maxsize = maxsize
-        self._waiter: asyncio.Future[None] | None = None
-        self._error: BaseException | None = None
-        self._interrupted = False
-
-    # ------------------------------------------------------------ hub side
-    def _push(self, events: list[LoggedEvent]) -> None:
-        """Buffer ``events`` (seq order) or, past ``maxsize``, mark the subscriber stale."""
-        if self.stale:
-            return  # the catch-up read will cover these: they are already in the log
-        if len(self._buf) + len(events) > self._maxsize:
-            self._buf.clear()
-            self.stale = True
-            self.overflows += 1
-        else:
-            self._buf.extend(events)
-        self._wake()
-
-    def _fail(self, exc: BaseException) -> None:
-        self._error = exc
-        self._wake()
-
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    # ------------------------------------------------------------ consumer side
-    def interrupt(self) -> None:
-        """Make the pending and every later ``next_batch`` return ``None`` (e.g. on server shutdown)."""
-        self._interrupted = True
-        self._wake()
-
-    async def catch_up(self, count: int | None = None) -> list[LoggedEvent]:
-        """Read events with seq > ``last`` straight from the log (``XRANGE``, at most ``count``); advances ``last``.
-
-        Raises ``RedisError``.
-        """
-        batch = await self._hub.events.read(self.task_id, after=self.last, count=count or self._hub.catchup_count)
-        out = [ev for ev in batch if ev.seq > self.last]
-        if out:
-            self.last = out[-1].seq
-        return out
-
-    async def next_batch(self, timeout_s: float) -> list[LoggedEvent] | None:
-        """The next events with seq > ``last``, oldest first; ``[]`` after ``timeout_s`` s idle; ``None`` if interrupted.
-
-        Raises the hub's ``RedisError`` (shared read failed, or hub not running)
-        and ``RedisError`` of a catch-up read.
-        """
-        waited = False
-        while True:
-            if self._interrupted:
-                return None
-            if self._error is not None:
-                raise self._error
-            if self.stale:
-                self.stale = False  # cleared first: an overflow during the read marks it again
-                self._buf.clear()  # everything buffered so far is in the log at or before its end
-                n = self._hub.catchup_count
-                out = await self.catch_up(n)
-                if len(out) >= n:
-                    self.stale = True  # more to read: keep the hub from buffering meanwhile
-                if out:
-                    return out
-                continue
-            if self._buf:
-                last = self.last
-                out = [ev for ev in self._buf if ev.seq > last]
-                self._buf.clear()
-                if out:
-                    self.last = out[-1].seq
-                    return out
-                continue
-            if waited:
-                return []
-            loop = asyncio.get_running_loop()
-            fut: asyncio.Future[None] = loop.create_future()
-            self._waiter = fut
-            timer = loop.call_later(timeout_s, _resolve, fut)
-            try:
-                await fut
-            finally:
-                timer.cancel()
-                self._waiter = None
-            waited = True
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 class _Topic:
