@@ -299,13 +299,12 @@ def test_dead_tool_times_out_then_circuit_breaker_fails_fast(stack, model):
                Turn(tool_calls=[{"name": "web_fetch", "arguments": {**url, "url": "https://example.org/y"}}]),
                Turn(tool_calls=[{"name": "web_fetch", "arguments": {**url, "url": "https://example.org/z"}}]),
                Turn(content="网页服务不可用。"))
-    started = time.monotonic()
     _, events = events_of(stack, "读三个网页")
     assert events[-1].event == "task.completed"
     outcomes = [e.data for e in events if e.event == "tool.completed"]
     assert [o["outcome"] for o in outcomes[:2]] == ["timeout", "timeout"]
     assert outcomes[2]["error_code"] == "circuit_open"
-    assert time.monotonic() - started < 3 * TOOL_TIMEOUT_S + 15  # the third call did not wait
+    assert outcomes[2]["duration_ms"] == 0  # refused before it went out: the third call did not wait
 
 
 def test_cancel_stops_a_streaming_answer(stack, model):
@@ -316,9 +315,10 @@ def test_cancel_stops_a_streaming_answer(stack, model):
             on_event.sent = True  # type: ignore[attr-defined]
             assert httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10).status_code == 202
 
-    started = time.monotonic()
     task_id, events = events_of(stack, "慢慢回答", on_event)
-    assert events[-1].event == "task.cancelled" and time.monotonic() - started < 10
+    assert events[-1].event == "task.cancelled"
+    streamed = "".join(e.data["text"] for e in events if e.event == "answer.delta")
+    assert len(streamed) < len("很长的回答。" * 60)  # the answer stopped before the model finished it
     assert httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}").json()["status"] == "cancelled"
     again = httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10)
     assert again.status_code == 409
