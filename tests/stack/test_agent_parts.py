@@ -37,18 +37,18 @@ async def test_model_client_streams_deltas_and_assembles_tool_calls(model_server
     assert r2.tool_calls[0].name == "kb_search" and '"增值税"' in r2.tool_calls[0].arguments
 
 
+async def _noop(_: str) -> None:
+    return None
+
+
 async def test_model_client_retries_before_first_token_then_gives_up(model_server):
     model_server.push(Turn(status=503, retry_after_s=0.1), Turn(content="ok"))
     client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
-
-    async def noop(_: str) -> None:
-        return None
-
-    r = await client.stream([{"role": "user", "content": "q"}], None, noop)
+    r = await client.stream([{"role": "user", "content": "q"}], None, _noop)
     assert r.content == "ok" and r.retries == 1
     model_server.push(Turn(status=500), Turn(status=500), Turn(status=500))
     with pytest.raises(ModelError) as err:
-        await client.stream([{"role": "user", "content": "q"}], None, noop)
+        await client.stream([{"role": "user", "content": "q"}], None, _noop)
     assert not err.value.streamed
 
 
@@ -57,11 +57,7 @@ async def test_model_client_waits_the_retry_after_it_is_given(model_server):
     most 0.5 s before the first retry, so the gap (arrival times at the server) shows the header won."""
     model_server.push(Turn(status=429, retry_after_s=2.0), Turn(content="ok"))
     client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
-
-    async def noop(_: str) -> None:
-        return None
-
-    r = await client.stream([{"role": "user", "content": "q"}], None, noop)
+    r = await client.stream([{"role": "user", "content": "q"}], None, _noop)
     assert r.content == "ok" and r.retries == 1
     refused, retried = model_server.received_at[-2:]
     assert retried - refused >= 2.0
@@ -71,12 +67,8 @@ async def test_model_endpoint_down_fails_fast():
     from conduit.ops.infra import free_port
 
     client = ModelClient(Settings(openai_base_url=f"http://127.0.0.1:{free_port()}/v1", openai_api_key="k"))
-
-    async def noop(_: str) -> None:
-        return None
-
     with pytest.raises(ModelError):
-        await asyncio.wait_for(client.stream([{"role": "user", "content": "q"}], None, noop), timeout=20)
+        await asyncio.wait_for(client.stream([{"role": "user", "content": "q"}], None, _noop), timeout=20)
 
 
 async def test_event_log_seq_replay_and_single_terminal(redis):
