@@ -6,7 +6,6 @@ Spans go to an in-memory exporter installed with ``conduit.runtime.tracing.use_p
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import httpx
