@@ -293,3 +293,14 @@ def test_the_login_link_signs_in_once_and_two_users_see_only_their_own_sessions(
     shot(bob, "14-other-user")
     alice.context.close()
     bob.context.close()
+
+
+def test_an_error_is_a_readable_sentence_and_the_question_is_kept(browser, stack):
+    page = open_page(browser, stack)
+    too_long = "税" * (stack.settings.max_question_chars + 1)
+    ask(page, too_long)
+    expect(page.locator("#banner")).to_contain_text("问题太长了")
+    expect(page.locator("#banner")).not_to_contain_text("{")
+    assert page.locator("#question").input_value() == too_long
+    expect(page.locator(".turn")).to_have_count(0)
+    page.context.close()

@@ -67,7 +67,7 @@ export class Turn {
     this.approvals = el("div", "approvals");
     this.answer = el("div", "answer md");
     this.answer.setAttribute("role", "region");
-    this.answer.setAttribute("aria-label", "answer");
+    this.answer.setAttribute("aria-label", t("answer"));
     this.answer.setAttribute("aria-live", "polite");
     this.answer.setAttribute("aria-busy", "true");
     this.notice = el("div", "notice");
