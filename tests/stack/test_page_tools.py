@@ -212,6 +212,7 @@ def test_a_plot_from_the_sandbox_appears_and_the_csv_downloads(browser, stack, m
     record = turn.locator("details.record")
     record.locator("summary").click()
     expect(record.locator(".rec-stdout")).to_contain_text("saved plot")
+    expect(record.locator(".rec-files")).to_contain_text("plot.png")
     shot(page, "10-plot", full=True)
     page.context.close()
 

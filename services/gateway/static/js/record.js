@@ -113,6 +113,9 @@ function callView(call) {
     li.append(el("div", "rec-label", t("record.output")));
     li.append(el("pre", "rec-stdout", call.output));
   }
+  if (call.artifacts && call.artifacts.length) {
+    li.append(el("div", "rec-files", `${t("record.files")}：${call.artifacts.map((a) => a.name).join("、")}`));
+  }
   if (call.evidence.length) {
     const out = el("div", "rec-output");
     out.append(el("div", "rec-label", `${t("record.output")} · ${call.evidence.length} ${t("record.evidence_n")}`));
