@@ -3,6 +3,7 @@ import { request, ApiError } from "./api.js";
 
 const TERMINAL = new Set(["task.completed", "task.failed", "task.cancelled"]);
 const RETRY_MS = [500, 1000, 2000, 4000, 5000];
+const SILENCE_MS = 45000; // 3 x the gateway's 15 s heartbeat (CONDUIT_SSE_HEARTBEAT_S): a stream this quiet is dead
 
 /** Parse SSE wire text into events; returns [events, rest] where rest is an incomplete tail. */
 export function parseChunk(buffer) {
@@ -38,9 +39,13 @@ export async function followTask(taskId, { after = 0, onEvent, onReconnecting, o
   let attempt = 0;
   for (;;) {
     let dropped = false;
+    const conn = new AbortController(); // this connection only: the watchdog cuts a silent stream
+    const cut = () => conn.abort();
+    if (signal) signal.addEventListener("abort", cut, { once: true });
+    let watchdog = setTimeout(cut, SILENCE_MS);
     try {
       const resp = await request(`/v1/tasks/${encodeURIComponent(taskId)}/events`, {
-        raw: true, signal, headers: { Accept: "text/event-stream", "Last-Event-ID": String(last) },
+        raw: true, signal: conn.signal, headers: { Accept: "text/event-stream", "Last-Event-ID": String(last) },
       });
       if (attempt > 0 && onReconnected) onReconnected();
       attempt = 0;
@@ -48,6 +53,8 @@ export async function followTask(taskId, { after = 0, onEvent, onReconnecting, o
       let buffer = "";
       for (;;) {
         const { value, done } = await reader.read();
+        clearTimeout(watchdog);
+        watchdog = setTimeout(cut, SILENCE_MS);
         if (done) break;
         buffer += value;
         const [events, rest] = parseChunk(buffer);
@@ -69,7 +76,10 @@ export async function followTask(taskId, { after = 0, onEvent, onReconnecting, o
     } catch (err) {
       if (signal && signal.aborted) throw err;
       if (err instanceof ApiError && err.status !== 0 && err.status < 500) throw err;
-      dropped = true;
+      dropped = true; // network error, 5xx, or the watchdog cut a silent stream
+    } finally {
+      clearTimeout(watchdog);
+      if (signal) signal.removeEventListener("abort", cut);
     }
     if (dropped) {
       attempt += 1;
