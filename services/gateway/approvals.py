@@ -23,16 +23,18 @@ from contracts.api import ApprovalDecisionBody
 from contracts.events import ApprovalDecided, ApprovalDecisionPayload
 from contracts.tools import TOOL_SPECS, arguments_digest
 from services.gateway import inputs, tasks
+from services.gateway.auth import Principal, authenticate
 from services.gateway.errors import ApiError
 from services.gateway.state import GatewayState, get_state
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 
 
 @router.post("/tasks/{task_id}/approvals/{call_id}", status_code=202)
-async def decide(task_id: str, call_id: str, request: Request, state: GatewayState = Depends(get_state)) -> JSONResponse:
-    """Approve, reject or edit a pending tool call."""
-    view = await tasks.get_task(state, task_id)
+async def decide(task_id: str, call_id: str, request: Request, state: GatewayState = Depends(get_state),
+                 who: Principal = Depends(authenticate)) -> JSONResponse:
+    """Approve, reject or edit a pending tool call (only the task's owner or a tenant admin)."""
+    view = await tasks.get_task(state, who, task_id)
     try:
         body = ApprovalDecisionBody.model_validate_json(await request.body())
     except ValidationError as exc:
@@ -70,8 +72,9 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
 
 
 @router.get("/tasks/{task_id}/trace")
-async def trace(task_id: str, state: GatewayState = Depends(get_state)) -> JSONResponse:
+async def trace(task_id: str, state: GatewayState = Depends(get_state),
+                who: Principal = Depends(authenticate)) -> JSONResponse:
     """The task's timeline: per model call time to first token, total time, retries, tokens;
     per tool call queue time, run time and outcome."""
-    view = await tasks.get_task(state, task_id)
+    view = await tasks.get_task(state, who, task_id)
     return JSONResponse({"task_id": task_id, "status": view.status, "stop_reason": view.stop_reason, "trace": view.trace})
