@@ -32,6 +32,7 @@ from conduit.records.taskstream import TaskEventLog
 from contracts import topics
 from contracts.events import QuestionAsked, TaskCancelled, parse_event
 from contracts.stream import AnswerDelta, TaskCompleted, parse_stream_event
+from conduit.testing.stack import auth, new_key
 from services.gateway.app import create_app
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -83,9 +84,15 @@ def gw(infra_stack, tmp_path_factory) -> Iterator[RunningGateway]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def headers(infra_stack) -> dict[str, str]:
+    """A member key of user u1 in the default tenant (the gateway's Redis)."""
+    return auth(new_key(infra_stack.redis_url, user="u1", role="member"))
+
+
 @pytest.fixture
-async def client(gw: RunningGateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+async def client(gw: RunningGateway, headers) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10, headers=headers) as c:
         yield c
 
 
@@ -415,7 +422,7 @@ async def test_health_and_ready(client):
     assert body["alive_services"].get("gateway", 0) >= 1
 
 
-async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path):
+async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path, headers):
     """With its Kafka gone, POST answers 503 and the task ends failed(broker_unavailable)."""
     kport = infra.free_port()
     tansu = infra.start_tansu(kport, tmp_path / "tansu.log")
@@ -423,7 +430,7 @@ async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path):
         s = gateway_settings(f"127.0.0.1:{kport}", infra_stack.redis_url, tmp_path / "data",
                              gateway_publish_timeout_s=1.0, gateway_ready_timeout_s=0.5)
         with run_gateway(s) as gw:
-            async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+            async with httpx.AsyncClient(base_url=gw.url, timeout=10, headers=headers) as c:
                 assert (await c.get("/readyz")).status_code == 200
                 tansu.kill()  # a crash (SIGTERM takes tansu ~5 s with open connections)
                 tansu.wait()
@@ -447,14 +454,14 @@ async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path):
         infra.stop(tansu)
 
 
-async def test_main_serves_and_ends_streams_on_sigterm(infra_stack, tmp_path):
+async def test_main_serves_and_ends_streams_on_sigterm(infra_stack, tmp_path, headers):
     """``conduit serve gateway`` (main): SIGTERM ends open SSE streams with a retry hint, then the process exits."""
     port = infra.free_port()
     env = settings_env(infra_stack.bootstrap, infra_stack.redis_url, tmp_path / "data",
                        CONDUIT_GATEWAY_PORT=str(port), CONDUIT_LOG_JSON="false")
     proc = ServiceProcess("gateway", env, tmp_path / "logs").start()
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10, headers=headers) as c:
             deadline = time.monotonic() + 60
             while True:
                 with contextlib.suppress(httpx.TransportError):
@@ -478,11 +485,11 @@ async def _drain(messages: AsyncIterator[dict[str, str]]) -> list[dict[str, str]
     return [m async for m in messages]
 
 
-async def test_stream_with_default_polling_survives_a_long_quiet_gap(infra_stack, tmp_path, log):
+async def test_stream_with_default_polling_survives_a_long_quiet_gap(infra_stack, tmp_path, log, headers):
     """A model that thinks for longer than redis-py's 5 s default read timeout must not cut the stream."""
     s = Settings(kafka_bootstrap_servers=infra_stack.bootstrap, redis_url=infra_stack.redis_url, data_dir=tmp_path)
     with run_gateway(s) as running:
-        async with httpx.AsyncClient(base_url=running.url, timeout=30) as c:
+        async with httpx.AsyncClient(base_url=running.url, timeout=30, headers=headers) as c:
             task_id = await new_task(c)
 
             async def slow_orchestrator() -> None:
