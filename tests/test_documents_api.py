@@ -16,7 +16,7 @@ import pytest
 
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
-from conduit.testing.stack import start_stack
+from conduit.testing.stack import auth, start_stack
 
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 VAT_LAW = "中华人民共和国增值税法"
@@ -42,7 +42,7 @@ def stack(infra_stack, tmp_path_factory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def client(stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.gateway_url, timeout=30) as c:
+    with httpx.Client(base_url=stack.gateway_url, timeout=30, headers=auth(stack.admin_key)) as c:
         yield c
 
 

@@ -93,8 +93,8 @@ def test_injected_page_text_stays_data(stack: Stack, model: ScriptedModel) -> No
     model.push(Turn(tool_calls=[{"name": "web_search", "arguments": {
         "query": "small-scale taxpayer VAT levy rate", "reason": "find the current levy rate"}}]),
         Turn(content="The levy rate is three percent [1]."))
-    created = create_task(stack.gateway_url, "What VAT rate do small-scale taxpayers pay?", user_id="u1")
-    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
+    created = create_task(stack.gateway_url, "What VAT rate do small-scale taxpayers pay?", api_key=stack.admin_key)
+    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, api_key=stack.admin_key))
     assert events[-1].event == "task.completed", events[-1].data
 
     requested = [e.data["tool"] for e in events if e.event == "tool.requested"]

@@ -70,17 +70,20 @@ def orchestrator_crashing_once(stack: Stack, point: str) -> Iterator[ServiceProc
             restart(stack, "orchestrator", drop=(FAULT,))
 
 
+async def make_key(redis_url: str, tenant: str = "default", user: str = "admin", role: str = "admin",
+                   expires_in: timedelta | None = None) -> str:
+    """Create an API key in the Redis at ``redis_url`` (``conduit.records.apikeys``); returns the key."""
+    redis = Redis.from_url(redis_url)
+    try:
+        return (await apikeys.create(redis, tenant, user, role, expires_in, label="test"))[0]
+    finally:
+        await redis.aclose()
+
+
 def new_key(redis_url: str, tenant: str = "default", user: str = "admin", role: str = "admin",
             expires_in: timedelta | None = None) -> str:
-    """Create an API key in the Redis at ``redis_url`` (``conduit.records.apikeys``); returns the key."""
-    async def create() -> str:
-        redis = Redis.from_url(redis_url)
-        try:
-            return (await apikeys.create(redis, tenant, user, role, expires_in, label="test"))[0]
-        finally:
-            await redis.aclose()
-
-    return asyncio.run(create())
+    """``make_key`` for code outside an event loop (fixtures)."""
+    return asyncio.run(make_key(redis_url, tenant, user, role, expires_in))
 
 
 def auth(key: str) -> dict[str, str]:
