@@ -70,6 +70,7 @@ class Settings(BaseSettings):
     auth_jwt_user_claim: str = Field(default="sub", description="JWT claim holding the user id")
     auth_jwt_roles_claim: str = Field(default="roles", description="JWT claim holding the roles (a list or a space-separated string); `admin` in it = tenant admin")
     auth_jwks_cache_s: int = Field(default=300, description="seconds the JWKS keys are cached")
+    auth_jwks_refetch_cooldown_s: float = Field(default=30.0, description="least seconds between two JWKS fetches forced by an unknown kid (bounds fetches a flood of forged kids can cause)")
     login_token_ttl_s: int = Field(default=900, description="lifetime of the one-time login link printed by `conduit up` (seconds)")
     login_key_ttl_s: int = Field(default=7 * 86400, description="lifetime of the API key `POST /v1/login` hands the page (seconds)")
     rate_limit_key_per_minute: int = Field(default=600, description="requests per minute per credential (0 = unlimited); over it 429 with Retry-After")

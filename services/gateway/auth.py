@@ -98,9 +98,10 @@ def bearer(request: Request) -> str | None:
 
 
 @lru_cache(maxsize=4)
-def _jwks_client(url: str, lifespan_s: int) -> jwt.PyJWKClient:
-    # PyJWKClient caches the key set for lifespan_s and fetches it again when a token names an unknown kid
-    return jwt.PyJWKClient(url, cache_keys=True, lifespan=lifespan_s, timeout=5)
+def _jwks_client(url: str, lifespan_s: int, cooldown_s: float) -> jwt.PyJWKClient:
+    # PyJWKClient caches the key set for lifespan_s and fetches it again when a token names an
+    # unknown kid (at most once per cooldown_s)
+    return jwt.PyJWKClient(url, cache_keys=True, lifespan=lifespan_s, timeout=5, cooldown_duration=cooldown_s)
 
 
 def _roles(value: Any) -> list[str]:
@@ -115,7 +116,8 @@ def decode_jwt(settings: Settings, token: str) -> dict[str, Any]:
     Blocking when a JWKS must be fetched (call it in a thread). Raises ``jwt.PyJWTError``.
     """
     if settings.auth_jwt_jwks_url:
-        key: Any = _jwks_client(settings.auth_jwt_jwks_url, settings.auth_jwks_cache_s).get_signing_key_from_jwt(token).key
+        key: Any = _jwks_client(settings.auth_jwt_jwks_url, settings.auth_jwks_cache_s,
+                                settings.auth_jwks_refetch_cooldown_s).get_signing_key_from_jwt(token).key
         algorithms = settings.auth_jwt_algorithms
     else:
         key, algorithms = settings.auth_jwt_secret, ["HS256"]
