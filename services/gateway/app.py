@@ -35,6 +35,7 @@ from services.gateway import sessions as sessions_routes
 from services.gateway.auth import check_auth_mode
 from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers
+from services.gateway.openapi import install_openapi
 from services.gateway.hub import StreamHub
 from services.gateway.state import GatewayState
 
@@ -107,4 +108,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(documents_routes.router)  # /v1/search, /v1/documents (served by the retriever over the bus)
     app.include_router(identity.router)  # /v1/me, /v1/login
     app.include_router(sessions_routes.router)
+    install_openapi(app)
     return app

@@ -12,8 +12,9 @@ search hits are its own; the public law corpus is everyone's:
   (status ``queued``): saves the record, then publishes ``DocumentIngestRequested``; the
   retriever indexes it and sets the record to ``ingested`` or ``failed`` (with ``reason``).
 - ``GET /v1/documents`` -> ``DocumentList``; ``GET /v1/documents/{id}`` -> ``DocumentView``.
-- ``DELETE /v1/documents/{id}`` -> 202 (status ``deleting``); the retriever deletes the
-  chunks, then the record (a later GET answers 404).
+- ``DELETE /v1/documents/{id}`` -> 202 (status ``deleting``); from then on ``GET`` and ``DELETE``
+  of the id answer 404, while ``GET /v1/documents`` lists it as ``deleting`` until the retriever
+  has deleted its chunks and then the record.
 
 Errors (``ErrorBody``): 422 ``invalid_request`` (malformed JSON, empty query or text, bad
 ``document_id``, unknown fields), 413 ``document_too_large`` (text over
@@ -58,6 +59,7 @@ from contracts.documents import (
 )
 from contracts.envelope import utcnow
 from services.gateway.auth import Principal, authenticate, require_admin
+from services.gateway.openapi import body_doc
 from services.gateway.errors import ApiError
 from services.gateway.state import GatewayState, get_state
 from services.gateway.tasks import publish
@@ -121,7 +123,7 @@ def _index_ids(tenant_id: str, ids: list[str] | None) -> list[str] | None:
 
 
 # ====================================================================== search
-@router.post("/search", response_model=SearchResponse, responses=_ERRORS)
+@router.post("/search", response_model=SearchResponse, responses=_ERRORS, openapi_extra=body_doc(SearchRequest))
 async def search(request: Request, state: GatewayState = Depends(get_state),
                  who: Principal = Depends(authenticate)) -> SearchResponse:
     """Search the knowledge base as the agent's ``kb_search`` does (body: ``SearchRequest``)."""
@@ -152,8 +154,9 @@ def _url(document_id: str) -> str:
 
 
 async def _load(state: GatewayState, tenant_id: str, document_id: str) -> DocumentView:
+    """The document's record; 404 when unknown or already being deleted (a deleted resource is gone at once)."""
     raw = await state.redis.get(document_key(tenant_id, document_id))
-    if not raw:
+    if not raw or DocumentView.model_validate_json(raw).status == "deleting":
         raise ApiError(404, "document_not_found", f"no document {document_id!r} (unknown or deleted)",
                        {"document_id": document_id})
     return DocumentView.model_validate_json(raw)
@@ -166,7 +169,8 @@ async def _save(state: GatewayState, view: DocumentView) -> None:
         await pipe.execute()
 
 
-@router.post("/documents", status_code=202, response_model=DocumentAccepted, responses=_ERRORS)
+@router.post("/documents", status_code=202, response_model=DocumentAccepted, responses=_ERRORS,
+             openapi_extra=body_doc(DocumentCreate))
 async def create_document(request: Request, state: GatewayState = Depends(get_state),
                           who: Principal = Depends(authenticate)) -> DocumentAccepted:
     """Queue a document for ingestion (body: ``DocumentCreate``); re-posting an id replaces it (admin only)."""

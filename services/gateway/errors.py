@@ -85,10 +85,16 @@ def install_error_handlers(app: FastAPI) -> None:
                               validation_details(list(exc.errors())))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
-        return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Allow: every method of the path, not only the matched route's
+            from services.gateway.openapi import allowed_methods
+
+            methods = allowed_methods(request.app, request.url.path)
+            headers = {**(headers or {}), "Allow": ", ".join(methods)} if methods else headers
+        return error_response(exc.status_code, code, message, headers=headers)
 
     @app.exception_handler(RedisError)
     async def _redis(request: Request, exc: RedisError) -> JSONResponse:

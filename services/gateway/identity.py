@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from conduit.records import apikeys
 from contracts.api import ErrorBody
 from services.gateway.auth import Principal, authenticate
-from services.gateway.errors import ApiError
+from services.gateway.errors import ApiError, validation_details
+from services.gateway.openapi import body_doc
 from services.gateway.state import GatewayState, get_state
 
 router = APIRouter(prefix="/v1")
@@ -53,18 +54,14 @@ class Me(BaseModel):
     auth: str
 
 
-_LOGIN_DOC = {"requestBody": {"required": True, "content": {"application/json": {
-    "schema": LoginBody.model_json_schema(ref_template="#/components/schemas/{model}")}}}}
-
-
 @router.get("/me", response_model=Me, responses={c: {"model": ErrorBody} for c in (401, 429)})
 async def me(who: Principal = Depends(authenticate)) -> Me:
     """The caller's tenant, user, role and kind of credential."""
     return Me(**who.me())
 
 
-@router.post("/login", response_model=LoginAnswer, openapi_extra=_LOGIN_DOC,
-             responses={c: {"model": ErrorBody} for c in (401, 422)})
+@router.post("/login", response_model=LoginAnswer, openapi_extra=body_doc(LoginBody),
+             responses={c: {"model": ErrorBody} for c in (401, 413, 422)})
 async def login(request: Request, state: GatewayState = Depends(get_state)) -> LoginAnswer:
     """Trade the one-time login token for an API key (see module doc)."""
     raw = await request.body()
@@ -74,7 +71,7 @@ async def login(request: Request, state: GatewayState = Depends(get_state)) -> L
         body = LoginBody.model_validate_json(raw)
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", "body must be {\"token\": \"...\"}",
-                       exc.errors(include_url=False, include_input=False)) from None
+                       validation_details(exc.errors(include_url=False, include_input=False))) from None
     who = await apikeys.redeem_login(state.redis, body.token)
     if who is None:
         raise ApiError(401, "login_token_invalid", "this login link was already used or has expired; "

@@ -23,17 +23,13 @@ from sse_starlette import EventSourceResponse
 from contracts.api import ErrorBody, TaskCreate, TaskCreated, TaskView
 from services.gateway import inputs, tasks
 from services.gateway.auth import Principal, authenticate
+from services.gateway.openapi import body_doc
 from services.gateway.sse import sse_response
 from services.gateway.state import GatewayState, get_state
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 
-_BODY_DOC: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": TaskCreate.model_json_schema(ref_template="#/components/schemas/{model}")}},
-    }
-}
+_BODY_DOC = body_doc(TaskCreate)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 429, 500, 503)
 }
