@@ -75,7 +75,7 @@ async def task_events(task_id: str, request: Request, state: GatewayState = Depe
                       who: Principal = Depends(authenticate)) -> EventSourceResponse:
     """Stream the task's events after ``Last-Event-ID`` (0 = from the start)."""
     after = inputs.last_event_id(request)
-    await tasks.get_task(state, who, task_id)
+    await tasks.require_task(state, who, task_id)
     return sse_response(state, task_id, after)
 
 
