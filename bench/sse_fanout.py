@@ -290,6 +290,7 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
         env = settings_env(settings.bootstrap_servers(), settings.redis(), settings.data_dir,
                            CONDUIT_GATEWAY_PORT=str(port), CONDUIT_LOG_LEVEL="WARNING",
                            CONDUIT_RATE_LIMIT_KEY_PER_MINUTE="0", CONDUIT_RATE_LIMIT_TENANT_PER_MINUTE="0",
+                           CONDUIT_RUNNING_TASKS_PER_KEY="0", CONDUIT_RUNNING_TASKS_PER_TENANT="0",
                            **(gateway_env or {}))
         gw = ServiceProcess("gateway", env, settings.data_dir / "logs").start()
         redis = make_redis(settings)

@@ -16,7 +16,8 @@ from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import ScriptedModel, Turn
 
 
-NO_RATE_LIMITS = {"CONDUIT_RATE_LIMIT_KEY_PER_MINUTE": "0", "CONDUIT_RATE_LIMIT_TENANT_PER_MINUTE": "0"}
+NO_RATE_LIMITS = {"CONDUIT_RATE_LIMIT_KEY_PER_MINUTE": "0", "CONDUIT_RATE_LIMIT_TENANT_PER_MINUTE": "0",
+                  "CONDUIT_RUNNING_TASKS_PER_KEY": "0", "CONDUIT_RUNNING_TASKS_PER_TENANT": "0"}
 """Benchmarks measure Conduit, not its request budgets."""
 
 

@@ -72,9 +72,11 @@ def run_gateway(settings: Settings) -> Iterator[RunningGateway]:
 
 
 def gateway_settings(bootstrap: str, redis_url: str, data_dir: Path, **extra: object) -> Settings:
-    """Settings for a test gateway: fast heartbeats and polls."""
+    """Settings for a test gateway: fast heartbeats and polls; no running-task limit (the test plays the
+    orchestrator and leaves most tasks running)."""
     return Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
-                    sse_heartbeat_s=0.3, gateway_sse_poll_ms=200, max_question_chars=200, **extra)
+                    sse_heartbeat_s=0.3, gateway_sse_poll_ms=200, max_question_chars=200, running_tasks_per_key=0,
+                    **extra)
 
 
 @pytest.fixture(scope="module")

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     login_key_ttl_s: int = Field(default=7 * 86400, description="lifetime of the API key `POST /v1/login` hands the page (seconds)")
     rate_limit_key_per_minute: int = Field(default=600, description="requests per minute per credential (0 = unlimited); over it 429 with Retry-After")
     rate_limit_tenant_per_minute: int = Field(default=3000, description="requests per minute per tenant, all its credentials together (0 = unlimited)")
+    running_tasks_per_key: int = Field(default=20, description="tasks running at once per credential (0 = unlimited); over it 429")
+    running_tasks_per_tenant: int = Field(default=200, description="tasks running at once per tenant (0 = unlimited); over it 429")
+    tenants: dict[str, dict] = Field(default={}, description="per-tenant overrides, JSON {tenant: {allowed_tools, model, approval_policies, rate_limit_per_minute, running_tasks}} (conduit/runtime/tenants.py)")
 
     # ---- gateway internals (services/gateway; owned by the gateway engineer)
     gateway_publish_timeout_s: float = Field(default=5.0, description="max wait for Kafka's ack of a publish; then 503")

@@ -22,6 +22,7 @@ import uuid
 
 from conduit.records import sessions
 from conduit.runtime import bus, tracing
+from conduit.runtime.tenants import narrow_tools, policy
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
 from contracts.envelope import Envelope, utcnow
@@ -34,6 +35,7 @@ from contracts.events import (
 from contracts.stream import TaskAccepted, TaskFailed
 from services.gateway.auth import Principal, can_see
 from services.gateway.errors import ApiError
+from services.gateway.ratelimit import admit_task
 from services.gateway.state import GatewayState
 
 log = logging.getLogger("conduit.gateway.tasks")
@@ -56,6 +58,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
     ``task_id`` is a uuid4 hex; ``session_id`` is the body's or a new uuid4 hex. Tenant and
     user come from the credential; a body ``user_id`` must name the caller. A new session is
     claimed for the caller before the question is published (``conduit.records.sessions``).
+    The task's tools are narrowed to its tenant's ``allowed_tools`` (``conduit.runtime.tenants``).
     With ``idempotency_key`` (the client's ``Idempotency-Key`` header), the first request
     with that key (per tenant and user, for ``task_events_ttl_s`` seconds) creates the task and
     later ones with the same body get the same ids back (``replayed`` True) and create
@@ -65,6 +68,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
         ApiError: 403 ``user_mismatch`` (body ``user_id`` is someone else); 404
             ``session_not_found`` (the ``session_id`` belongs to another user or tenant);
             409 ``idempotency_key_reused`` when the key was used with another body;
+            429 ``too_many_running_tasks`` (running-task limits, ``services.gateway.ratelimit``);
             503 ``broker_unavailable`` when Kafka did not ack the publish
             (the task is then recorded ``failed`` and its log sealed).
         redis.RedisError: Redis failed (answered 503 ``store_unavailable``).
@@ -85,6 +89,12 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
         if claim is not None:
             await state.redis.delete(claim)
         raise ApiError(404, "session_not_found", f"no session {session_id!r} (unknown, expired or not yours)")
+    try:
+        await admit_task(state, who.tenant_id, who.credential_id, task_id)
+    except ApiError:
+        if claim is not None:
+            await state.redis.delete(claim)
+        raise
     # one trace per task: continue the client's traceparent or start one (tracing off: a random id)
     with tracing.span("task create", traceparent, kind=tracing.SpanKind.SERVER, task_id=task_id) as tp:
         try:
@@ -130,7 +140,8 @@ async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, ta
         state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question)))
     asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                           traceparent=traceparent,
-                          payload=QuestionPayload(question=body.question, allowed_tools=body.allowed_tools))
+                          payload=QuestionPayload(question=body.question, allowed_tools=narrow_tools(
+                              body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
     try:
         await publish(state, topics.QUESTIONS, asked)
     except Exception as exc:  # noqa: BLE001 - any publish failure means the question was not queued

@@ -6,6 +6,7 @@ on loopback only. Real orchestrator and gateway processes, tansu, Redis and the 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import subprocess
@@ -17,14 +18,40 @@ from pathlib import Path
 
 import httpx
 import pytest
+from redis.asyncio import Redis
 
 from conduit.ops import bootstrap, infra
 from conduit.ops.client import stream_task
 from conduit.ops.services import ServiceProcess, settings_env
 from conduit.ops.stack import Stack
+from conduit.records.taskstream import TaskEventLog
 from conduit.runtime.settings import Settings
 from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.stack import auth, new_key, start_stack
+from conduit.testing.stack import auth, make_key, new_key, start_stack
+from contracts.stream import TaskCompleted
+
+
+def echo(body: dict) -> Turn:
+    """Answer every request by naming its last user message (order-free: other modules' leftover
+    questions on the shared broker may reach this model too)."""
+    users = [m for m in body["messages"] if m["role"] == "user"]
+    return Turn(content=f"answer to {users[-1]['content'] if users else '?'}")
+
+
+def request_for(model: ScriptedModel, question: str) -> str:
+    """Everything the model was sent for the request whose last user message is ``question``."""
+    for body in model.requests:
+        users = [m for m in body["messages"] if m["role"] == "user"]
+        if users and users[-1]["content"] == question:
+            return str(body)
+    raise AssertionError(f"the model never got {question!r}")
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ScriptedModel]:
+    m = ScriptedModel(default=echo).start()  # type: ignore[arg-type]  # a Turn source may be a function
+    yield m
+    m.stop()
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +78,15 @@ def test_another_users_session_is_404_and_never_reaches_the_model(stack: Stack, 
     mark = uuid.uuid4().hex[:10]
     alice, bob = (new_key(infra_stack.redis_url, tenant="t1", user=u, role="member") for u in ("alice", "bob"))
     eve = new_key(infra_stack.redis_url, tenant="t2", user="eve", role="admin")
-    model.push(Turn(content=f"first answer {mark}"), Turn(content="second answer"))
-    first = ask(stack, alice, f"alice's private question {mark}")
+    secret = f"alice's private question {mark}"
+    first = ask(stack, alice, secret)
     assert first.status_code == 202, first.text
     session, task1 = first.json()["session_id"], first.json()["task_id"]
     assert finish(stack, alice, task1) == "task.completed"
-    second = ask(stack, alice, "and then?", session)
+    second = ask(stack, alice, f"and then? {uuid.uuid4().hex}", session)
     assert finish(stack, alice, second.json()["task_id"]) == "task.completed"
-    assert mark in str(model.requests[-1]["messages"])  # the owner's follow-up sees the history
+    follow_up = httpx.get(f"{stack.gateway_url}/v1/tasks/{second.json()['task_id']}", headers=auth(alice)).json()
+    assert secret in request_for(model, follow_up["question"])  # the owner's follow-up sees the history
     done = httpx.get(f"{stack.gateway_url}/v1/tasks/{task1}", headers=auth(alice)).json()  # owner kept by the orchestrator
     assert (done["status"], done["tenant_id"], done["user_id"]) == ("completed", "t1", "alice")
 
@@ -66,11 +94,11 @@ def test_another_users_session_is_404_and_never_reaches_the_model(stack: Stack, 
         denied = ask(stack, intruder, "what did we talk about?", session)
         assert denied.status_code == 404 and denied.json()["error"]["code"] == "session_not_found"
         assert mark not in denied.text
-    asked_before = len(model.requests)
-    model.push(Turn(content="bob's answer"))
-    own = ask(stack, bob, "my own question")
+    bobs_question = f"my own question {uuid.uuid4().hex}"
+    own = ask(stack, bob, bobs_question)
     assert finish(stack, bob, own.json()["task_id"]) == "task.completed"
-    assert len(model.requests) == asked_before + 1 and mark not in str(model.requests[-1])
+    assert mark not in request_for(model, bobs_question)
+    assert not [b for b in model.requests if "what did we talk about?" in str(b)]  # the refused ones never ran
 
     # the session routes: alice's list and detail; bob sees none of it
     listed = httpx.get(f"{stack.gateway_url}/v1/sessions", headers=auth(alice)).json()["sessions"]
@@ -79,7 +107,7 @@ def test_another_users_session_is_404_and_never_reaches_the_model(stack: Stack, 
     assert session not in [s["session_id"] for s in bobs] and mark not in str(bobs)
     detail = httpx.get(f"{stack.gateway_url}/v1/sessions/{session}", headers=auth(alice)).json()
     assert [t["task_id"] for t in detail["turns"]] == [task1, second.json()["task_id"]]
-    assert detail["turns"][0]["answer"] == f"first answer {mark}" and detail["turns"][0]["status"] == "completed"
+    assert detail["turns"][0]["answer"] == f"answer to {secret}" and detail["turns"][0]["status"] == "completed"
     assert httpx.get(f"{stack.gateway_url}/v1/sessions/{session}", headers=auth(bob)).status_code == 404
 
     # delete: history, records and logs go; the same id later starts empty
@@ -87,10 +115,10 @@ def test_another_users_session_is_404_and_never_reaches_the_model(stack: Stack, 
     assert gone.status_code == 200 and gone.json() == {"session_id": session, "deleted_tasks": 2}
     for path in (f"/v1/sessions/{session}", f"/v1/tasks/{task1}", f"/v1/tasks/{task1}/events"):
         assert httpx.get(f"{stack.gateway_url}{path}", headers=auth(alice)).status_code == 404, path
-    model.push(Turn(content="fresh start"))
-    again = ask(stack, alice, "do you remember?", session)
+    later = f"do you remember? {uuid.uuid4().hex}"
+    again = ask(stack, alice, later, session)
     assert again.status_code == 202 and finish(stack, alice, again.json()["task_id"]) == "task.completed"
-    assert mark not in str(model.requests[-1]["messages"])
+    assert mark not in request_for(model, later)
 
 
 def test_admin_key_file_and_one_time_login_link(stack: Stack, infra_stack, tmp_path: Path) -> None:
@@ -148,10 +176,10 @@ def test_cli_key_commands(stack: Stack, infra_stack) -> None:
 
 
 def test_conduit_ask_reads_the_admin_key_file(stack: Stack, model: ScriptedModel, tmp_path: Path) -> None:
-    model.push(Turn(content="answered with the admin key"))
-    done = conduit("ask", "hello?", "--url", stack.gateway_url, CONDUIT_DATA_DIR=str(stack.data_dir))
+    question = f"hello {uuid.uuid4().hex}?"
+    done = conduit("ask", question, "--url", stack.gateway_url, CONDUIT_DATA_DIR=str(stack.data_dir))
     assert done.returncode == 0, done.stderr
-    assert "answered with the admin key" in done.stdout
+    assert f"answer to {question}" in done.stdout
     without = conduit("ask", "hello?", "--url", stack.gateway_url, CONDUIT_DATA_DIR=str(tmp_path))
     assert without.returncode == 2 and "401" in without.stderr and "unauthenticated" in without.stderr
     assert httpx.post(f"{stack.gateway_url}/v1/tasks", json={"question": "curl without a key"}).status_code == 401
@@ -196,6 +224,34 @@ def test_rate_limit_is_shared_by_two_replicas(infra_stack, tmp_path: Path) -> No
     finally:
         a.stop()
         b.stop()
+
+
+async def test_running_task_limit_per_key(infra_stack, tmp_path: Path) -> None:
+    """A private broker no orchestrator reads: tasks stay running until the test seals their logs as one would."""
+    kport = infra.free_port()
+    tansu = infra.start_tansu(kport, tmp_path / "tansu.log")
+    port = infra.free_port()
+    url = f"http://127.0.0.1:{port}"
+    gw = ServiceProcess("gateway", settings_env(f"127.0.0.1:{kport}", infra_stack.redis_url, tmp_path,
+                                                CONDUIT_GATEWAY_PORT=str(port), CONDUIT_RUNNING_TASKS_PER_KEY="2"),
+                        tmp_path / "logs").start()
+    redis = Redis.from_url(infra_stack.redis_url)
+    try:
+        await asyncio.to_thread(_wait_up, gw, url)
+        key = auth(await make_key(infra_stack.redis_url, tenant=f"run-{uuid.uuid4().hex[:6]}", user="u", role="member"))
+        async with httpx.AsyncClient(base_url=url, headers=key, timeout=10) as c:
+            first, second = [(await c.post("/v1/tasks", json={"question": f"q{i}"})).json()["task_id"] for i in (1, 2)]
+            full = await c.post("/v1/tasks", json={"question": "q3"})
+            assert full.status_code == 429 and full.json()["error"]["code"] == "too_many_running_tasks"
+            assert full.headers["retry-after"] == "5"
+            await TaskEventLog(redis).append(first, TaskCompleted(answer="done", latency_ms=1.0))  # one ends
+            assert (await c.post("/v1/tasks", json={"question": "q4"})).status_code == 202
+            assert (await c.post("/v1/tasks", json={"question": "q5"})).status_code == 429
+            assert second
+    finally:
+        await redis.aclose()
+        gw.stop()
+        infra.stop(tansu)
 
 
 def test_auth_none_works_on_loopback_only(infra_stack, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from conduit.ops.keyscli import parse_duration
 from conduit.records import apikeys
 from conduit.runtime.settings import Settings
+from conduit.runtime.tenants import narrow_tools, policy
 from services.gateway.auth import Principal, can_see, check_auth_mode, decode_jwt, is_loopback
 
 
@@ -117,3 +118,14 @@ def test_durations() -> None:
     for bad in ("0d", "soon", "5w", "-1d"):
         with pytest.raises(typer.BadParameter):
             parse_duration(bad)
+
+
+def test_tenant_policy_overrides_and_tool_narrowing() -> None:
+    s = Settings(tenants={"acme": {"allowed_tools": ["kb_search", "web_search"], "model": "m-acme", "running_tasks": 3}},
+                 model="m-default", running_tasks_per_tenant=50)
+    acme, other = policy(s, "acme"), policy(s, "other")
+    assert (acme.model, acme.running_tasks, acme.rate_limit_per_minute) == ("m-acme", 3, s.rate_limit_tenant_per_minute)
+    assert (other.model, other.running_tasks, other.allowed_tools) == ("m-default", 50, None)
+    assert narrow_tools(None, acme.allowed_tools) == ["kb_search", "web_search"]
+    assert narrow_tools(["code_exec", "kb_search"], acme.allowed_tools) == ["kb_search"]
+    assert narrow_tools(["code_exec"], None) == ["code_exec"] and narrow_tools(None, None) is None
