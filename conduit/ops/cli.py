@@ -182,7 +182,10 @@ def _approve_interactively(base_url: str, task_id: str, d: dict, key: str | None
     console.print(d["arguments"].get("code") or d["arguments"])
     url = f"{base_url}/v1/tasks/{task_id}/approvals/{d['call_id']}"
     if not sys.stdin.isatty():
-        console.print(f"decide with: curl -X POST {url} -H \"Authorization: Bearer $(cat .conduit/admin.key)\" "
+        from conduit.ops.bootstrap import admin_key_path
+
+        key_file = admin_key_path(get_settings().data_dir)
+        console.print(f"decide with: curl -X POST {url} -H \"Authorization: Bearer $(cat {key_file})\" "
                       f"-H 'content-type: application/json' "
                       f"-d '{{\"decision\":\"approve\",\"arguments_digest\":\"{d['arguments_digest']}\"}}'")
         return

@@ -49,11 +49,6 @@ def tasks_key(session_id: str) -> str:
     return f"conduit:session:{session_id}:tasks"
 
 
-def turns_key(session_id: str) -> str:
-    """Redis key of a session's model history (written by the orchestrator)."""
-    return f"conduit:session:{session_id}:turns"
-
-
 def tenant_index(tenant_id: str) -> str:
     """Sorted set of a tenant's sessions."""
     return f"conduit:sessions:tenant:{tenant_id}"
@@ -74,9 +69,12 @@ async def claim(redis: Redis, session_id: str, tenant_id: str, user_id: str, tit
     key = meta_key(session_id)
     if await redis.hsetnx(key, "owner", owner):
         now = time.time()
-        await redis.hset(key, mapping={"tenant_id": tenant_id, "user_id": user_id, "title": title[:200],
-                                       "turns": 0, "created_at": now, "updated_at": now})
-        await redis.expire(key, ttl_s)
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={"tenant_id": tenant_id, "user_id": user_id, "title": title[:200],
+                                    "turns": 0, "created_at": now, "updated_at": now})
+            pipe.expire(key, ttl_s)
+            pipe.delete(TaskStore.turns_key(session_id), tasks_key(session_id))  # a deleted session's late leftovers
+            await pipe.execute()
         return True
     return (await redis.hget(key, "owner") or b"").decode() == owner
 
@@ -131,7 +129,7 @@ async def delete(redis: Redis, meta: SessionMeta) -> list[str]:
     Returns the deleted task ids. A later task with the same id starts an empty session.
     """
     ids = await task_ids(redis, meta.session_id)
-    keys = [meta_key(meta.session_id), tasks_key(meta.session_id), turns_key(meta.session_id)]
+    keys = [meta_key(meta.session_id), tasks_key(meta.session_id), TaskStore.turns_key(meta.session_id)]
     for task_id in ids:
         keys += [TaskStore.key(task_id), *TaskEventLog.keys(task_id)]
     async with redis.pipeline(transaction=True) as pipe:

@@ -65,9 +65,14 @@ class TaskStore:
         """True while the record exists (one ``EXISTS``; nothing is parsed)."""
         return bool(await self.redis.exists(self.key(task_id)))
 
+    @staticmethod
+    def turns_key(session_id: str) -> str:
+        """Redis key of a session's history (deleted with the session: ``conduit.records.sessions``)."""
+        return f"conduit:session:{session_id}:turns"
+
     async def add_turn(self, session_id: str, question: str, answer: str, max_turns: int = 50) -> None:
         """Append one finished (question, answer) turn to a session's history."""
-        key = f"conduit:session:{session_id}:turns"
+        key = self.turns_key(session_id)
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
             pipe.rpush(key, json.dumps({"question": question, "answer": answer}, ensure_ascii=False))
             pipe.ltrim(key, -max_turns, -1)
@@ -78,5 +83,5 @@ class TaskStore:
         """Return the session's last ``last`` turns, oldest first: ``[{question, answer}]``."""
         if last <= 0:
             return []
-        raw = await self.redis.lrange(f"conduit:session:{session_id}:turns", -last, -1)
+        raw = await self.redis.lrange(self.turns_key(session_id), -last, -1)
         return [json.loads(r) for r in raw]
