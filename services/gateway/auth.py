@@ -13,7 +13,7 @@
   (allowed only on a loopback listen address, checked by ``check_auth_mode`` at start).
 
 A missing or bad credential is 401 ``unauthenticated`` with ``WWW-Authenticate: Bearer``;
-then ``conduit.runtime`` rate limits apply (``services.gateway.ratelimit``, 429).
+then the request and tenant rate limits apply (``services.gateway.ratelimit``, 429).
 Scope rules (docs/security.md): ``can_see`` (owner or tenant admin) and ``require_admin`` (403).
 """
 
