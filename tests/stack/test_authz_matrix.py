@@ -39,6 +39,7 @@ MARK = uuid.uuid4().hex[:12]
 QUESTION = f"alice-question-{MARK}"
 DOC_TEXT = f"Document body only tenant t1 may read: doc-text-{MARK}."
 ARTIFACT = f"artifact-bytes-{MARK}".encode()
+T1, T2 = f"t1-{MARK}", f"t2-{MARK}"
 LEAKS = (QUESTION, f"doc-text-{MARK}", ARTIFACT.decode())
 """Strings of alice's (and tenant t1's) data that no outsider may ever see."""
 
@@ -72,7 +73,7 @@ class World:
 async def _revoked(redis_url: str) -> str:
     redis = Redis.from_url(redis_url)
     try:
-        key, record = await apikeys.create(redis, "t1", "alice", "member")
+        key, record = await apikeys.create(redis, T1, "alice", "member")
         await apikeys.revoke(redis, record.key_id)
         return key
     finally:
@@ -85,7 +86,7 @@ async def _seed(world: World, redis_url: str) -> None:
         await approvals.save(redis, ApprovalRecord(
             task_id=world.task_id, call_id=world.call_id, tool="code_exec", arguments={"code": "print(1)"},
             arguments_digest=arguments_digest({"code": "print(1)"}), expires_at=datetime.now(UTC) + timedelta(hours=1)))
-        art = await ArtifactStore(redis, 3600).save("out.txt", ARTIFACT, task_id=world.task_id, tenant_id="t1",
+        art = await ArtifactStore(redis, 3600).save("out.txt", ARTIFACT, task_id=world.task_id, tenant_id=T1,
                                                    user_id="alice")
         world.artifact_id = art.id
     finally:
@@ -102,12 +103,12 @@ def world(infra_stack, tmp_path_factory) -> Iterator[World]:
         "none": {},
         "bad_key": auth("cdk_0123456789ab_not-a-real-secret"),
         "revoked_key": auth(asyncio.run(_revoked(r))),
-        "expired_jwt": auth(token("alice", "t1", exp_s=-60)),
-        "wrong_audience": auth(token("alice", "t1", aud="someone-else")),
-        "other_tenant": auth(new_key(r, tenant="t2", user="mallory", role="member")),
-        "same_tenant_member": auth(new_key(r, tenant="t1", user="carol", role="member")),
-        "owner": auth(token("alice", "t1")),
-        "admin": auth(new_key(r, tenant="t1", user="boss", role="admin")),
+        "expired_jwt": auth(token("alice", T1, exp_s=-60)),
+        "wrong_audience": auth(token("alice", T1, aud="someone-else")),
+        "other_tenant": auth(new_key(r, tenant=T2, user="mallory", role="member")),
+        "same_tenant_member": auth(new_key(r, tenant=T1, user="carol", role="member")),
+        "owner": auth(token("alice", T1)),
+        "admin": auth(new_key(r, tenant=T1, user="boss", role="admin")),
     }
     world = World(stack, headers, call_id=uuid.uuid4().hex)
     try:
@@ -160,7 +161,7 @@ MATRIX: dict[tuple[str, str], Case] = {
         "/v1/tasks/{task}/approvals/{call}", 202, 202, 404, 404, {"decision": "reject"}),
     ("GET", "/v1/tasks/{task_id}/trace"): Case("/v1/tasks/{task}/trace", 200, 200, 404, 404),
     ("GET", "/v1/artifacts/{artifact_id}"): Case("/v1/artifacts/{artifact}?task_id={task}", 200, 200, 404, 404),
-    ("POST", "/v1/search"): Case("/v1/search", 200, 200, 200, 200, {"query": f"document body tenant t1 {MARK}"}),
+    ("POST", "/v1/search"): Case("/v1/search", 200, 200, 200, 200, {"query": f"document body tenant {MARK}"}),
     ("POST", "/v1/documents"): Case("/v1/documents", 403, 202, 403, 403,
                                     {"document_id": "scratch", "title": "scratch", "text": "scratch text"}),
     ("GET", "/v1/documents"): Case("/v1/documents", 200, 200, 200, 200),
@@ -250,8 +251,8 @@ def test_owner_and_admin_see_the_data(world: World) -> None:
             art = c.get(f"/v1/artifacts/{world.artifact_id}", params={"task_id": world.task_id}, headers=h)
             assert art.content == ARTIFACT
         me = c.get("/v1/me", headers=world.headers["owner"]).json()
-        assert me == {"tenant_id": "t1", "user_id": "alice", "role": "member", "auth": "jwt"}
-        hits = c.post("/v1/search", json={"query": f"document body tenant t1 {MARK}"}, headers=world.headers["same_tenant_member"])
+        assert me == {"tenant_id": T1, "user_id": "alice", "role": "member", "auth": "jwt"}
+        hits = c.post("/v1/search", json={"query": f"document body tenant {MARK}"}, headers=world.headers["same_tenant_member"])
         assert any(f"doc-text-{MARK}" in i["text"] for i in hits.json()["items"]), "tenant t1 cannot find its document"
         public = c.post("/v1/search", json={"query": "小规模纳税人征收率"}, headers=world.headers["other_tenant"])
         assert public.json()["items"], "the public law corpus is for every tenant"
