@@ -109,7 +109,8 @@ def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if th
     from conduit.ops.bootstrap import admin_key_path, login_link
 
     console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}  (logs: {stack.log_dir})")
-    console.print(f"open (one-time login link, 15 min): {login_link(settings, stack.gateway_url)}")
+    console.print(f"open the page with this one-time login link (valid {settings.login_token_ttl_s // 60} minutes):")
+    console.print(login_link(settings, stack.gateway_url), soft_wrap=True, highlight=False)  # never wrapped
     console.print(f"[dim]admin key: {admin_key_path(settings.data_dir)}[/dim]")
     console.print(f"try: .venv/bin/conduit ask \"{SAMPLE_QUESTION}\"")
     stopping = []
