@@ -26,10 +26,12 @@ from typing import Literal
 from pydantic import BaseModel
 from redis.asyncio import Redis
 
+from conduit.records import keys
+
 Role = Literal["admin", "member"]
 ROLES: tuple[str, ...] = ("admin", "member")
 PREFIX = "cdk_"
-INDEX = "conduit:apikeys"
+INDEX = keys.APIKEYS
 
 
 class KeyRecord(BaseModel):
@@ -48,14 +50,8 @@ class KeyRecord(BaseModel):
         return self.expires_at is not None and self.expires_at <= (now or datetime.now(UTC))
 
 
-def record_key(key_id: str) -> str:
-    """Redis key of one key record."""
-    return f"conduit:apikey:{key_id}"
-
-
-def revoked_key(key_id: str) -> str:
-    """Redis key marking a revoked key id."""
-    return f"conduit:apikey:{key_id}:revoked"
+record_key = keys.apikey
+revoked_key = keys.apikey_revoked
 
 
 def digest(secret: str) -> str:
@@ -165,7 +161,7 @@ async def is_revoked(redis: Redis, key: str) -> bool:
 
 def login_key(token: str) -> str:
     """Redis key of a one-time login token (by its hash)."""
-    return f"conduit:login:{digest(token)}"
+    return keys.login(digest(token))
 
 
 async def create_login(redis: Redis, tenant_id: str, user_id: str, role: Role, ttl_s: int) -> str:

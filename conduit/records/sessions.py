@@ -23,7 +23,7 @@ import time
 from pydantic import BaseModel
 from redis.asyncio import Redis
 
-from conduit.records.taskstore import TaskStore
+from conduit.records import keys
 from conduit.records.taskstream import TaskEventLog
 
 
@@ -39,25 +39,14 @@ class SessionMeta(BaseModel):
     updated_at: float
 
 
-def meta_key(session_id: str) -> str:
-    """Redis key of a session's hash."""
-    return f"conduit:session:{session_id}"
-
-
-def tasks_key(session_id: str) -> str:
-    """Redis key of a session's task id list."""
-    return f"conduit:session:{session_id}:tasks"
-
-
-def tenant_index(tenant_id: str) -> str:
-    """Sorted set of a tenant's sessions."""
-    return f"conduit:sessions:tenant:{tenant_id}"
+meta_key = keys.session
+tasks_key = keys.session_tasks
+tenant_index = keys.sessions_of_tenant
 
 
 def user_index(tenant_id: str, user_id: str) -> str:
     """Sorted set of one user's sessions."""
-    owner = hashlib.sha256(f"{tenant_id}\x00{user_id}".encode()).hexdigest()
-    return f"conduit:sessions:user:{owner}"
+    return keys.sessions_of_user(hashlib.sha256(f"{tenant_id}\x00{user_id}".encode()).hexdigest())
 
 
 async def claim(redis: Redis, session_id: str, tenant_id: str, user_id: str, title: str, ttl_s: int) -> bool:
@@ -73,7 +62,7 @@ async def claim(redis: Redis, session_id: str, tenant_id: str, user_id: str, tit
             pipe.hset(key, mapping={"tenant_id": tenant_id, "user_id": user_id, "title": title[:200],
                                     "turns": 0, "created_at": now, "updated_at": now})
             pipe.expire(key, ttl_s)
-            pipe.delete(TaskStore.turns_key(session_id), tasks_key(session_id))  # a deleted session's late leftovers
+            pipe.delete(keys.session_turns(session_id), tasks_key(session_id))  # a deleted session's late leftovers
             await pipe.execute()
         return True
     return (await redis.hget(key, "owner") or b"").decode() == owner
@@ -129,11 +118,11 @@ async def delete(redis: Redis, meta: SessionMeta) -> list[str]:
     Returns the deleted task ids. A later task with the same id starts an empty session.
     """
     ids = await task_ids(redis, meta.session_id)
-    keys = [meta_key(meta.session_id), tasks_key(meta.session_id), TaskStore.turns_key(meta.session_id)]
+    doomed = [meta_key(meta.session_id), tasks_key(meta.session_id), keys.session_turns(meta.session_id)]
     for task_id in ids:
-        keys += [TaskStore.key(task_id), *TaskEventLog.keys(task_id)]
+        doomed += [keys.task(task_id), *TaskEventLog.keys(task_id)]
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.delete(*keys)
+        pipe.delete(*doomed)
         pipe.zrem(tenant_index(meta.tenant_id), meta.session_id)
         pipe.zrem(user_index(meta.tenant_id, meta.user_id), meta.session_id)
         await pipe.execute()

@@ -13,6 +13,7 @@ import json
 from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
+from conduit.records import keys
 from contracts.api import TaskView
 
 
@@ -22,12 +23,6 @@ class TaskOwner(BaseModel):
     model_config = ConfigDict(extra="ignore", cache_strings=False)
     tenant_id: str = "default"
     user_id: str | None = None
-
-
-def cancel_key(task_id: str) -> str:
-    """Redis key set when a task is cancelled: the model stream stops at its next chunk and
-    tool services skip the task's requests still waiting in their topics."""
-    return f"conduit:cancel:{task_id}"
 
 
 class TaskStore:
@@ -45,7 +40,7 @@ class TaskStore:
     @staticmethod
     def key(task_id: str) -> str:
         """Redis key of a task record."""
-        return f"conduit:task:{task_id}"
+        return keys.task(task_id)
 
     async def save(self, view: TaskView) -> None:
         """Write (create or replace) a task record."""
@@ -65,14 +60,9 @@ class TaskStore:
         """True while the record exists (one ``EXISTS``; nothing is parsed)."""
         return bool(await self.redis.exists(self.key(task_id)))
 
-    @staticmethod
-    def turns_key(session_id: str) -> str:
-        """Redis key of a session's history (deleted with the session: ``conduit.records.sessions``)."""
-        return f"conduit:session:{session_id}:turns"
-
     async def add_turn(self, session_id: str, question: str, answer: str, max_turns: int = 50) -> None:
         """Append one finished (question, answer) turn to a session's history."""
-        key = self.turns_key(session_id)
+        key = keys.session_turns(session_id)
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
             pipe.rpush(key, json.dumps({"question": question, "answer": answer}, ensure_ascii=False))
             pipe.ltrim(key, -max_turns, -1)
@@ -83,5 +73,5 @@ class TaskStore:
         """Return the session's last ``last`` turns, oldest first: ``[{question, answer}]``."""
         if last <= 0:
             return []
-        raw = await self.redis.lrange(self.turns_key(session_id), -last, -1)
+        raw = await self.redis.lrange(keys.session_turns(session_id), -last, -1)
         return [json.loads(r) for r in raw]

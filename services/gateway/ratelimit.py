@@ -20,8 +20,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from conduit.records.taskstore import TaskStore
-from conduit.records.taskstream import TaskEventLog
+from conduit.records import keys
 from conduit.runtime.tenants import policy
 
 from limits import RateLimitItemPerMinute
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 def _limiter(state: GatewayState) -> SlidingWindowCounterRateLimiter:
     if state.limiter is None:
         uri = "async+" + state.settings.redis()
-        storage = RedisStorage(uri, implementation="redispy", key_prefix="conduit:ratelimit")
+        storage = RedisStorage(uri, implementation="redispy", key_prefix=keys.RATELIMIT_PREFIX)
         state.limiter = SlidingWindowCounterRateLimiter(storage)
     return state.limiter
 
@@ -77,8 +76,8 @@ async def _prune(state: GatewayState, key: str) -> None:
     async with state.redis.pipeline(transaction=False) as pipe:
         for member, _ in members:
             task_id = member.decode()
-            pipe.exists(TaskEventLog.keys(task_id)[2])  # the log's terminal marker
-            pipe.exists(TaskStore.key(task_id))
+            pipe.exists(keys.events_terminal(task_id))
+            pipe.exists(keys.task(task_id))
         found = await pipe.execute()
     now = time.time()
     done = [m for i, (m, score) in enumerate(members)
@@ -110,10 +109,10 @@ async def admit_task(state: GatewayState, tenant_id: str, credential_id: str, ta
         ApiError: 429 ``too_many_running_tasks`` (``Retry-After: 5``) when either is full
             (the task is then counted nowhere).
     """
-    key = f"conduit:running:key:{tenant_id}/{credential_id}"
+    key = keys.running_of_key(tenant_id, credential_id)
     added = await _admit(state, key, task_id, state.settings.running_tasks_per_key, "key")
     try:
-        await _admit(state, f"conduit:running:tenant:{tenant_id}", task_id,
+        await _admit(state, keys.running_of_tenant(tenant_id), task_id,
                      policy(state.settings, tenant_id).running_tasks or 0, "tenant")
     except ApiError:
         if added:

@@ -20,7 +20,7 @@ import json
 import logging
 import uuid
 
-from conduit.records import sessions
+from conduit.records import keys, sessions
 from conduit.runtime import bus, tracing
 from conduit.runtime.tenants import narrow_tools, policy
 from contracts import topics
@@ -79,8 +79,8 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
     session_id = body.session_id or uuid.uuid4().hex
     claim = None
     if idempotency_key is not None:
-        owner = f"{who.tenant_id}\x00{who.user_id}\x00{idempotency_key}"
-        claim = f"conduit:idempotency:{hashlib.sha256(owner.encode()).hexdigest()}"
+        owner = f"{who.user_id}\x00{idempotency_key}"  # per tenant and user: another user's key never replays
+        claim = keys.idempotency(who.tenant_id, hashlib.sha256(owner.encode()).hexdigest())
         earlier = await _claim(state, claim, body, task_id, session_id)
         if earlier is not None:
             return earlier, True

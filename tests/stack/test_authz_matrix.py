@@ -14,7 +14,6 @@ secret (API keys are accepted too).
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from conduit.ops.stack import Stack
 from conduit.records import apikeys, approvals
 from conduit.records.artifacts import ArtifactStore
 from conduit.testing.stack import auth, new_key, start_stack
+from conduit.testing.waits import wait_until
 from contracts.api import ApprovalRecord
 from contracts.tools import arguments_digest
 
@@ -61,10 +61,10 @@ class World:
     headers: dict[str, dict[str, str]]
     task_id: str = ""
     session_id: str = ""
-    call_id: str = ""
     artifact_id: str = ""
     document_id: str = "t1-handbook"
     fresh: Callable[[], str] = field(default=lambda: "")
+    redis_url: str = ""
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.stack.gateway_url, timeout=30)
@@ -80,12 +80,22 @@ async def _revoked(redis_url: str) -> str:
         await redis.aclose()
 
 
-async def _seed(world: World, redis_url: str) -> None:
+async def _pending_approval(redis_url: str, task_id: str) -> str:
+    """A pending approval of ``task_id`` as the orchestrator would record it; its call id."""
+    call_id = uuid.uuid4().hex
     redis = Redis.from_url(redis_url)
     try:
         await approvals.save(redis, ApprovalRecord(
-            task_id=world.task_id, call_id=world.call_id, tool="code_exec", arguments={"code": "print(1)"},
+            task_id=task_id, call_id=call_id, tool="code_exec", arguments={"code": "print(1)"},
             arguments_digest=arguments_digest({"code": "print(1)"}), expires_at=datetime.now(UTC) + timedelta(hours=1)))
+    finally:
+        await redis.aclose()
+    return call_id
+
+
+async def _seed(world: World, redis_url: str) -> None:
+    redis = Redis.from_url(redis_url)
+    try:
         art = await ArtifactStore(redis, 3600).save("out.txt", ARTIFACT, task_id=world.task_id, tenant_id=T1,
                                                    user_id="alice")
         world.artifact_id = art.id
@@ -110,7 +120,7 @@ def world(infra_stack, tmp_path_factory) -> Iterator[World]:
         "owner": auth(token("alice", T1)),
         "admin": auth(new_key(r, tenant=T1, user="boss", role="admin")),
     }
-    world = World(stack, headers, call_id=uuid.uuid4().hex)
+    world = World(stack, headers, redis_url=r)
     try:
         with world.client() as c:
             created = c.post("/v1/tasks", json={"question": QUESTION}, headers=headers["owner"])
@@ -119,10 +129,8 @@ def world(infra_stack, tmp_path_factory) -> Iterator[World]:
             doc = c.post("/v1/documents", headers=headers["admin"],
                          json={"document_id": world.document_id, "title": f"handbook {MARK}", "text": DOC_TEXT})
             assert doc.status_code == 202, doc.text
-            deadline = time.monotonic() + 90
-            while c.get(f"/v1/documents/{world.document_id}", headers=headers["admin"]).json()["status"] != "ingested":
-                assert time.monotonic() < deadline, "document never ingested"
-                time.sleep(0.2)
+            assert wait_until(lambda: c.get(f"/v1/documents/{world.document_id}", headers=headers["admin"])
+                              .json()["status"] == "ingested", 90), "document never ingested"
 
 
         def fresh() -> str:  # a new session of alice's, for routes that destroy it
@@ -149,6 +157,7 @@ class Case:
     sse: bool = False
     public: bool = False  # no credential needed: every caller gets ``owner``'s status
     fresh_session: bool = False  # {session} is a new session of alice's for every caller
+    fresh_call: bool = False  # {call} is a new pending approval of alice's task for every caller (one decision each)
 
 
 MATRIX: dict[tuple[str, str], Case] = {
@@ -158,7 +167,7 @@ MATRIX: dict[tuple[str, str], Case] = {
     ("GET", "/v1/tasks/{task_id}/events"): Case("/v1/tasks/{task}/events", 200, 200, 404, 404, sse=True),
     ("POST", "/v1/tasks/{task_id}/cancel"): Case("/v1/tasks/{task}/cancel", 202, 202, 404, 404),
     ("POST", "/v1/tasks/{task_id}/approvals/{call_id}"): Case(
-        "/v1/tasks/{task}/approvals/{call}", 202, 202, 404, 404, {"decision": "reject"}),
+        "/v1/tasks/{task}/approvals/{call}", 202, 202, 404, 404, {"decision": "reject"}, fresh_call=True),
     ("GET", "/v1/tasks/{task_id}/trace"): Case("/v1/tasks/{task}/trace", 200, 200, 404, 404),
     ("GET", "/v1/artifacts/{artifact_id}"): Case("/v1/artifacts/{artifact}?task_id={task}", 200, 200, 404, 404),
     ("POST", "/v1/search"): Case("/v1/search", 200, 200, 200, 200, {"query": f"document body tenant {MARK}"}),
@@ -181,8 +190,8 @@ public (documentation, metrics, the browser page and its static files)."""
 CALLERS = UNAUTHENTICATED + OUTSIDERS + ("owner", "admin")
 
 
-def _fill(text: str, world: World, session: str) -> str:
-    return (text.replace("{task}", world.task_id).replace("{session}", session).replace("{call}", world.call_id)
+def _fill(text: str, world: World, session: str, call: str) -> str:
+    return (text.replace("{task}", world.task_id).replace("{session}", session).replace("{call}", call)
             .replace("{artifact}", world.artifact_id).replace("{document}", world.document_id))
 
 
@@ -195,8 +204,9 @@ def _expected(case: Case, caller: str) -> int:
 def _call(world: World, method: str, case: Case, caller: str) -> tuple[int, str, dict[str, str]]:
     """One request; returns ``(status, everything the caller received as text, headers)``."""
     session = world.fresh() if case.fresh_session else world.session_id
-    path = _fill(case.path, world, session)
-    body = None if case.body is None else {k: _fill(v, world, session) if isinstance(v, str) else v
+    call = asyncio.run(_pending_approval(world.redis_url, world.task_id)) if case.fresh_call else ""
+    path = _fill(case.path, world, session, call)
+    body = None if case.body is None else {k: _fill(v, world, session, call) if isinstance(v, str) else v
                                            for k, v in case.body.items()}
     with world.client() as c:
         if case.sse:

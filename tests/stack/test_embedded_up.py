@@ -10,12 +10,12 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from conduit.ops import infra
+from conduit.testing.waits import wait_until
 
 
 def test_up_prints_a_login_link_and_ask_uses_the_admin_key(tmp_path: Path) -> None:
@@ -29,10 +29,12 @@ def test_up_prints_a_login_link_and_ask_uses_the_admin_key(tmp_path: Path) -> No
         up = subprocess.Popen([sys.executable, "-m", "conduit", "up", "--no-ingest"], env=env, stdout=out,
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while not (link := re.search(r"http://\S+/#login=(\S+)", banner.read_text())):
-            assert up.poll() is None and time.monotonic() < deadline, banner.read_text()[-3000:]
-            time.sleep(0.2)
+        def printed() -> object:
+            return re.search(r"http://\S+/#login=(\S+)", banner.read_text()) or up.poll() is not None
+
+        assert wait_until(printed, 240, every_s=0.2) and up.poll() is None, banner.read_text()[-3000:]
+        link = re.search(r"http://\S+/#login=(\S+)", banner.read_text())
+        assert link, banner.read_text()[-3000:]
         base, token = f"http://127.0.0.1:{port}", link.group(1)
         key_file = tmp_path / "data" / "admin.key"
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600

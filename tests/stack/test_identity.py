@@ -11,7 +11,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from conduit.records.taskstream import TaskEventLog
 from conduit.runtime.settings import Settings
 from conduit.testing.scripted_model import ScriptedModel, Turn
 from conduit.testing.stack import auth, make_key, new_key, start_stack
+from conduit.testing.waits import wait_until
 from contracts.stream import TaskCompleted
 
 
@@ -193,16 +193,15 @@ def _gateway(infra_stack, data_dir: Path, **env: str) -> tuple[ServiceProcess, s
     return proc, f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
 
 
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def _wait_up(proc: ServiceProcess, url: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert proc.running and time.monotonic() < deadline, proc.log_path.read_text()[-2000:]
-        time.sleep(0.1)
+    assert wait_until(lambda: _healthy(url) or not proc.running, 60) and proc.running, proc.log_path.read_text()[-2000:]
 
 
 def test_rate_limit_is_shared_by_two_replicas(infra_stack, tmp_path: Path) -> None:

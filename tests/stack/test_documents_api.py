@@ -17,6 +17,7 @@ import pytest
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
 from conduit.testing.stack import auth, start_stack
+from conduit.testing.waits import wait_until
 
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 VAT_LAW = "中华人民共和国增值税法"
@@ -113,10 +114,8 @@ def test_posted_document_is_searchable_then_deleted(client):
     gone = client.get(f"/v1/documents/{DOC_ID}")  # gone for clients at once
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "document_not_found"
     assert client.delete(f"/v1/documents/{DOC_ID}").status_code == 404
-    deadline = time.monotonic() + 60
-    while client.get("/v1/documents").json()["documents"]:  # listed as deleting until the retriever is done
-        assert time.monotonic() < deadline, "the retriever never finished deleting"
-        time.sleep(0.2)
+    assert wait_until(lambda: not client.get("/v1/documents").json()["documents"], 60), \
+        "the retriever never finished deleting"  # listed as deleting until then
     items = client.post("/v1/search", json={"query": query}).json()["items"]
     assert all(i["document_id"] != view["index_document_id"] for i in items)
 
