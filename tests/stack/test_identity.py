@@ -33,9 +33,13 @@ from contracts.stream import TaskCompleted
 
 def echo(body: dict) -> Turn:
     """Answer every request by naming its last user message (order-free: other modules' leftover
-    questions on the shared broker may reach this model too)."""
+    questions on the shared broker may reach this model too). A question starting ``search:``
+    first gets a ``kb_search`` call for the rest of it."""
     users = [m for m in body["messages"] if m["role"] == "user"]
-    return Turn(content=f"answer to {users[-1]['content'] if users else '?'}")
+    question = users[-1]["content"] if users else "?"
+    if question.startswith("search:") and not any(m["role"] == "tool" for m in body["messages"]):
+        return Turn(tool_calls=[{"name": "kb_search", "arguments": {"query": question[7:], "reason": "look it up"}}])
+    return Turn(content=f"answer to {question}")
 
 
 def request_for(model: ScriptedModel, question: str) -> str:
@@ -57,7 +61,7 @@ def model() -> Iterator[ScriptedModel]:
 @pytest.fixture(scope="module")
 def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("identity"),
-                     ("orchestrator", "gateway"),
+                     ("retriever", "orchestrator", "gateway"),
                      {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted"})
     yield st
     st.stop()
@@ -119,6 +123,28 @@ def test_another_users_session_is_404_and_never_reaches_the_model(stack: Stack, 
     again = ask(stack, alice, later, session)
     assert again.status_code == 202 and finish(stack, alice, again.json()["task_id"]) == "task.completed"
     assert mark not in request_for(model, later)
+
+
+def test_the_agents_kb_search_sees_only_its_tenants_documents(stack: Stack, infra_stack) -> None:
+    mark = uuid.uuid4().hex[:10]
+    acme_admin = new_key(infra_stack.redis_url, tenant=f"acme-{mark}", user="root", role="admin")
+    acme, rival = (new_key(infra_stack.redis_url, tenant=f"{t}-{mark}", user="u", role="member") for t in ("acme", "rival"))
+    doc = httpx.post(f"{stack.gateway_url}/v1/documents", headers=auth(acme_admin), timeout=10, json={
+        "document_id": "policy", "title": f"travel policy {mark}", "text": f"Acme staff fly economy, code {mark}."})
+    assert doc.status_code == 202, doc.text
+    assert wait_until(lambda: httpx.get(f"{stack.gateway_url}/v1/documents/policy", headers=auth(acme_admin))
+                      .json()["status"] == "ingested", 90)
+
+    def evidence(key: str) -> str:
+        created = ask(stack, key, f"search:travel policy economy {mark}")
+        assert created.status_code == 202, created.text
+        events = list(stream_task(stack.gateway_url, created.json()["task_id"], read_timeout_s=60, api_key=key))
+        assert events[-1].event == "task.completed", events[-1].data
+        assert [e.data["tool"] for e in events if e.event == "tool.completed"] == ["kb_search"]
+        return str([e.data for e in events if e.event == "evidence"])
+
+    assert f"code {mark}" in evidence(acme)  # the tenant's member finds the tenant's document
+    assert f"code {mark}" not in evidence(rival)  # another tenant's agent never sees it
 
 
 def test_admin_key_file_and_one_time_login_link(stack: Stack, infra_stack, tmp_path: Path) -> None:
