@@ -12,9 +12,9 @@ from conduit.records.taskstream import TaskEventLog
 from conduit.testing.scripted_model import ScriptedModel, Turn
 from contracts.evidence import EvidenceItem
 from contracts.stream import AnswerDelta, TaskCompleted, TaskFailed
-from services.orchestrator import fallback
-from services.orchestrator.evidence import EvidencePool
-from services.orchestrator.model import ModelClient, ModelError
+from services.orchestrator.agent import fallback
+from services.orchestrator.agent.evidence import EvidencePool
+from services.orchestrator.openai_model import ModelClient, ModelError
 
 
 def kb(chunk: str, doc: str = "d1", kind: str = "original", score: float = 0.8) -> EvidenceItem:
@@ -120,7 +120,7 @@ async def test_event_log_seq_replay_and_single_terminal(redis):
 
 async def test_checkpoint_save_appends_its_outbox_events_atomically(redis):
     """A save's events and tool wake-up land with it, in order; a stale save writes none (``StateStore``'s outbox)."""
-    from services.orchestrator.state import TaskState
+    from services.orchestrator.agent.state import TaskState
     from services.orchestrator.store import LEASES, TOOL_DEADLINES, StaleState, StateStore
 
     log = TaskEventLog(redis, ttl_s=60)

@@ -15,8 +15,8 @@ from conduit.runtime import bus
 from conduit.testing.scripted_model import Turn
 from contracts.envelope import utcnow
 from contracts.events import QuestionAsked, QuestionPayload
-from services.orchestrator.engine import Orchestrator
-from services.orchestrator.window import window
+from services.orchestrator.runtime import Orchestrator
+from services.orchestrator.agent.window import window
 
 
 async def _run(orch: Orchestrator, event: QuestionAsked, timeout_s: float = 30.0):

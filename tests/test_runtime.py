@@ -21,7 +21,7 @@ from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.ops.stack import Stack
 from conduit.testing.bus import agent_events_of, await_tool_result
 from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import FAULT, add_replica, orchestrator_crashing_once, restart, start_stack
+from conduit.testing.stack import FAULT, HOOKS, add_replica, orchestrator_crashing_once, restart, start_stack
 from services.sandbox.isolation import sandbox_status
 
 TOOL_TIMEOUT_S = 4
@@ -259,7 +259,7 @@ def test_crash_between_saving_a_cancel_and_announcing_it_still_ends_the_stream(s
         assert seen[-1] == "tool.approval_required"
         assert httpx.post(f"{stack.gateway_url}/v1/tasks/{created['task_id']}/cancel", timeout=10).status_code == 202
         assert proc.wait_exit(30), "the fault-injected orchestrator should have exited after saving the cancel"
-        restart(stack, "orchestrator", drop=(FAULT,))
+        restart(stack, "orchestrator", drop=(FAULT, HOOKS))
         events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
         assert events[-1].event == "task.cancelled" and types(events).count("task.cancelled") == 1
         assert httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}").json()["status"] == "cancelled"
@@ -332,7 +332,7 @@ def test_crash_right_after_a_tool_result_is_saved_loses_none_of_its_events(stack
         model.default = lambda body: Turn(content="答案[1]。" if tool_messages(body) else "没有工具结果。")
         created = create_task(stack.gateway_url, "查征收率")
         assert proc.wait_exit(30), "the fault-injected orchestrator should have exited after the save"
-        restart(stack, "orchestrator", drop=(FAULT,))
+        restart(stack, "orchestrator", drop=(FAULT, HOOKS))
         events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
         t = types(events)
         assert t.count("tool.requested") == 1 and t.count("tool.completed") == 1 and t.count("evidence") == 1

@@ -1,5 +1,5 @@
 """Orchestrator process: one consumer (group ``conduit-orchestrator``) for questions,
-tool results and control events; the agent runs in ``engine.Orchestrator``."""
+tool results and control events; the agent runs in ``runtime.Orchestrator``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
 from contracts import topics
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
-from services.orchestrator.engine import Orchestrator
+from services.orchestrator.hooks import load_hooks
+from services.orchestrator.runtime import Orchestrator
 
 OrchestratorInput = Annotated[Union[QuestionAsked, ToolResult, TaskCancelled, ApprovalDecided], Field(discriminator="type")]
 """Every event the orchestrator consumes, told apart by ``type``."""
@@ -26,7 +27,7 @@ async def serve(settings: Settings) -> None:
     """Run the orchestrator until SIGTERM/SIGINT; running steps are checkpointed, so stopping loses nothing."""
     redis = make_redis(settings)
     broker = bus.make_broker(settings, client_id="orchestrator")
-    orch = Orchestrator(settings, redis, broker)
+    orch = Orchestrator(settings, redis, broker, hooks=load_hooks(redis))
 
     async def dispatch(event: Any) -> None:
         if isinstance(event, QuestionAsked):
