@@ -68,3 +68,13 @@ async def test_a_checkpoint_with_refusals_and_results_round_trips():
     assert again == sim.state and again.phase is Phase.TOOLS
     assert again.pending[0].result is None and isinstance(again.pending[1].result, Refusal)
     assert again.pending[1].tool is None and again.pending[1].name == "nope"
+
+
+def test_a_call_checkpointed_before_name_and_tool_were_apart_still_loads():
+    from services.orchestrator.agent.state import PendingCall
+
+    old = {"call_id": "c", "tool": "kb_search", "arguments": {}, "step": 1, "idempotency_key": "t:1:c",
+           "deadline_at": T0.isoformat()}
+    call = PendingCall.model_validate(old)
+    assert (call.name, call.tool) == ("kb_search", "kb_search")
+    assert PendingCall.model_validate({**old, "tool": "made_up"}).tool is None

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from uuid import UUID
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from contracts.api import StepRecord, TaskStatus
 from contracts.envelope import utcnow
@@ -85,6 +85,14 @@ class PendingCall(BaseModel):
     approval: Literal["pending", "approved", "rejected", "edited"] | None = None
     arguments_digest: str | None = None
     expires_at: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        """A checkpoint written before calls kept ``name`` apart from ``tool`` (rolling upgrade)."""
+        if isinstance(data, dict) and "name" not in data and "tool" in data:
+            data = {**data, "name": data["tool"], "tool": data["tool"] if data["tool"] in get_args(ToolName) else None}
+        return data
 
     def next_wakeup(self) -> datetime | None:
         """When the sweeper must look at this call: approval expiry, retry time or result deadline."""
