@@ -17,6 +17,16 @@ from typing import Any, Protocol
 from contracts.stream import Usage
 
 
+Messages = list[dict[str, Any]]
+"""Chat history in OpenAI chat format."""
+ToolSchemas = list[dict[str, Any]] | None
+"""OpenAI tool schemas offered on a call (None: no tools)."""
+OnDelta = Callable[[str], Awaitable[None]]
+"""Awaited with each content piece as the model writes."""
+ShouldStop = Callable[[], Awaitable[bool]]
+"""Polled between pieces: True stops the call (cancel)."""
+
+
 @dataclass
 class ToolCallRequest:
     """A tool call as the model produced it: ``arguments`` is the raw JSON string."""
@@ -49,13 +59,8 @@ class ModelError(Exception):
 class Model(Protocol):
     """A streaming chat model with tool calling."""
 
-    async def stream(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        on_delta: Callable[[str], Awaitable[None]],
-        should_stop: Callable[[], Awaitable[bool]] | None = None,
-    ) -> ModelResponse:
+    async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
+                     should_stop: ShouldStop | None = None) -> ModelResponse:
         """Run one call over ``messages`` (OpenAI chat format) offering ``tools`` (OpenAI tool
         schemas, None = no tools); await ``on_delta(text)`` per content piece and poll
         ``should_stop()`` between pieces (cancel). Raises ``ModelError`` when the model fails."""

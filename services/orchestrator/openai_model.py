@@ -16,7 +16,7 @@ benchmark machine, and Conduit's bodies are plain JSON already (docs/benchmarks.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -27,7 +27,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from conduit.runtime.settings import Settings
 from contracts.stream import Usage
-from services.orchestrator.model import ModelError, ModelResponse, ToolCallRequest
+from services.orchestrator.model import Messages, ModelError, ModelResponse, OnDelta, ShouldStop, ToolCallRequest, ToolSchemas
 
 __all__ = ["ModelClient", "ModelError", "ModelResponse", "ToolCallRequest"]
 
@@ -64,13 +64,8 @@ class ModelClient:
             timeout=httpx.Timeout(settings.model_read_timeout_s, connect=settings.model_connect_timeout_s),
         )
 
-    async def stream(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        on_delta: Callable[[str], Awaitable[None]],
-        should_stop: Callable[[], Awaitable[bool]] | None = None,
-    ) -> ModelResponse:
+    async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
+                     should_stop: ShouldStop | None = None) -> ModelResponse:
         """Run one streaming call; ``on_delta(text)`` is awaited for each content piece.
 
         Returns the assembled ``ModelResponse``. Raises ``ModelError`` when the

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from types import EllipsisType
 from typing import Any
 from uuid import UUID

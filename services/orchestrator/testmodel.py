@@ -13,12 +13,12 @@ scripted OpenAI-compatible HTTP server (``conduit.testing.scripted_model``).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.stream import Usage
-from services.orchestrator.model import ModelError, ModelResponse, ToolCallRequest
+from services.orchestrator.model import Messages, ModelError, ModelResponse, OnDelta, ShouldStop, ToolCallRequest, ToolSchemas
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Reply:
     tokens: int = 10
 
 
-ReplyFn = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None], Reply]
+ReplyFn = Callable[[Messages, ToolSchemas], Reply]
 
 
 class FunctionModel:
@@ -50,13 +50,8 @@ class FunctionModel:
         self.fn = fn
         self.calls: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = []
 
-    async def stream(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        on_delta: Callable[[str], Awaitable[None]],
-        should_stop: Callable[[], Awaitable[bool]] | None = None,
-    ) -> ModelResponse:
+    async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
+                     should_stop: ShouldStop | None = None) -> ModelResponse:
         """Stream the reply ``fn`` gives (see ``services.orchestrator.model.Model``)."""
         self.calls.append(([dict(m) for m in messages], tools))
         reply = self.fn(messages, tools)

@@ -17,10 +17,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from conduit.runtime.settings import Settings
-from contracts.envelope import utcnow
 from contracts.events import QuestionAsked, QuestionPayload, ToolResultPayload
 from contracts.evidence import EvidenceItem
-from contracts.stream import StreamEvent
+from contracts.stream import AnswerDelta, StreamEvent
 from services.orchestrator.agent import endings, planning, recording, timers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
@@ -125,7 +124,6 @@ class Sim:
             return planning.retrieval_only_step(self.deps, state, self.now)
 
         async def on_delta(text: str) -> None:
-            from contracts.stream import AnswerDelta
             self.events.append(AnswerDelta(text=text))
 
         try:
@@ -186,4 +184,4 @@ class Sim:
         return [m["content"] for m in self.model.calls[-1][0] if m["role"] == "tool"]
 
 
-__all__ = ["Reply", "Sim", "TestModel", "code", "kb", "ok", "passage", "question", "settings", "utcnow", "T0"]
+__all__ = ["T0", "Reply", "Sim", "TestModel", "code", "kb", "ok", "passage", "question", "settings"]

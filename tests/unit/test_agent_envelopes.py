@@ -7,7 +7,7 @@ import uuid
 
 from agentsim import Sim, TestModel, ok, question
 from contracts.events import AgentEvent, AgentEventPayload, ToolResult
-from services.orchestrator.agent import planning, recording
+from services.orchestrator.agent import planning, recording, vetting
 from services.orchestrator.outputs import parent_of
 from services.orchestrator.runtime import caused_by
 
@@ -20,7 +20,6 @@ def test_envelopes_are_children_of_the_event_that_moved_the_task():
     assert event.causation_id == q.event_id
     assert (event.tenant_id, event.user_id, event.traceparent, event.task_id) == ("acme", "u1", q.traceparent, q.task_id)
 
-    from services.orchestrator.agent import vetting
     state.step = 1
     vetting.request_tools(sim.deps, state, [("c1", "kb_search", {"query": "q", "reason": "r"})], sim.now)
     result = ToolResult(task_id=q.task_id, session_id=q.session_id, event_id=uuid.uuid4(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from agentsim import T0, Reply, Sim, TestModel, code, kb, question
 from services.orchestrator.agent import endings, planning
 from services.orchestrator.agent.effects import Announce, FaultPoint
-from services.orchestrator.agent.state import Phase, Refusal, TaskState
+from services.orchestrator.agent.state import PendingCall, Phase, Refusal, TaskState
 from services.orchestrator.model import ModelResponse, ToolCallRequest
 
 
@@ -71,8 +71,6 @@ async def test_a_checkpoint_with_refusals_and_results_round_trips():
 
 
 def test_a_call_checkpointed_before_name_and_tool_were_apart_still_loads():
-    from services.orchestrator.agent.state import PendingCall
-
     old = {"call_id": "c", "tool": "kb_search", "arguments": {}, "step": 1, "idempotency_key": "t:1:c",
            "deadline_at": T0.isoformat()}
     call = PendingCall.model_validate(old)

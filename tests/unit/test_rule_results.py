@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from agentsim import T0, Reply, Sim, TestModel, kb, ok, passage
+from agentsim import Reply, Sim, TestModel, kb, ok, passage
 from contracts.events import ToolError, ToolResultPayload
 from services.orchestrator.agent import recording
 from services.orchestrator.agent.state import Phase

@@ -3,8 +3,8 @@ its own name), arguments, rejected before, loop detection, budget, breaker, appr
 
 from __future__ import annotations
 
-from agentsim import T0, Reply, Sim, TestModel, code, kb, question
-from services.orchestrator.agent import planning, vetting
+from agentsim import T0, Reply, Sim, TestModel, kb, ok, passage, question
+from services.orchestrator.agent import planning, policies, recording, vetting
 from services.orchestrator.agent.effects import Emit, PublishTool, SaveApproval
 from services.orchestrator.agent.state import Phase, Refusal
 
@@ -78,7 +78,6 @@ async def test_malformed_json_arguments_from_the_model_are_refused():
 def test_call_a_person_rejected_is_refused_without_asking():
     sim = Sim(TestModel())
     state = planning.start(sim.deps, question(), ["code_exec"], []).state
-    from services.orchestrator.agent import policies
     state.rejected.append(policies.signature("code_exec", {"code": "rm -rf /"}))
     step = vetting.request_tools(sim.deps, state, [("c1", "code_exec", {"code": "rm -rf /", "reason": "again"})], T0)
     assert not any(isinstance(e, SaveApproval) for e in step.effects)
@@ -118,8 +117,6 @@ async def test_parallel_calls_are_requested_together_and_answered_in_call_order(
     await sim.ask()
     assert [c.arguments["query"] for c in held] == ["增值税 税率", "简易计税 征收率"]
     assert sim.state.phase == Phase.TOOLS and len(model.calls) == 1  # both out at once, nothing back yet
-    from agentsim import ok, passage
-    from services.orchestrator.agent import recording
     second = recording.record_results(sim.deps, sim.state, [ok(held[1], passage("b"))], sim.now)
     await sim.run(second)
     assert len(model.calls) == 1, "the next step waits for every call of the step"

@@ -47,7 +47,7 @@ def _refuse(code: str, kind: str, message: str, hint: str) -> Refusal:
     return Refusal(error=ToolError(error_code=code, kind=kind, message=message, hint=hint))  # type: ignore[arg-type]
 
 
-def check_arguments(deps: Deps, state: TaskState, name: str, args: dict[str, Any] | None) -> Refusal | None:
+def check_arguments(state: TaskState, name: str, args: dict[str, Any] | None) -> Refusal | None:
     """Rules 1-2: the tool is offered and the arguments fit its schema; a ``Refusal`` if not."""
     if name not in state.allowed_tools or name not in TOOL_SPECS:
         return _refuse("tool_not_available", "forbidden", f"tool {name!r} is not available",
@@ -72,7 +72,7 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
     ``call.approval == "pending"`` once a person approves it).
     """
     s = deps.settings
-    refusal = check_arguments(deps, state, call.name, args)
+    refusal = check_arguments(state, call.name, args)
     if refusal is not None:
         return refusal
     sig = policies.signature(call.name, call.arguments)
