@@ -66,6 +66,24 @@ def _match(state: TaskState, result: ToolResultPayload) -> PendingCall | None:
                  and c.idempotency_key == result.idempotency_key), None)
 
 
+def _attach(deps: Deps, state: TaskState, call: PendingCall, r: ToolResultPayload | Refusal,
+            now: datetime) -> dict[str, Any] | None:
+    """Feed the breaker, then schedule a retry (returns None) or attach ``r`` (returns its trace)."""
+    s = deps.settings
+    _feed_breaker(deps, call, r, now)
+    if r.outcome == "error" and transient(r) and not isinstance(r, Refusal) and call.attempts < s.tool_max_retries:
+        call.attempts += 1
+        call.retry_at = now + timedelta(seconds=backoff_s(deps, call.attempts))
+        call.deadline_at = call.retry_at + timedelta(seconds=s.tool_timeout_s)
+        return None
+    call.result, call.received_at = r, now
+    waited_ms = (now - call.requested_at).total_seconds() * 1000
+    state.steps.append(StepRecord(step=call.step, kind="tool", tool=call.name, call_id=call.call_id,
+                                  arguments=call.arguments, outcome=r.outcome, duration_ms=r.duration_ms))
+    return {"tool": call.name, "call_id": call.call_id, "outcome": r.outcome, "attempts": call.attempts + 1,
+            "run_ms": r.duration_ms, "queue_ms": round(max(0.0, waited_ms - r.duration_ms), 2)}
+
+
 def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload | Arrival],
                    now: datetime) -> Step | None:
     """Attach ``results`` to the pending calls; go on to the next model step when all are in.
@@ -76,7 +94,6 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
     """
     if state.terminal or state.phase != Phase.TOOLS:
         return None
-    s = deps.settings
     fresh: list[tuple[PendingCall, ToolResultPayload | Refusal]] = []
     retried = False
     traces: list[dict[str, Any]] = []
@@ -84,20 +101,12 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
         call, r = (state.call(item[0]), item[1]) if isinstance(item, tuple) else (_match(state, item), item)
         if call is None or call.result is not None:
             continue  # unknown or duplicate delivery
-        _feed_breaker(deps, call, r, now)
-        if r.outcome == "error" and transient(r) and not isinstance(r, Refusal) and call.attempts < s.tool_max_retries:
-            call.attempts += 1
-            call.retry_at = now + timedelta(seconds=backoff_s(deps, call.attempts))
-            call.deadline_at = call.retry_at + timedelta(seconds=s.tool_timeout_s)
+        trace = _attach(deps, state, call, r, now)
+        if trace is None:
             retried = True
-            continue
-        call.result, call.received_at = r, now
-        fresh.append((call, r))
-        waited_ms = (now - call.requested_at).total_seconds() * 1000
-        traces.append({"tool": call.name, "call_id": call.call_id, "outcome": r.outcome, "attempts": call.attempts + 1,
-                       "run_ms": r.duration_ms, "queue_ms": round(max(0.0, waited_ms - r.duration_ms), 2)})
-        state.steps.append(StepRecord(step=call.step, kind="tool", tool=call.name, call_id=call.call_id,
-                                      arguments=call.arguments, outcome=r.outcome, duration_ms=r.duration_ms))
+        else:
+            fresh.append((call, r))
+            traces.append(trace)
     if not fresh and not retried and results:
         return None
     state.trace.extend({"phase": "tool", **t} for t in traces)
