@@ -1,6 +1,7 @@
 """The orchestrator's I/O layer driven in process against real Redis and the real tansu
 broker, with the in-process ``TestModel`` (no model server): what the agent core decides
-reaches the task's event log, record and public feed. The rules themselves (limits, the
+reaches the task's event log and record; the one compare-and-set helper re-applies a
+transition that lost a race and writes its outbox once. The rules themselves (limits, the
 window, unknown tools) are tested without any of these in tests/unit."""
 
 from __future__ import annotations
@@ -10,9 +11,16 @@ import json
 import time
 import uuid
 
+import pytest
+
+from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import bus
 from contracts.events import QuestionAsked, QuestionPayload
+from contracts.stream import AnswerDelta
+from services.orchestrator.agent.effects import Emit, Step, WriteView
+from services.orchestrator.agent.state import TaskState
 from services.orchestrator.runtime import Orchestrator
+from services.orchestrator.store import StaleState, StateStore
 from services.orchestrator.testmodel import Reply, TestModel
 
 
@@ -54,3 +62,28 @@ async def test_a_made_up_tool_name_is_refused_and_keeps_its_own_name_in_the_log(
         assert len(model.calls) == 2 and model.calls[1][1] is not None  # tools were offered again
     finally:
         await broker.stop()
+
+
+async def test_one_transition_helper_reapplies_on_a_lost_race_and_writes_its_outbox_once(redis):
+    """``StateStore.transition``: a stale checkpoint loses the compare-and-set, is reloaded and the
+    transition applied again; only the winning attempt's events reach the log. With ``attempts=1``
+    (a model step) the lost race is raised instead."""
+    log = TaskEventLog(redis, ttl_s=60)
+    store = StateStore(redis, ttl_s=60, events=log)
+    tid = uuid.uuid4().hex
+    stale = TaskState(task_id=tid, session_id="s", tenant_id="t", question="q", allowed_tools=[])
+    await store.save(stale.model_copy())  # someone else saved version 1 meanwhile
+    seen: list[int] = []
+
+    def fn(state: TaskState) -> Step:
+        seen.append(state.version)
+        state.rounds += 1
+        return Step(state, [Emit(AnswerDelta(text=f"v{state.version}")), WriteView()])
+
+    with pytest.raises(StaleState):
+        await store.transition(tid, fn, loaded=stale.model_copy(), attempts=1)
+    step = await store.transition(tid, fn, loaded=stale.model_copy())
+    assert seen == [0, 0, 1] and [type(e) for e in step.effects] == [WriteView]  # the outbox went in the save
+    assert [json.loads(e.data)["text"] for e in await log.read(tid)] == ["v1"]
+    assert (await store.load(tid)).version == 2
+    await redis.delete(StateStore.key(tid), *TaskEventLog.keys(tid))
