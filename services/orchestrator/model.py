@@ -1,6 +1,6 @@
 """The ``Model`` protocol the agent streams through, and what one call returns.
 
-One call both decides and writes (seed 000 §4): it streams content deltas while the
+One call both decides and writes (rule A1, docs/architecture.md): it streams content deltas while the
 model writes and returns the tool calls it asked for. Implementations:
 ``services.orchestrator.openai_model.ModelClient`` (any OpenAI-compatible endpoint,
 over HTTP) and the in-process ``services.orchestrator.testmodel.TestModel`` /

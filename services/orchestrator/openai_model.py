@@ -1,10 +1,10 @@
 """The ``Model`` over any OpenAI-compatible endpoint: streaming chat completions with tool calling.
 
-One call both decides and writes (seed 000 §4): it yields content deltas while the
-model writes and returns the tool calls it asked for. Retries follow seed 000 and
-seed 003: only while nothing has streamed yet (at most ``max_retries``), with
-exponential backoff and full jitter (tenacity), honouring ``Retry-After``. The
-read timeout is the longest wait between two chunks (seed 000: 180 s).
+One call both decides and writes (rule A1, docs/architecture.md): it yields content deltas
+while the model writes and returns the tool calls it asked for. Retries (rule A12): only while
+nothing has streamed yet (at most ``max_retries``), with exponential backoff and full jitter
+(tenacity), honouring ``Retry-After``. The read timeout is the longest wait between two chunks
+(``model_read_timeout_s``, 180 s).
 
 The request goes out through the SDK's documented ``client.post`` with the same
 ``AsyncStream[ChatCompletionChunk]`` the typed ``chat.completions.create`` returns
@@ -74,7 +74,7 @@ class ModelClient:
         """
         started = time.perf_counter()
         resp = ModelResponse()
-        wait = wait_random_exponential(multiplier=0.5, max=8.0)  # full jitter (seed 003)
+        wait = wait_random_exponential(multiplier=0.5, max=8.0)  # full jitter (rule A12)
 
         def _wait(rs: Any) -> float:
             exc = rs.outcome.exception() if rs.outcome else None

@@ -1,4 +1,5 @@
-"""Model steps: one streaming model call per step, in the background, holding the task's lease.
+"""Model steps: one streaming model call per step (rule A1, docs/architecture.md), in the
+background, holding the task's lease.
 
 A step plans the call (``agent.planning.plan_step``: limits, window, tool schemas),
 streams it (content becomes ``answer.delta`` as it arrives), then applies the reply

@@ -1,4 +1,4 @@
-"""Human decisions on calls that wait for approval (seed 003).
+"""Human decisions on calls that wait for approval (rule A7, docs/architecture.md).
 
 Rules:
 - Only a call still waiting (``approval == "pending"``, no result) can be decided; a

@@ -1,4 +1,5 @@
-"""A consecutive-failure circuit breaker for the model endpoint and each tool (rule: seed 003).
+"""A consecutive-failure circuit breaker for the model endpoint and each tool (rule A9,
+docs/architecture.md).
 
 After ``failures`` consecutive failed calls the circuit opens for ``cooldown_s``
 seconds: calls fail fast (the model step answers in retrieval-only mode, a tool

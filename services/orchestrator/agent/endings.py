@@ -2,9 +2,9 @@
 two views of an ended task: its terminal stream event and its record.
 
 Rules:
-- Citation check (seed 000 §7): every ``[n]`` in the answer must name an item of the
+- Citation check (rule A10, docs/architecture.md): every ``[n]`` in the answer must name an item of the
   task's evidence pool; others are removed (and listed in the trace).
-- Loop detected (seed 003, ``vetting`` rule 4): the task completes with a report of the
+- Loop detected (rule A6, ``vetting`` check 4): the task completes with a report of the
   calls tried most often (at most ``LOOP_REPORT_LINES``), replacing any streamed text.
 - A failed or cancelled task keeps why (``state.failure`` / ``state.cancellation``).
 """

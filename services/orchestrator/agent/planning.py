@@ -2,15 +2,15 @@
 and what its reply (or its failure) does.
 
 Rules:
-- Hard limits (seed 000 §4, seed 003): the step that would reach ``max_rounds``, or a
+- Hard limits (rule A2, docs/architecture.md): the step that would reach ``max_rounds``, or a
   task that has used ``max_tool_calls`` tool calls, ``max_tokens`` tokens or
   ``task_deadline_s`` seconds, gets one final call without tools, told to answer now
   (``prompt.LIMIT_NOTE``); the limit is the task's ``stop_reason``.
-- Soft limit: two rounds or two tool calls before a hard limit the model is told to
+- Soft limit (rule A3): two rounds or two tool calls before a hard limit the model is told to
   finish soon (``prompt.SOFT_LIMIT_NOTE``).
-- Window: the history sent is cut to ``context_window_chars`` (``window.window``).
+- Window (rule A4): the history sent is cut to ``context_window_chars`` (``window.window``).
 - Tool schemas: the task's allowed tools, none on a final call.
-- Retrieval-only mode (no model configured, the model failed, or its breaker is open):
+- Retrieval-only mode (rule A13; no model configured, the model failed, or its breaker is open):
   one real ``kb_search`` for the question, then an answer quoting the evidence
   (``fallback.compose``).
 """

@@ -6,10 +6,10 @@ Rules:
 - Every result of a call that ran feeds its tool's breaker: a transient error or a
   timeout is a failure, anything else a success (refusals never ran and do not count).
 - A transient error is retried instead of being shown to the model, at most
-  ``tool_max_retries`` times, after a backoff with full jitter (seed 003):
+  ``tool_max_retries`` times, after a backoff with full jitter (rule A8, docs/architecture.md):
   uniform(0, ``tool_retry_base_s`` × 2^attempt) seconds.
 - When all of a step's calls are in, their evidence is numbered into the task's pool
-  (``evidence.EvidencePool``, seed 000 §7) in call order, each result becomes a ``tool``
+  (``evidence.EvidencePool``, rule A10) in call order, each result becomes a ``tool``
   message, and the next model step starts.
 """
 

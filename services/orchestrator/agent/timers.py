@@ -1,6 +1,7 @@
-"""Timers: what the sweeper's wake-up does to a task waiting for tools or people.
+"""Timers: what the sweeper's wake-up does to a task waiting for tools or people
+(rules A7 and A8, docs/architecture.md).
 
-Rules, for each call still without a result at ``now``:
+For each call still without a result at ``now``:
 - a pending approval past ``expires_at`` is refused with ``approval_expired``;
 - a request never confirmed on the bus (its replica died between the checkpoint and
   the publish: ``state.OUTBOX_RESEND_S``) or whose retry is due is sent again

@@ -1,4 +1,4 @@
-"""Vetting the model's tool calls before any runs.
+"""Vetting the model's tool calls before any runs (rule A5, docs/architecture.md).
 
 Each call is checked in this order (the first that applies answers it, and a
 refused call never runs; its ``Refusal`` is shown to the model as an error):
@@ -6,7 +6,7 @@ refused call never runs; its ``Refusal`` is shown to the model as an error):
 1. the tool is offered to this task (an unknown name is refused too: ``tool_not_available``);
 2. its arguments are a JSON object matching the tool's schema (``bad_arguments``);
 3. a person rejected this exact call earlier in the task (``rejected_by_user``);
-4. loop detection (seed 003, ``policies.LOOP_WARN_AT`` / ``LOOP_STOP_AT``): the 3rd
+4. loop detection (rule A6, ``policies.LOOP_WARN_AT`` / ``LOOP_STOP_AT``): the 3rd
    identical call is answered "you already have that result" (``repeated_call``),
    the 4th ends the task with a report of what was tried;
 5. the tool-call budget ``max_tool_calls`` (``tool_budget_exhausted``);
@@ -40,7 +40,7 @@ from services.orchestrator.agent.effects import (
 from services.orchestrator.agent.state import PendingCall, Phase, Refusal, TaskState
 
 LOOP_STOP = "loop_stop"
-"""What ``vet`` returns for a call that ends the task (loop detection, rule 4)."""
+"""What ``vet`` returns for a call that ends the task (loop detection, check 4)."""
 
 
 def _refuse(code: str, kind: str, message: str, hint: str) -> Refusal:
@@ -48,7 +48,7 @@ def _refuse(code: str, kind: str, message: str, hint: str) -> Refusal:
 
 
 def check_arguments(state: TaskState, name: str, args: dict[str, Any] | None) -> Refusal | None:
-    """Rules 1-2: the tool is offered and the arguments fit its schema; a ``Refusal`` if not."""
+    """Checks 1-2: the tool is offered and the arguments fit its schema; a ``Refusal`` if not."""
     if name not in state.allowed_tools or name not in TOOL_SPECS:
         return _refuse("tool_not_available", "forbidden", f"tool {name!r} is not available",
                        f"available tools: {', '.join(state.allowed_tools) or 'none'}")
@@ -65,7 +65,7 @@ def check_arguments(state: TaskState, name: str, args: dict[str, Any] | None) ->
 
 def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | None,
         now: datetime) -> Refusal | str | None:
-    """Apply rules 1-7 to ``call`` with the model's ``args`` (None: not a JSON object),
+    """Apply checks 1-7 to ``call`` with the model's ``args`` (None: not a JSON object),
     counting its signature and, if it may run, the budget.
 
     Returns a ``Refusal``, ``LOOP_STOP`` (end the task), or None (the call runs; with
