@@ -77,15 +77,23 @@ def create_task(base_url: str, question: str, session_id: str | None = None, tim
     return resp.json()
 
 
+class StreamCutShort(httpx.TransportError):
+    """A task's stream needed more than ``reconnects`` reconnections before its terminal event."""
+
+
 def stream_task(base_url: str, task_id: str, last_event_id: int | None = None, reconnects: int = 5,
                 read_timeout_s: float = 60.0) -> Iterator[SseEvent]:
     """Yield a task's events until its terminal event, reconnecting with ``Last-Event-ID``.
 
-    Raises ``httpx.HTTPStatusError`` (e.g. 404 unknown task) and
-    ``httpx.TransportError`` after ``reconnects`` failed reconnections.
+    Every stream ends with a terminal event, so a response that ends without one (a
+    gateway shutting down, or a bug) is reconnected like a dropped connection. At most
+    ``reconnects`` reconnections are made in all (0: none); one more raises ``StreamCutShort``.
+
+    Raises ``httpx.HTTPStatusError`` (e.g. 404 unknown task), ``StreamCutShort`` (a
+    ``httpx.TransportError``) past ``reconnects``, and the last ``httpx.TransportError``.
     """
     last = last_event_id
-    failures = 0
+    made = 0
     while True:
         headers = {"Accept": "text/event-stream"}
         if last is not None:
@@ -95,13 +103,16 @@ def stream_task(base_url: str, task_id: str, last_event_id: int | None = None, r
                               timeout=httpx.Timeout(read_timeout_s, connect=5.0)) as resp:
                 resp.raise_for_status()
                 for ev in iter_sse(resp.iter_lines()):
-                    failures = 0
                     if ev.id is not None:
                         last = ev.id
                     yield ev
                     if ev.event in TERMINAL_TYPES:
                         return
-        except httpx.TransportError:
-            failures += 1
-            if failures > reconnects:
+            cause: str = "the stream ended without a terminal event"
+        except httpx.TransportError as exc:
+            if made >= reconnects:
                 raise
+            cause = repr(exc)
+        made += 1
+        if made > reconnects:
+            raise StreamCutShort(f"task {task_id}: {cause} after {reconnects} reconnection(s) (last id {last})")

@@ -43,13 +43,12 @@ import sys
 import time
 from collections.abc import Callable
 
+from conduit.records import keys
 from conduit.runtime.settings import Settings
 
 REDIS_TIMEOUT_S = 2.0
 """Connect and read timeout of one Redis check (seconds)."""
 
-KEY_PATTERN = "conduit:alive:{service}:*"
-"""Liveness keys written by ``conduit.runtime.liveness.heartbeat``."""
 
 
 def heartbeat_present(redis_url: str, service: str) -> bool:
@@ -58,7 +57,7 @@ def heartbeat_present(redis_url: str, service: str) -> bool:
 
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
     try:
-        for _ in client.scan_iter(match=KEY_PATTERN.format(service=service), count=500):
+        for _ in client.scan_iter(match=keys.alive_pattern(service), count=500):
             return True
         return False
     finally:
@@ -74,7 +73,7 @@ def sandbox_isolation(redis_url: str) -> tuple[int, str]:
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
     try:
         reasons = []
-        for k in client.scan_iter(match="conduit:sandbox:status:*", count=500):
+        for k in client.scan_iter(match=keys.SANDBOX_STATUS_PATTERN, count=500):
             raw = client.get(k)
             status = json.loads(raw) if raw else {}
             if status.get("isolated"):
@@ -103,7 +102,7 @@ def check(kind: str, service: str, redis_url: str) -> tuple[int, str]:
         return sandbox_isolation(redis_url)
     if present:
         return 0, f"{service} heartbeat present"
-    return 1, f"no heartbeat key {KEY_PATTERN.format(service=service)}"
+    return 1, f"no heartbeat key {keys.alive_pattern(service)}"
 
 
 async def missing_topics(bootstrap: str, wanted: tuple[str, ...]) -> list[str]:

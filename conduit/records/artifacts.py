@@ -24,6 +24,7 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
+from conduit.records import keys
 
 from contracts.envelope import utcnow
 from contracts.events import ArtifactRef
@@ -72,7 +73,7 @@ def media_type(name: str) -> str:
 
 def key(artifact_id: str) -> str:
     """Redis key of one artifact."""
-    return f"conduit:artifact:{artifact_id}"
+    return keys.artifact(artifact_id)
 
 
 class ArtifactStore:

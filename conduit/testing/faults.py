@@ -13,6 +13,8 @@ import os
 
 from redis.asyncio import Redis
 
+from conduit.records import keys
+
 CRASH_ENV = "CONDUIT_FAULT_CRASH_ONCE"
 """Environment variable naming the fault point to crash at."""
 EXIT_CODE = 70
@@ -28,7 +30,7 @@ class CrashOnce:
 
     async def reached(self, point: str, task_id: str) -> None:
         """Exit with ``EXIT_CODE`` if ``point`` is the configured one and this task has not crashed yet."""
-        if point == self.point and await self.redis.set(f"conduit:fault:{task_id}", "1", nx=True, ex=600):
+        if point == self.point and await self.redis.set(keys.fault(task_id), "1", nx=True, ex=600):
             logging.getLogger("conduit.testing.faults").error("fault injection: exiting at %s", point)
             os._exit(EXIT_CODE)
 

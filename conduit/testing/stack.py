@@ -41,9 +41,10 @@ def restart(stack: Stack, name: str, drop: tuple[str, ...] = (), **env: str) -> 
     return stack.procs[name]
 
 
-def add_replica(stack: Stack, name: str, key: str) -> ServiceProcess:
-    """Start one more process of service ``name`` (registered as ``key``) with the same environment."""
-    proc = ServiceProcess(name, dict(stack.procs[name].env), stack.log_dir).start()
+def add_replica(stack: Stack, name: str, key: str, **env: str) -> ServiceProcess:
+    """Start one more process of service ``name`` (registered as ``key``) with the same environment
+    plus ``env`` overrides (e.g. a ``CONDUIT_MODEL`` of its own, to tell its model calls apart)."""
+    proc = ServiceProcess(name, {**stack.procs[name].env, **env}, stack.log_dir).start()
     stack.procs[key] = proc
     return proc
 

@@ -2,7 +2,8 @@
 
 - ``POST /v1/tasks/{id}/approvals/{call_id}`` body ``ApprovalDecisionBody`` -> 202;
   validated against the pending record (404 ``approval_not_found``, 409
-  ``approval_not_pending`` / ``approval_expired`` / ``digest_mismatch``, 422
+  ``approval_not_pending`` (decided already, also by a decision the orchestrator has not
+  recorded yet: ``conduit.records.approvals.claim``) / ``approval_expired`` / ``digest_mismatch``, 422
   ``invalid_arguments`` for an edit that does not fit the tool's schema), then
   published as ``ApprovalDecided`` on ``conduit.control``.
 - ``GET /v1/tasks/{id}/trace`` -> the task's timeline (model calls and tool calls).
@@ -64,7 +65,14 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
         payload=ApprovalDecisionPayload(call_id=call_id, decision=body.decision, arguments=arguments,
                                         arguments_digest=new_digest or record.arguments_digest, comment=body.comment),
     )
-    await tasks.publish(state, topics.CONTROL, event)
+    earlier = await approvals.claim(state.redis, record, body.decision)  # one decision per call
+    if earlier is not None:
+        raise ApiError(409, "approval_not_pending", f"approval {call_id!r} is already {earlier}", {"status": earlier})
+    try:
+        await tasks.publish(state, topics.CONTROL, event)
+    except BaseException:
+        await approvals.release(state.redis, task_id, call_id)
+        raise
     return JSONResponse({"task_id": task_id, "call_id": call_id, "decision": body.decision,
                          "arguments_digest": event.payload.arguments_digest}, status_code=202)
 

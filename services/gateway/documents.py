@@ -31,6 +31,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
+from conduit.records import keys
 from contracts import topics
 from contracts.api import ErrorBody
 from contracts.documents import (
@@ -49,10 +50,7 @@ from contracts.documents import (
     SearchRequested,
     SearchRequestPayload,
     SearchResponse,
-    document_key,
-    documents_key,
     index_document_id,
-    reply_key,
 )
 from contracts.envelope import utcnow
 from services.gateway.errors import ApiError
@@ -130,7 +128,7 @@ async def search(request: Request, state: GatewayState = Depends(get_state)) -> 
             deadline_at=utcnow() + timedelta(seconds=timeout_s)),
     )
     await _send(state, event)
-    popped = await state.redis.blpop([reply_key(request_id)], timeout=timeout_s)
+    popped = await state.redis.blpop([keys.reply(request_id)], timeout=timeout_s)
     if popped is None:
         raise ApiError(504, "retriever_timeout", f"the retriever did not answer within {timeout_s:.0f} s",
                        {"timeout_s": timeout_s})
@@ -146,7 +144,7 @@ def _url(document_id: str) -> str:
 
 
 async def _load(state: GatewayState, document_id: str) -> DocumentView:
-    raw = await state.redis.get(document_key(state.settings.default_tenant, document_id))
+    raw = await state.redis.get(keys.document(state.settings.default_tenant, document_id))
     if not raw:
         raise ApiError(404, "document_not_found", f"no document {document_id!r} (unknown or deleted)",
                        {"document_id": document_id})
@@ -155,8 +153,8 @@ async def _load(state: GatewayState, document_id: str) -> DocumentView:
 
 async def _save(state: GatewayState, view: DocumentView) -> None:
     async with state.redis.pipeline(transaction=True) as pipe:
-        pipe.set(document_key(view.tenant_id, view.document_id), view.model_dump_json())
-        pipe.sadd(documents_key(view.tenant_id), view.document_id)
+        pipe.set(keys.document(view.tenant_id, view.document_id), view.model_dump_json())
+        pipe.sadd(keys.documents(view.tenant_id), view.document_id)
         await pipe.execute()
 
 
@@ -173,7 +171,7 @@ async def create_document(request: Request, state: GatewayState = Depends(get_st
                                       text=body.text, source=body.source),
     )
     now = utcnow()
-    previous = await state.redis.get(document_key(tenant, document_id))
+    previous = await state.redis.get(keys.document(tenant, document_id))
     created_at = DocumentView.model_validate_json(previous).created_at if previous else now
     view = DocumentView(document_id=document_id, tenant_id=tenant, index_document_id=index_id, title=body.title,
                         source=body.source, status="queued", chars=len(body.text), request_id=str(event.event_id),
@@ -191,14 +189,14 @@ async def create_document(request: Request, state: GatewayState = Depends(get_st
 async def list_documents(state: GatewayState = Depends(get_state)) -> DocumentList:
     """The tenant's documents with their status, oldest first."""
     tenant = state.settings.default_tenant
-    ids = sorted(m.decode() for m in await state.redis.smembers(documents_key(tenant)))
+    ids = sorted(m.decode() for m in await state.redis.smembers(keys.documents(tenant)))
     views = []
     if ids:
-        for document_id, raw in zip(ids, await state.redis.mget([document_key(tenant, i) for i in ids])):
+        for document_id, raw in zip(ids, await state.redis.mget([keys.document(tenant, i) for i in ids])):
             if raw:
                 views.append(DocumentView.model_validate_json(raw))
             else:  # deleted meanwhile
-                await state.redis.srem(documents_key(tenant), document_id)
+                await state.redis.srem(keys.documents(tenant), document_id)
     views.sort(key=lambda v: (v.created_at, v.document_id))
     return DocumentList(documents=views)
 

@@ -20,6 +20,7 @@ import json
 import logging
 import uuid
 
+from conduit.records import keys
 from conduit.runtime import bus, tracing
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
@@ -68,7 +69,7 @@ async def create_task(state: GatewayState, body: TaskCreate, traceparent: str | 
     tenant = state.settings.default_tenant
     claim = None
     if idempotency_key is not None:
-        claim = f"conduit:idempotency:{tenant}:{hashlib.sha256(idempotency_key.encode()).hexdigest()}"
+        claim = keys.idempotency(tenant, hashlib.sha256(idempotency_key.encode()).hexdigest())
         earlier = await _claim(state, claim, body, task_id, session_id)
         if earlier is not None:
             return earlier, True

@@ -20,14 +20,14 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
 
-from conduit.records.taskstore import cancel_key
+from conduit.records import keys
 from conduit.records.taskstream import APPEND_EVENT_LUA, TaskEventLog
 from contracts.stream import StreamEvent
 from services.orchestrator.agent.effects import IN_SAVE, Effect, Emit, HoldLease, Step, Wake
 from services.orchestrator.agent.state import TaskState
 
-LEASES = "conduit:leases"
-TOOL_DEADLINES = "conduit:tool_deadlines"
+LEASES = keys.LEASES
+TOOL_DEADLINES = keys.TOOL_DEADLINES
 
 _CAS = APPEND_EVENT_LUA + """
 -- KEYS: checkpoint, leases, the task's event log, its seq counter, its seal, tool deadlines
@@ -93,7 +93,7 @@ class StateStore:
     @staticmethod
     def key(task_id: str) -> str:
         """Redis key of a task checkpoint."""
-        return f"conduit:state:{task_id}"
+        return keys.state(task_id)
 
     async def load(self, task_id: str) -> TaskState | None:
         """Return the latest checkpoint or None."""
@@ -214,8 +214,8 @@ class StateStore:
 
     async def request_cancel(self, task_id: str) -> None:
         """Flag the task as cancelled so a running model stream stops at its next chunk."""
-        await self.redis.set(cancel_key(task_id), "1", ex=self.ttl_s)
+        await self.redis.set(keys.cancel(task_id), "1", ex=self.ttl_s)
 
     async def cancel_requested(self, task_id: str) -> bool:
         """True once a cancel was requested."""
-        return bool(await self.redis.exists(cancel_key(task_id)))
+        return bool(await self.redis.exists(keys.cancel(task_id)))

@@ -32,6 +32,7 @@ import logging
 import os
 import socket
 
+from conduit.records import keys
 from conduit.records.artifacts import ArtifactStore
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
@@ -77,7 +78,7 @@ STATUS_TTL_S = 30
 
 def status_key() -> str:
     """This process's readiness key: ``conduit:sandbox:status:{host}:{pid}``."""
-    return f"conduit:sandbox:status:{socket.gethostname()}:{os.getpid()}"
+    return keys.sandbox_status(socket.gethostname(), os.getpid())
 
 
 async def publish_status(service: ToolService, setup: Setup | None = None) -> None:
@@ -132,12 +133,4 @@ def main(settings: Settings) -> None:
     else:
         log.error("sandbox unavailable, code_exec will be refused: %s", reason)
     service = build_service(settings)
-
-    async def run() -> None:
-        status = asyncio.create_task(publish_status(service))
-        try:
-            await service.serve()
-        finally:
-            status.cancel()
-
-    asyncio.run(run())
+    asyncio.run(service.serve(background=[lambda: publish_status(service)]))

@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from fastapi import FastAPI
+from pydantic import TypeAdapter
 from redis.asyncio import Redis
 
 from conduit.ops import infra
@@ -29,10 +30,14 @@ from conduit.ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
+from conduit.testing.waits import until
 from contracts import topics
-from contracts.events import QuestionAsked, TaskCancelled, parse_event
-from contracts.stream import AnswerDelta, TaskCompleted, parse_stream_event
+from contracts.events import QuestionAsked, TaskCancelled
+from contracts.stream import AnswerDelta, TaskCompleted, TaskStreamEvent
 from services.gateway.app import create_app
+
+parse_stream_event = TypeAdapter(TaskStreamEvent).validate_json
+"""The JSON ``data`` of an SSE event as its ``contracts.stream`` model."""
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -154,10 +159,9 @@ async def consume_all(bootstrap: str, topic: str, match: Callable[[ConsumerRecor
 def question_of(rec: ConsumerRecord) -> str | None:
     """The question of a ``QuestionAsked`` record, None for anything else on the topic."""
     try:
-        event = parse_event(rec.value)
+        return QuestionAsked.model_validate_json(rec.value).payload.question
     except ValueError:
         return None
-    return event.payload.question if isinstance(event, QuestionAsked) else None
 
 
 def completed(answer: str = "done") -> TaskCompleted:
@@ -183,8 +187,7 @@ async def test_post_task_publishes_question(client, infra_stack, redis):
     assert resp.headers["location"] == f"/v1/tasks/{task_id}"
 
     rec = await consume(infra_stack.bootstrap, topics.QUESTIONS, lambda r: r.key == task_id.encode())
-    event = parse_event(rec.value)
-    assert isinstance(event, QuestionAsked)
+    event = QuestionAsked.model_validate_json(rec.value)
     assert (event.task_id, event.session_id, event.user_id) == (task_id, session_id, "u1")
     assert event.tenant_id == "default" and event.traceparent == TRACEPARENT
     assert event.payload.question == question and event.payload.allowed_tools == ["kb_search"]
@@ -223,14 +226,14 @@ async def test_idempotency_key_replays_the_same_task(client, infra_stack):
         assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request", bad
 
 
-async def test_sse_streams_prior_and_live_events_then_stops(client, log):
+async def test_sse_streams_prior_and_live_events_then_stops(client, log, gw):
     task_id = await new_task(client)
     await log.append(task_id, AnswerDelta(text="Hel"))  # before the client connects
+    hub = gw.app.state.gateway.hub
 
     async def orchestrator() -> None:
-        await asyncio.sleep(0.3)  # the client is connected and waiting
+        assert await until(lambda: task_id in hub._topics, 10)  # the client is connected and its log read
         await log.append(task_id, AnswerDelta(text="lo"))
-        await asyncio.sleep(0.1)
         await log.append(task_id, AnswerDelta(text="!"))
         await log.append(task_id, completed("Hello!"))
         await log.append(task_id, AnswerDelta(text="after terminal"))  # refused: log sealed
@@ -398,8 +401,8 @@ async def test_cancel_publishes_task_cancelled(client, infra_stack, log):
     assert resp.status_code == 202
     assert resp.json() == {"task_id": task_id, "status": "cancel_requested"}
     rec = await consume(infra_stack.bootstrap, topics.CONTROL, lambda r: r.key == task_id.encode())
-    event = parse_event(rec.value)
-    assert isinstance(event, TaskCancelled) and event.task_id == task_id and event.traceparent == TRACEPARENT
+    event = TaskCancelled.model_validate_json(rec.value)
+    assert event.task_id == task_id and event.traceparent == TRACEPARENT
 
     await log.append(task_id, completed())  # the task ended first
     late = await client.post(f"/v1/tasks/{task_id}/cancel")

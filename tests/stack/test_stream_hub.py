@@ -18,7 +18,9 @@ from redis.exceptions import RedisError
 from conduit.ops import infra
 from conduit.records.taskstream import TaskEventLog
 from contracts.stream import AnswerDelta, TaskCompleted
-from services.gateway.hub import StreamHub, Subscription, release_memory
+from conduit.runtime.allocator import release_memory
+from conduit.testing.waits import until
+from services.gateway.hub import StreamHub, Subscription
 
 
 @pytest.fixture
@@ -89,23 +91,20 @@ async def test_many_concurrent_subscribers_get_every_event_in_order(make_hub, lo
 async def test_subscriber_added_while_the_read_blocks_gets_its_first_event_promptly(make_hub, log):
     hub = make_hub(block_ms=10_000)
     idle = hub.subscribe(tid(), 0)  # keeps the reader blocked on one quiet log
-    await asyncio.sleep(0.3)
-    assert hub._blocking
+    assert await until(lambda: hub._blocking, 10)
 
+    # promptly = well inside the 10 s block: without the wake, next_batch(5) would return [] first
     t = tid()
     await log.append(t, AnswerDelta(text="already there"))
-    started = time.perf_counter()
+    rounds = hub.rounds
     sub = hub.subscribe(t, 0)
     batch = await sub.next_batch(5)
-    first = time.perf_counter() - started
-    assert [ev.seq for ev in batch] == [1] and first < 0.2, first
+    assert [ev.seq for ev in batch] == [1] and hub.wakes >= 1
 
-    await asyncio.sleep(0.2)  # blocked again, now on both logs: a live append arrives promptly too
-    started = time.perf_counter()
+    assert await until(lambda: hub._blocking and hub.rounds > rounds, 10)  # blocked again, now on both logs
     await log.append(t, AnswerDelta(text="live"))
     batch = await sub.next_batch(5)
-    assert [ev.seq for ev in batch] == [2] and time.perf_counter() - started < 0.2
-    assert hub.wakes >= 1
+    assert [ev.seq for ev in batch] == [2]
     hub.unsubscribe(sub)
     hub.unsubscribe(idle)
 
@@ -160,7 +159,7 @@ async def test_unsubscribe_on_disconnect_leaves_no_registration(make_hub, log):
 
     runners = [asyncio.create_task(stream(s)) for s in subs]
     await log.append(t, AnswerDelta(text="x"))
-    await asyncio.sleep(0.2)
+    assert await until(lambda: all(s.last == 1 and s._waiter is not None for s in subs), 10)  # read, waiting again
     assert hub.subscribers == 3 and hub.tasks == 1
     for r in runners:  # the client went away: sse-starlette cancels the generator
         r.cancel()
@@ -179,7 +178,7 @@ async def test_interrupt_ends_the_wait_at_once(make_hub):
     hub = make_hub(block_ms=5000)
     sub = hub.subscribe(tid(), 0)
     waiting = asyncio.create_task(sub.next_batch(10))
-    await asyncio.sleep(0.1)
+    assert await until(lambda: sub._waiter is not None, 5)
     sub.interrupt()
     assert await asyncio.wait_for(waiting, 1) is None
     hub.unsubscribe(sub)
@@ -208,9 +207,7 @@ async def test_release_memory_after_the_last_subscriber_leaves(make_hub, monkeyp
     hub = make_hub(block_ms=5000, release_delay_s=0.1, release_min_peak=2)
     a, b = hub.subscribe(tid(), 0), hub.subscribe(tid(), 0)
     hub.unsubscribe(a)
-    await asyncio.sleep(0.2)
-    assert calls == []  # one stream still open
+    assert calls == [] and hub._release is None  # one stream still open: no release scheduled
     hub.unsubscribe(b)
-    await asyncio.sleep(0.3)
-    assert calls == [1]
+    assert await until(lambda: calls == [1], 5)
     assert isinstance(release_memory(), bool)

@@ -33,12 +33,12 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="PyYAML (installed with the dev dependency kubernetes-validate) is needed")
 
-from conduit.ops.asyncapi import TOPIC_DOCS  # noqa: E402
 from conduit.ops.services import SERVICES  # noqa: E402
 from conduit.runtime.settings import Settings  # noqa: E402
 from contracts import topics  # noqa: E402
+from contracts.channels import CHANNELS  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "k8s" / "base"
 DEV = ROOT / "k8s" / "overlays" / "dev"
 K8S_VERSION = "1.31.0"
@@ -566,7 +566,7 @@ def test_keda_scales_each_consumer_group_on_its_topics(base: list[Obj]) -> None:
     """One ScaledObject per consumer group, with a trigger for every topic the group reads."""
     config = _one(base, "ConfigMap", "conduit-config", NAMESPACE)["data"]
     consumed: dict[str, set[str]] = {}
-    for doc in TOPIC_DOCS:
+    for doc in CHANNELS:
         for group in doc.consumers:
             consumed.setdefault(group, set()).add(doc.topic)
     seen = {}

@@ -14,25 +14,27 @@ import uuid
 from pathlib import Path
 
 import pytest
+from aiokafka.partitioner import murmur2
 
 from conduit.runtime import bus
 from conduit.testing.bus import await_tool_result
+from conduit.testing.waits import until
 from conduit.ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
 from contracts import topics
 from contracts.events import ToolRequested, ToolRequestPayload
 from services.sandbox import isolation, watchdog
 from services.sandbox.main import build_service, format_output
-from services.sandbox.runner import Limits, RunResult, SandboxUnavailable, run_code
+from services.sandbox.runner import Limits, SandboxUnavailable, run_code
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 OK, WHY = isolation.sandbox_status()
 needs_bwrap = pytest.mark.skipif(not OK, reason=f"sandbox isolation unavailable: {WHY}")
 LIMITS = Limits(timeout_s=5.0, memory_mb=512, output_bytes=64_000)
 
 
-def _request(code: str) -> ToolRequested:
-    call_id, task_id = uuid.uuid4().hex, f"t-{uuid.uuid4().hex[:8]}"
+def _request(code: str, task_id: str | None = None) -> ToolRequested:
+    call_id, task_id = uuid.uuid4().hex, task_id or f"t-{uuid.uuid4().hex[:8]}"
     return ToolRequested(task_id=task_id, session_id="s1", payload=ToolRequestPayload(
         call_id=call_id, tool="code_exec", arguments={"code": code, "reason": "test"}, step=1,
         idempotency_key=f"{task_id}:1:{call_id}"))
@@ -154,9 +156,12 @@ async def test_fork_bomb_is_contained_and_cleaned_up() -> None:
     code += "time.sleep(30)"
     result = await run_code(code, Limits(timeout_s=2.0, max_procs=16))
     assert result.exit_code != 0 and result.duration_s < 4.0
-    await asyncio.sleep(0.5)
-    leftovers = [p for p in watchdog.process_tree(1) if _cmdline(p).endswith(isolation.CODE_PATH)]
-    assert leftovers == []
+    assert await _gone(isolation.CODE_PATH), "fork bomb processes were left behind"
+
+
+async def _gone(path: str, timeout_s: float = 10.0) -> bool:
+    """Wait until no process started as ``path`` is left (killed trees are reaped by init a moment later)."""
+    return await until(lambda: not [p for p in watchdog.process_tree(1) if _cmdline(p).endswith(path)], timeout_s)
 
 
 def _cmdline(pid: int) -> str:
@@ -200,8 +205,7 @@ async def test_service_keeps_serving_after_each_bomb(settings: Settings) -> None
         assert after.outcome == "ok" and (after.output or "").startswith("45\n"), after
     finally:
         await service.redis.aclose()
-    await asyncio.sleep(0.3)
-    assert [p for p in watchdog.process_tree(1) if _cmdline(p).endswith(isolation.LAUNCHER_PATH)] == []
+    assert await _gone(isolation.LAUNCHER_PATH), "sandbox launchers were left behind"
 
 
 @needs_bwrap
@@ -255,32 +259,43 @@ async def test_readiness_reports_why_isolation_is_missing(infra_stack, settings:
             assert "UNSAFE" in reason
 
 
-def test_format_output_sections() -> None:
-    result = RunResult(stdout="1\n", stderr="Traceback\n", exit_code=1, timed_out=True, killed_reason="timeout",
-                       truncated=False, duration_s=1.0)
-    text = format_output(result, Limits(timeout_s=10))
-    assert text.splitlines() == ["1", "[stderr]", "Traceback", "[exit code 1, 1.00 s]",
-                                 "[stopped: wall-time limit of 10 s reached]"]
-
-
+def _task_id_on(partition: int, partitions: int) -> str:
+    """A task id whose Kafka key lands on ``partition`` (the producer's murmur2 partitioner)."""
+    while True:
+        task_id = f"t-{uuid.uuid4().hex[:8]}"
+        if (murmur2(task_id.encode()) & 0x7FFFFFFF) % partitions == partition:
+            return task_id
 
 
 @needs_bwrap
 async def test_concurrency_limit_runs_n_at_once(settings: Settings) -> None:
-    """sandbox_concurrency=2: three 1.5 s programs sent at once overlap two at a time, never three.
+    """sandbox_concurrency=2: two programs run at the same time, a third waits (never three at once).
 
-    The ToolService runs in-process (its consumers are FastStream's, one per worker)."""
+    The ToolService runs in-process (its consumers are FastStream's, one per worker). Once both
+    consumers hold partitions, two requests are keyed to partitions of different consumers and a
+    third to the first consumer's again; overlap is read from the times the programs print."""
     settings = settings.model_copy(update={"sandbox_concurrency": 2})
     service = build_service(settings)
     assert service.max_workers == 2
     await bus.ensure_topics(settings)
-    bus.subscribe(service.broker, settings, service.redis, topic=service.topic, group_id=f"{service.group_id}-conc-test",
-                  model=ToolRequested, handler=service.handle, consumer_name=service.name, max_workers=service.max_workers)
+    bus.subscribe(service.broker, settings, service.redis, topic=service.topic,
+                  group_id=f"{service.group_id}-conc-{uuid.uuid4().hex[:6]}", model=ToolRequested,
+                  handler=service.handle, consumer_name=service.name, max_workers=service.max_workers)
     await service.broker.start()
     try:
-        requests = [_request("import time\nprint(time.time())\ntime.sleep(1.5)\nprint(time.time())")
-                    for _ in range(3)]
-        for i, request in enumerate(requests):  # three different partition keys, most likely 2+ partitions
+        (subscriber,) = service.broker.subscribers
+        owned: list[set[int]] = []
+
+        def assigned() -> bool:  # both consumers joined the group and got their partitions (joins take seconds)
+            owned[:] = [{tp.partition for tp in c.assignment()} for c in subscriber.consumer_subgroup]
+            return len(owned) == 2 and all(owned)
+
+        assert await until(assigned, 30), owned
+        partitions = len(owned[0] | owned[1])
+        first, second = min(owned[0]), min(owned[1])
+        code = "import time\nprint(time.time())\ntime.sleep(1.5)\nprint(time.time())"
+        requests = [_request(code, _task_id_on(p, partitions)) for p in (first, second, first)]
+        for request in requests:
             await bus.publish(service.broker, topics.TOOL_REQUESTS_SANDBOX, request)
         spans = []
         for request in requests:
@@ -291,8 +306,8 @@ async def test_concurrency_limit_runs_n_at_once(settings: Settings) -> None:
     finally:
         await service.broker.stop()
         await service.redis.aclose()
-    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
-    assert most <= 2, spans
+    at_once = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert at_once == 2, spans  # 1 would mean no concurrency, 3 a broken limit
 
 
 @needs_bwrap

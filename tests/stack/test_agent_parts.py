@@ -1,5 +1,6 @@
-"""Agent building blocks: evidence pool, citation check, fallback answerer, model client
-(against the scripted OpenAI-compatible server over real HTTP), task event log (real Redis)."""
+"""Agent building blocks with real parts: the model client (against the scripted
+OpenAI-compatible server over real HTTP), the task event log and checkpoints (real Redis),
+a tool request of a cancelled task (real broker). Pure parts: tests/unit/test_agent_blocks.py."""
 
 from __future__ import annotations
 
@@ -10,48 +11,8 @@ import pytest
 from conduit.runtime.settings import Settings
 from conduit.records.taskstream import TaskEventLog
 from conduit.testing.scripted_model import ScriptedModel, Turn
-from contracts.evidence import EvidenceItem
 from contracts.stream import AnswerDelta, TaskCompleted, TaskFailed
-from services.orchestrator.agent import fallback
-from services.orchestrator.agent.evidence import EvidencePool
 from services.orchestrator.openai_model import ModelClient, ModelError
-
-
-def kb(chunk: str, doc: str = "d1", kind: str = "original", score: float = 0.8) -> EvidenceItem:
-    return EvidenceItem(chunk_id=chunk, document_id=doc, kind=kind, title=f"《{doc}》", locator="第一条", score=score,
-                        text=f"text of {chunk}")
-
-
-def test_pool_numbers_in_order_dedupes_and_drops_summary_of_present_original():
-    pool = EvidencePool([])
-    ctx, new = pool.add([kb("a"), kb("b"), kb("a")])
-    assert [i.index for i in ctx] == [1, 2] and len(new) == 2
-    web = EvidenceItem(chunk_id="u#1", kind="web", title="page", url="https://x.test/p", text="t")
-    ctx, new = pool.add([kb("b"), kb("s", kind="summary"), web, web.model_copy(), web.model_copy(update={"chunk_id": "u#2"})])
-    assert [i.index for i in ctx] == [2, 3, 4]  # b keeps its number, summary of d1 dropped, same web chunk once
-    assert [i.index for i in new] == [3, 4]
-
-
-def test_citation_check_removes_unknown_numbers():
-    pool = EvidencePool([])
-    pool.add([kb("a"), kb("b")])
-    answer, citations, removed = pool.check_citations("甲[1]，乙[2][7]。")
-    assert answer == "甲[1]，乙[2]。" and removed == [7]
-    assert [c.index for c in citations] == [1, 2]
-
-
-def test_fallback_quotes_best_passages_with_citations():
-    pool = EvidencePool([])
-    pool.add([kb("a", score=0.4), kb("b", score=0.9)])
-    text = fallback.compose("问题", pool.items, model_configured=False)
-    assert text.startswith("（未配置语言模型") and "OPENAI_BASE_URL" in text
-    assert text.index("[1]") < text.index("[2]")  # the retriever's ranking, not the dense score
-    assert fallback.NOTHING_FOUND in fallback.compose("q", [], model_configured=True)
-
-
-def test_best_excerpt_picks_the_relevant_sentence_of_a_long_text():
-    long = "无关的句子。" * 200 + "征收率为百分之三。" + "其他内容。" * 200
-    assert "征收率为百分之三" in fallback.best_excerpt(long, "征收率是多少", limit=100)
 
 
 @pytest.fixture
@@ -76,31 +37,38 @@ async def test_model_client_streams_deltas_and_assembles_tool_calls(model_server
     assert r2.tool_calls[0].name == "kb_search" and '"增值税"' in r2.tool_calls[0].arguments
 
 
+async def _noop(_: str) -> None:
+    return None
+
+
 async def test_model_client_retries_before_first_token_then_gives_up(model_server):
     model_server.push(Turn(status=503, retry_after_s=0.1), Turn(content="ok"))
     client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
-
-    async def noop(_: str) -> None:
-        return None
-
-    r = await client.stream([{"role": "user", "content": "q"}], None, noop)
+    r = await client.stream([{"role": "user", "content": "q"}], None, _noop)
     assert r.content == "ok" and r.retries == 1
     model_server.push(Turn(status=500), Turn(status=500), Turn(status=500))
     with pytest.raises(ModelError) as err:
-        await client.stream([{"role": "user", "content": "q"}], None, noop)
+        await client.stream([{"role": "user", "content": "q"}], None, _noop)
     assert not err.value.streamed
+
+
+async def test_model_client_waits_the_retry_after_it_is_given(model_server):
+    """A 429 with ``Retry-After: 2`` is retried no sooner than 2 s later: full jitter alone waits at
+    most 0.5 s before the first retry, so the gap (arrival times at the server) shows the header won."""
+    model_server.push(Turn(status=429, retry_after_s=2.0), Turn(content="ok"))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+    r = await client.stream([{"role": "user", "content": "q"}], None, _noop)
+    assert r.content == "ok" and r.retries == 1
+    refused, retried = model_server.received_at[-2:]
+    assert retried - refused >= 2.0
 
 
 async def test_model_endpoint_down_fails_fast():
     from conduit.ops.infra import free_port
 
     client = ModelClient(Settings(openai_base_url=f"http://127.0.0.1:{free_port()}/v1", openai_api_key="k"))
-
-    async def noop(_: str) -> None:
-        return None
-
     with pytest.raises(ModelError):
-        await asyncio.wait_for(client.stream([{"role": "user", "content": "q"}], None, noop), timeout=20)
+        await asyncio.wait_for(client.stream([{"role": "user", "content": "q"}], None, _noop), timeout=20)
 
 
 async def test_event_log_seq_replay_and_single_terminal(redis):
@@ -145,7 +113,7 @@ async def test_checkpoint_save_appends_its_outbox_events_atomically(redis):
 async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
     import uuid
 
-    from conduit.records.taskstore import cancel_key
+    from conduit.records import keys
     from conduit.testing.bus import await_tool_result
     from conduit.runtime.toolservice import ToolOutput, ToolService
     from contracts import topics
@@ -162,7 +130,7 @@ async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
     await svc.broker.start()
     try:
         task_id, call_id = uuid.uuid4().hex, f"call_{uuid.uuid4().hex[:8]}"
-        await redis.set(cancel_key(task_id), "1", ex=60)
+        await redis.set(keys.cancel(task_id), "1", ex=60)
         await svc.handle(ToolRequested(task_id=task_id, session_id="s", payload=ToolRequestPayload(
             call_id=call_id, tool="kb_search", arguments={"query": "q", "reason": "r"}, step=1,
             idempotency_key=f"{task_id}:1:{call_id}")))
@@ -171,33 +139,3 @@ async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
     finally:
         await svc.broker.stop()
         await svc.redis.aclose()
-
-
-async def test_delta_writer_keeps_order_and_batches_while_an_append_is_in_flight() -> None:
-    """DeltaWriter: the first delta goes out alone at once; text added meanwhile is joined; nothing lost."""
-    from services.orchestrator.deltas import DeltaWriter
-
-    appended: list[str] = []
-    gate = asyncio.Event()
-
-    async def emit(text: str) -> None:
-        appended.append(text)
-        if len(appended) == 1:
-            await gate.wait()  # the first append is slow: the next deltas pile up
-
-    writer = DeltaWriter(emit)
-    await writer.add("a")
-    for t in ("b", "c", "d"):
-        await writer.add(t)
-    gate.set()
-    await writer.flush()
-    assert appended == ["a", "bcd"]
-
-    async def broken(text: str) -> None:
-        raise RuntimeError("redis down")
-
-    failing = DeltaWriter(broken)
-    await failing.add("x")
-    await failing.add("y")
-    with pytest.raises(RuntimeError):
-        await failing.flush()

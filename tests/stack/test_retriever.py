@@ -27,12 +27,12 @@ from conduit.ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure
 from contracts import topics
-from contracts.events import ToolRequested, ToolRequestPayload, ToolResult, parse_event
+from contracts.events import ToolRequested, ToolRequestPayload, ToolResult
 from contracts.tools import KbSearchArgs
 from services.retriever.documents import law_chunks, law_document_id
 from services.retriever.embeddings import UseEmbedder
 from services.retriever.ingest import CORPUS_MARKER, LAW_LAYOUT, corpus_ready, ingest_law_db, ingest_paths
-from services.retriever.lawdb import iter_articles, list_laws
+from services.retriever.lawdb import articles_by_law, list_laws
 from services.retriever.main import make_kb_search_tool
 from services.retriever.pipeline import KbSearcher
 from services.retriever.store import ClientVectorStore, EdgeVectorStore, SearchFilter, StoreError, open_store
@@ -141,7 +141,7 @@ def test_reingest_is_idempotent(kb: KB, embedder: UseEmbedder) -> None:
 
 
 def test_item_chunks_can_be_dropped_and_restored_by_reingest(kb: KB, embedder: UseEmbedder) -> None:
-    articles = {law.law_id: list(iter_articles(law)) for law in list_laws(law_names=LAWS)}
+    articles = {law.law_id: articles_by_law([law])[law.law_id] for law in list_laws(law_names=LAWS)}
     n_articles = sum(len(a) for a in articles.values())
     n_items = kb.store.count() - n_articles
     assert n_items > 0
@@ -169,7 +169,7 @@ def test_delete_by_document(kb: KB) -> None:
     before = kb.store.count()
     vat_chunks = kb.store.count(SearchFilter(document_ids=(VAT_DOC,)))
     (vat,) = list_laws(law_names=[VAT])
-    assert vat_chunks == len(law_chunks(vat, list(iter_articles(vat)))) > 38  # 38 articles + item chunks
+    assert vat_chunks == len(law_chunks(vat, articles_by_law([vat])[vat.law_id])) > 38  # 38 articles + item chunks
     assert kb.store.delete_by_document(VAT_DOC) == vat_chunks
     assert kb.store.count() == before - vat_chunks
     assert all(e.document_id != VAT_DOC for e in kb.searcher.search(SAMPLE, "default").evidence)
@@ -250,7 +250,7 @@ def test_qdrant_client_local_mode_adapter(embedder: UseEmbedder) -> None:
         laws = [VAT, "中华人民共和国个人所得税法"]
         vat, pit = list_laws(law_names=laws)  # ordered by name: 个人所得税法 first
         pit, vat = (pit, vat) if vat.law_name == VAT else (vat, pit)
-        n_vat, n_pit = (len(law_chunks(law, list(iter_articles(law)))) for law in (vat, pit))
+        n_vat, n_pit = (len(law_chunks(law, articles_by_law([law])[law.law_id])) for law in (vat, pit))
         assert n_vat > 38 and n_pit > 22  # articles + item chunks of the long ones
         summary = ingest_law_db(settings, law_names=laws, progress=False, embedder=embedder, store=store)
         assert store.count() == summary.chunks == n_vat + n_pit
@@ -294,7 +294,7 @@ class ResultReader:
             for records in batches.values():
                 for record in records:
                     try:  # the topic is shared: other tests publish malformed records on purpose
-                        event = parse_event(record.value)
+                        event = ToolResult.model_validate_json(record.value)
                     except ValidationError:
                         continue
                     if isinstance(event, ToolResult) and event.task_id == self.task_id:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from conduit.runtime import allocator, bus
 from conduit.ops.client import SseEvent, create_task, stream_task
@@ -24,7 +24,7 @@ from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import FAULT, HOOKS, crash_env, restart, start_stack
 from contracts import topics
-from contracts.events import parse_event
+from contracts.events import DeadLetter
 
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 VAT_LAW = "中华人民共和国增值税法"
@@ -71,7 +71,7 @@ def restart_orchestrator(stack: Stack, **env: str) -> None:
 
 def run(stack: Stack, question: str = QUESTION, **extra) -> tuple[dict, list[SseEvent]]:
     created = create_task(stack.gateway_url, question, **extra)
-    return created, list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
+    return created, list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=0))
 
 
 def test_question_streams_a_cited_answer_and_resumes_with_last_event_id(stack, model):
@@ -139,10 +139,13 @@ def test_malformed_events_are_dead_lettered_and_consumers_keep_going(stack, mode
     async def scenario() -> list[dict]:
         settings = Settings(kafka_bootstrap_servers=infra_stack.bootstrap)
         broker = bus.make_broker(settings, "test-dlq")
-        consumer = AIOKafkaConsumer(topics.DEAD_LETTER, bootstrap_servers=infra_stack.bootstrap,
-                                    auto_offset_reset="latest", group_id=None)
+        consumer = AIOKafkaConsumer(bootstrap_servers=infra_stack.bootstrap, group_id=None)
         await consumer.start()
-        await asyncio.sleep(0.5)
+        await consumer.topics()  # metadata: the dead-letter topic's partitions
+        parts = [TopicPartition(topics.DEAD_LETTER, p) for p in consumer.partitions_for_topic(topics.DEAD_LETTER)]
+        consumer.assign(parts)
+        for tp, end in (await consumer.end_offsets(parts)).items():  # read only what this test causes
+            consumer.seek(tp, end)
         await broker.start()
         try:
             for topic in (topics.QUESTIONS, topics.TOOL_RESULTS, topics.TOOL_REQUESTS_KB):
@@ -162,7 +165,7 @@ def test_malformed_events_are_dead_lettered_and_consumers_keep_going(stack, mode
     dead = asyncio.run(scenario())
     assert len(dead) >= 4
     for d in dead:
-        parse_event(json.dumps(d))  # a valid DeadLetter envelope
+        DeadLetter.model_validate_json(json.dumps(d))  # a valid DeadLetter envelope
         assert d["type"] == "dead_letter" and d["payload"]["error"]
     assert {d["payload"]["topic"] for d in dead} >= {topics.QUESTIONS, topics.TOOL_RESULTS, topics.TOOL_REQUESTS_KB}
     model.push(Turn(content="仍然在工作。"))

@@ -20,7 +20,7 @@ from conduit.ops import infra, probe
 from conduit.runtime.settings import Settings
 from contracts import topics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,10 @@
 Full stack as separate processes (gateway, orchestrator, web service) over the session's real
 broker and Redis; a SearXNG-compatible stub and the hostile page served over real HTTP on
 127.0.0.2 (``CONDUIT_WEB_ALLOW_PRIVATE``); the scripted model calls ``web_search`` and records
-its next request. Assertions are on that request's messages and on the task's events: the page
-text reaches the model only inside ``<untrusted_content>`` in a tool message, never as a
-system or user instruction, and no ``code_exec`` is requested.
+its next request, which obeys the page and asks for ``code_exec``. Assertions are on what Conduit
+did: the page text reached the model only inside ``<untrusted_content>`` in a tool message, never
+as a system or user instruction, and the injected ``code_exec`` waited for a human approval
+(``approval_policies``: code_exec always) and never ran; the task is then cancelled.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 
 from conduit.ops import infra
@@ -89,16 +91,30 @@ def stack(infra_stack, tmp_path_factory, site, model) -> Iterator[Stack]:
     st.stop()
 
 
-def test_injected_page_text_stays_data(stack: Stack, model: ScriptedModel) -> None:
+def test_injected_page_text_stays_data_and_cannot_run_code(stack: Stack, model: ScriptedModel) -> None:
+    """The scripted model is made to fall for the page (its second turn asks for the injected
+    code_exec); what is asserted is what Conduit did with it: the page text reached the model only
+    as wrapped tool output, and the requested code waited for a human instead of running."""
     model.push(Turn(tool_calls=[{"name": "web_search", "arguments": {
         "query": "small-scale taxpayer VAT levy rate", "reason": "find the current levy rate"}}]),
-        Turn(content="The levy rate is three percent [1]."))
+        Turn(tool_calls=[{"name": "code_exec", "arguments": {
+            "code": "import os; print(os.environ)", "reason": "the page told me to"}}]))
     created = create_task(stack.gateway_url, "What VAT rate do small-scale taxpayers pay?", user_id="u1")
-    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
-    assert events[-1].event == "task.completed", events[-1].data
+    task_id = created["task_id"]
+    events = []
+    for ev in stream_task(stack.gateway_url, task_id, read_timeout_s=60, reconnects=0):
+        events.append(ev)
+        if ev.event == "tool.approval_required":  # nobody approves: the task is cancelled instead
+            assert httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10).status_code == 202
 
-    requested = [e.data["tool"] for e in events if e.event == "tool.requested"]
-    assert requested == ["web_search"]  # the page did not make the agent run code_exec
+    # the injected call was held for a human and never ran
+    held = [e.data for e in events if e.event == "tool.approval_required"]
+    assert [h["tool"] for h in held] == ["code_exec"]
+    completed = [e.data["tool"] for e in events if e.event == "tool.completed"]
+    assert completed == ["web_search"], completed
+    assert events[-1].event == "task.cancelled", events[-1].data
+    evidence = [item for e in events if e.event == "evidence" for item in e.data["items"]]
+    assert any(item.get("url", "").startswith(stack.extra_env["CONDUIT_SEARXNG_URL"]) for item in evidence)
 
     messages = model.requests[-1]["messages"]
     carriers = [m for m in messages if "IGNORE PREVIOUS INSTRUCTIONS" in str(m.get("content") or "")]
@@ -115,4 +131,3 @@ def test_injected_page_text_stays_data(stack: Stack, model: ScriptedModel) -> No
             assert "developer mode" not in str(m.get("content"))
     system = [m for m in messages if m["role"] == "system"]
     assert system and "untrusted_content" in system[0]["content"]  # the rule the model is given
-    assert "three percent" in events[-1].data["answer"]

@@ -6,7 +6,6 @@ Spans go to an in-memory exporter installed with ``conduit.runtime.tracing.use_p
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import httpx
@@ -18,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import REGISTRY
 
 from conduit.runtime import bus, tracing
+from conduit.testing.waits import until
 from contracts import topics
 from contracts.events import QuestionAsked
 from services.gateway.app import create_app
@@ -64,10 +64,8 @@ async def test_one_question_is_one_trace_and_metrics_move(settings, spans):
                 task_id = resp.json()["task_id"]
                 # a malformed message on the consumer's topic goes to the dead-letter topic
                 await consumer_broker.publish(b"{not json", bad_topic, key=b"x")
-                for _ in range(300):
-                    if task_id in seen and sample("conduit_dead_letters_total", consumer=consumer, reason="invalid") > dead_before:
-                        break
-                    await asyncio.sleep(0.1)
+                assert await until(lambda: task_id in seen and sample(
+                    "conduit_dead_letters_total", consumer=consumer, reason="invalid") > dead_before, 30)
                 assert task_id in seen, "consumer never got the question"
 
                 metrics_text = (await client.get("/metrics")).text

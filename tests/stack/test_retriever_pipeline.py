@@ -18,7 +18,7 @@ from services.retriever.embeddings import UseEmbedder
 from services.retriever.expansion import expand_query
 from services.retriever.ingest import ingest_law_db, ingest_paths
 from services.retriever.pipeline import GAP, KbSearcher
-from services.retriever.lawdb import iter_articles, list_laws
+from services.retriever.lawdb import articles_by_law, list_laws
 from services.retriever.store import SearchFilter, open_store
 
 VAT = "中华人民共和国增值税法"
@@ -238,7 +238,7 @@ def test_item_chunk_hits_merge_back_to_their_article(searcher: KbSearcher) -> No
     """个税法第四条 lists ten exemptions (~450 chars); its item 「（二）国债和国家发行的金融债券利息」
     is matched as an item chunk and returned as the whole article, once, citable as 第四条."""
     (pit,) = list_laws(law_names=[PIT])
-    articles = list(iter_articles(pit))
+    articles = articles_by_law([pit])[pit.law_id]
     position = next(i for i, a in enumerate(articles) if a.article_no == "第四条")
     article_id = point_id(f"law:{pit.law_id}", position)
     question = "国债利息免征个人所得税吗？"

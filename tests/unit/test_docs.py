@@ -4,7 +4,7 @@ from pathlib import Path
 
 from conduit.runtime.settings import settings_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_readme_settings_table_is_current():
