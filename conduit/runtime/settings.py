@@ -154,12 +154,6 @@ class Settings(BaseSettings):
     sandbox_artifact_max_bytes: int = Field(default=8 * 1024 * 1024, description="bytes of output files kept per run, all files together")
     sandbox_artifact_ttl_s: int = Field(default=86400, description="lifetime of a code_exec artifact in Redis (seconds)")
 
-    # ---- fault injection (tests and evals only)
-    fault_crash_once: str | None = Field(
-        default=None, description="TESTS ONLY: the orchestrator exits once per task, 'question' mid-handler, "
-                                  "'tool_result' right after a tool result's checkpoint is saved, 'cancel' right after a "
-                                  "cancelled task is saved")
-
     # ---- logging
     log_level: str = Field(default="INFO", description="log level")
     log_json: bool = Field(default=True, description="JSON log lines (structlog); false = console format")

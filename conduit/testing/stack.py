@@ -55,20 +55,28 @@ def add_replica(stack: Stack, name: str, key: str, **env: str) -> ServiceProcess
 
 
 FAULT = "CONDUIT_FAULT_CRASH_ONCE"
+"""Names the fault point ``conduit.testing.faults`` crashes the orchestrator at."""
+HOOKS = "CONDUIT_TEST_HOOKS"
+"""Names the orchestrator's test hook module (``services.orchestrator.hooks``)."""
+
+
+def crash_env(point: str) -> dict[str, str]:
+    """Environment of an orchestrator that exits at fault point ``point`` once per task."""
+    return {HOOKS: "conduit.testing.faults", FAULT: point}
 
 
 @contextmanager
 def orchestrator_crashing_once(stack: Stack, point: str) -> Iterator[ServiceProcess]:
     """Run the body against an orchestrator that exits at fault point ``point`` once per task
-    (``Settings.fault_crash_once``); yields that process. The body replaces it with
+    (``conduit.testing.faults``); yields that process. The body replaces it with
     ``restart(stack, "orchestrator", drop=(FAULT,))``; if it did not, that happens on exit.
     """
-    proc = restart(stack, "orchestrator", **{FAULT: point})
+    proc = restart(stack, "orchestrator", **crash_env(point))
     try:
         yield proc
     finally:
         if FAULT in stack.procs["orchestrator"].env:
-            restart(stack, "orchestrator", drop=(FAULT,))
+            restart(stack, "orchestrator", drop=(FAULT, HOOKS))
 
 
 async def make_key(redis_url: str, tenant: str = "default", user: str = "admin", role: str = "admin",

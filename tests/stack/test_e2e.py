@@ -22,7 +22,7 @@ from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import FAULT, auth, restart, start_stack
+from conduit.testing.stack import FAULT, HOOKS, auth, crash_env, restart, start_stack
 from contracts import topics
 from contracts.events import DeadLetter
 
@@ -66,7 +66,7 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
 
 def restart_orchestrator(stack: Stack, **env: str) -> None:
     """Replace the orchestrator process with one started with ``env`` overrides."""
-    restart(stack, "orchestrator", drop=("OPENAI_BASE_URL", FAULT), **env)
+    restart(stack, "orchestrator", drop=("OPENAI_BASE_URL", FAULT, HOOKS), **env)
 
 
 def run(stack: Stack, question: str = QUESTION, **extra) -> tuple[dict, list[SseEvent]]:
@@ -190,11 +190,11 @@ def test_without_a_model_the_answer_is_cited_passages(stack):
 
 def test_orchestrator_crash_mid_handler_loses_no_question(stack, model):
     """At-least-once: the offset is committed only after the handler, so a crash redelivers."""
-    restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], CONDUIT_FAULT_CRASH_ONCE="question")
+    restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], **crash_env("question"))
     model.push(Turn(content="崩溃之后仍然回答了。"))
     created = create_task(stack.gateway_url, "崩溃测试：增值税法第十一条说了什么？", api_key=stack.admin_key)
     assert stack.procs["orchestrator"].wait_exit(30), "the fault-injected orchestrator should have exited mid-handler"
-    restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], CONDUIT_FAULT_CRASH_ONCE="question")
+    restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], **crash_env("question"))
     events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, api_key=stack.admin_key))
     assert events[-1].event == "task.completed"
     assert [e.event for e in events].count("task.accepted") == 1
