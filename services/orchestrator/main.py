@@ -1,5 +1,5 @@
 """Orchestrator process: one consumer (group ``conduit-orchestrator``) for questions,
-tool results and control events; the agent runs in ``engine.Orchestrator``."""
+tool results and control events; the agent runs in ``runtime.Orchestrator``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
 from contracts import topics
 from contracts.events import QuestionAsked, ToolResult
-from services.orchestrator.engine import Orchestrator
+from services.orchestrator.hooks import load_hooks
+from services.orchestrator.runtime import Orchestrator
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -20,7 +21,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     so stopping loses nothing (``conduit.runtime.process.serve_process`` orders the shutdown)."""
     redis = make_redis(settings)
     broker = bus.make_broker(settings, client_id="orchestrator")
-    orch = Orchestrator(settings, redis, broker)
+    orch = Orchestrator(settings, redis, broker, hooks=load_hooks(redis))
 
     async def dispatch(event: Any) -> None:
         if isinstance(event, QuestionAsked):

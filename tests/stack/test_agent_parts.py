@@ -12,7 +12,7 @@ from conduit.runtime.settings import Settings
 from conduit.records.taskstream import TaskEventLog
 from conduit.testing.scripted_model import ScriptedModel, Turn
 from contracts.stream import AnswerDelta, TaskCompleted, TaskFailed
-from services.orchestrator.model import ModelClient, ModelError
+from services.orchestrator.openai_model import ModelClient, ModelError
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ async def test_event_log_seq_replay_and_single_terminal(redis):
 
 async def test_checkpoint_save_appends_its_outbox_events_atomically(redis):
     """A save's events and tool wake-up land with it, in order; a stale save writes none (``StateStore``'s outbox)."""
-    from services.orchestrator.state import TaskState
+    from services.orchestrator.agent.state import TaskState
     from services.orchestrator.store import LEASES, TOOL_DEADLINES, StaleState, StateStore
 
     log = TaskEventLog(redis, ttl_s=60)

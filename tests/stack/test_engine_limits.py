@@ -1,7 +1,8 @@
-"""Limits that end a run (seed 000 §4, seed 003), driven in process against real Redis,
-the real tansu broker and the scripted model: the wall-clock deadline and the token budget
-each force a final model call without tools, and the stop reason is recorded. Also the
-history window never separates a tool call from its result."""
+"""The orchestrator's I/O layer driven in process against real Redis and the real tansu
+broker, with the in-process ``TestModel`` (no model server): what the agent core decides
+reaches the task's event log and record; the one compare-and-set helper re-applies a
+transition that lost a race and writes its outbox once. The rules themselves (limits, the
+window, unknown tools) are tested without any of these in tests/unit."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ import asyncio
 import json
 import time
 import uuid
-from datetime import timedelta
 
+import pytest
+
+from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import bus
-from conduit.testing.scripted_model import Turn
-from contracts.envelope import utcnow
 from contracts.events import QuestionAsked, QuestionPayload
-from services.orchestrator.engine import Orchestrator
-from services.orchestrator.window import window
+from contracts.stream import AnswerDelta
+from services.orchestrator.agent.effects import Emit, Step, WriteView
+from services.orchestrator.agent.state import TaskState
+from services.orchestrator.runtime import Orchestrator
+from services.orchestrator.store import StaleState, StateStore
+from services.orchestrator.testmodel import Reply, TestModel
 
 
 async def _run(orch: Orchestrator, event: QuestionAsked, timeout_s: float = 30.0):
@@ -35,56 +40,50 @@ def _question(**fields) -> QuestionAsked:
                          payload=QuestionPayload(question="限额测试"), **fields)
 
 
-async def test_deadline_and_token_budget_force_a_final_call_without_tools(settings, redis, model):
-    s = settings.model_copy(update=dict(openai_base_url=model.base_url, openai_api_key="k", max_tokens=50))
-    broker = bus.make_broker(s, "limits-test")
+async def test_a_made_up_tool_name_is_refused_and_keeps_its_own_name_in_the_log(settings, redis):
+    broker = bus.make_broker(settings, "limits-test")
     await broker.start()
     try:
-        orch = Orchestrator(s, redis, broker)
-        model.push(Turn(content="时间到了，直接回答。"))
-        late = _question(occurred_at=utcnow() - timedelta(seconds=s.task_deadline_s + 1))
-        state = await _run(orch, late)
-        assert state.status == "completed" and state.stop_reason == "deadline"
-        assert "tools" not in model.requests[-1]
-
-        # first call asks for a tool that is not offered (answered at once), the second is over the token budget
-        model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": "https://example.org", "reason": "r"}}]),
-                   Turn(content="预算用完，直接回答。"))
-        state = await _run(orch, _question())
-        assert state.status == "completed" and state.stop_reason == "max_tokens"
-        assert state.usage.total_tokens >= 50 and "tools" not in model.requests[-1]
-        assert "tool_not_available" in [m for m in state.messages if m["role"] == "tool"][0]["content"]
-
-        # a tool name the model made up is refused and keeps its own name in the events
-        model.push(Turn(tool_calls=[{"name": "delete_everything", "arguments": {"path": "/"}}]),
-                   Turn(content="没有这个工具。"))
+        model = TestModel(Reply(tool_calls=[{"name": "delete_everything", "arguments": {"path": "/"}}]),
+                          Reply(content="没有这个工具。"))
+        orch = Orchestrator(settings, redis, broker, model=model)
         q = _question()
         state = await _run(orch, q)
-        assert state.status == "completed"
+        assert state.status == "completed" and state.answer == "没有这个工具。"
         assert "tool_not_available" in [m for m in state.messages if m["role"] == "tool"][0]["content"]
         logged = await orch.events.read(q.task_id)
         tool_events = [json.loads(e.data) for e in logged if e.type.startswith("tool.")]
         assert [(e["type"], e["tool"]) for e in tool_events] == [("tool.requested", "delete_everything"),
                                                                  ("tool.completed", "delete_everything")]
         assert tool_events[1]["error_code"] == "tool_not_available"
+        assert [e.type for e in logged][-1] == "task.completed"
+        view = await orch.tasks.get(q.task_id)
+        assert view is not None and view.status == "completed" and view.answer == "没有这个工具。"
+        assert len(model.calls) == 2 and model.calls[1][1] is not None  # tools were offered again
     finally:
         await broker.stop()
 
 
-def test_window_keeps_system_and_never_starts_with_a_tool_result():
-    big = "x" * 1000
-    messages = [
-        {"role": "system", "content": "sys"},
-        {"role": "user", "content": big},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "function": {"name": "kb_search", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "a", "content": big},
-        {"role": "assistant", "content": big},
-        {"role": "user", "content": "latest question"},
-    ]
-    cut = window(messages, max_chars=1500)
-    assert cut[0]["role"] == "system" and cut[-1]["content"] == "latest question"
-    assert cut[1]["role"] != "tool"
-    ids = {c["id"] for m in cut for c in (m.get("tool_calls") or [])}
-    assert all(m["tool_call_id"] in ids for m in cut if m["role"] == "tool")
-    assert window(messages, max_chars=10**6) == messages
-    assert window(messages, max_chars=10)[-1]["content"] == "latest question"
+async def test_one_transition_helper_reapplies_on_a_lost_race_and_writes_its_outbox_once(redis):
+    """``StateStore.transition``: a stale checkpoint loses the compare-and-set, is reloaded and the
+    transition applied again; only the winning attempt's events reach the log. With ``attempts=1``
+    (a model step) the lost race is raised instead."""
+    log = TaskEventLog(redis, ttl_s=60)
+    store = StateStore(redis, ttl_s=60, events=log)
+    tid = uuid.uuid4().hex
+    stale = TaskState(task_id=tid, session_id="s", tenant_id="t", question="q", allowed_tools=[])
+    await store.save(stale.model_copy())  # someone else saved version 1 meanwhile
+    seen: list[int] = []
+
+    def fn(state: TaskState) -> Step:
+        seen.append(state.version)
+        state.rounds += 1
+        return Step(state, [Emit(AnswerDelta(text=f"v{state.version}")), WriteView()])
+
+    with pytest.raises(StaleState):
+        await store.transition(tid, fn, loaded=stale.model_copy(), attempts=1)
+    step = await store.transition(tid, fn, loaded=stale.model_copy())
+    assert seen == [0, 0, 1] and [type(e) for e in step.effects] == [WriteView]  # the outbox went in the save
+    assert [json.loads(e.data)["text"] for e in await log.read(tid)] == ["v1"]
+    assert (await store.load(tid)).version == 2
+    await redis.delete(StateStore.key(tid), *TaskEventLog.keys(tid))

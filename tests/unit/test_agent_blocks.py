@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from contracts.evidence import EvidenceItem
-from services.orchestrator import fallback
-from services.orchestrator.evidence import EvidencePool
+from services.orchestrator.agent import fallback
+from services.orchestrator.agent.evidence import EvidencePool
 
 
 def kb(chunk: str, doc: str = "d1", kind: str = "original", score: float = 0.8) -> EvidenceItem:

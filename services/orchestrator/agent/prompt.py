@@ -1,6 +1,6 @@
 """What the model reads: the system prompt, history and tool messages.
 
-Tool results are rendered in the seed 000 §7 format: numbered evidence with its
+Tool results are rendered as rule A11 (docs/architecture.md) says: numbered evidence with its
 title, locator and kind; web text is wrapped as untrusted content (data, never
 instructions); sandbox output is marked as computation, not evidence.
 """
@@ -32,7 +32,7 @@ _KIND_LABEL = {"original": "知识库原文", "summary": "知识库摘要", "web
 
 
 def render_evidence(items: list[NumberedEvidence]) -> str:
-    """Render numbered evidence as the model reads it (seed 000 §7 format)."""
+    """Render numbered evidence as the model reads it (rule A11)."""
     kb = [i for i in items if i.kind != "web"]
     web = [i for i in items if i.kind == "web"]
     parts: list[str] = []

@@ -1,10 +1,11 @@
-"""Tool-call policies: approval rules, loop signatures and argument digests (seed 003).
+"""Tool-call policies: approval rules, loop signatures and argument digests (rules A6, A7:
+docs/architecture.md).
 
 - Approval policy per tool: ``never``, ``always`` or a rule ``if:<argument>~<regex>``
   (approval needed when that argument matches). Default: ``code_exec`` always asks.
-- Loop detection signature: tool name + normalised arguments (strings trimmed and
-  case-folded, keys sorted, ``reason`` ignored). Seed 003: on the third identical
-  call the model is told it already has that result; a fourth ends the task.
+- Loop detection signature (rule A6): tool name + normalised arguments (strings trimmed and
+  case-folded, keys sorted, ``reason`` ignored): on the third identical call the model is
+  told it already has that result; a fourth ends the task.
 - Argument digests: ``contracts.tools.arguments_digest``.
 """
 
@@ -15,9 +16,9 @@ import re
 from typing import Any
 
 LOOP_WARN_AT = 3
-"""Identical calls at which the model is told it already has the result (seed 003)."""
+"""Identical calls at which the model is told it already has the result (rule A6)."""
 LOOP_STOP_AT = 4
-"""Identical calls at which the task ends with a report of what was tried (seed 003)."""
+"""Identical calls at which the task ends with a report of what was tried (rule A6)."""
 
 
 def canonical(value: Any) -> Any:

@@ -1,6 +1,6 @@
 """The per-task evidence pool: one numbering for knowledge-base and web evidence.
 
-Seed 000 §7: an index is assigned when evidence enters the model's context, in
+Rule A10 (docs/architecture.md): an index is assigned when evidence enters the model's context, in
 the order the model reads it; items are deduplicated by chunk id (knowledge
 base) or URL (web); a document's summary does not enter when its original text
 already has. Sandbox output is computation, not evidence, and never enters.
