@@ -113,8 +113,7 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
     step = Step(state).emit(*(
         ToolCompletedEvent(call_id=c.call_id, tool=c.name, outcome=r.outcome, duration_ms=r.duration_ms,
                            error_code=r.error.error_code if r.error else None,
-                           output=r.output[:OUTPUT_MAX_CHARS] if r.output else None,  # the page's record shows it
-                           artifacts=r.artifacts) for c, r in fresh))
+                           **_shown_output(r)) for c, r in fresh))
     step.emit(*(TraceEvent(phase="tool", data=t) for t in traces))
     done = state.all_results_in()
     after = [Public("tool.completed", {"tool": c.name, "outcome": r.outcome, "duration_ms": r.duration_ms})
@@ -150,3 +149,11 @@ def advance(state: TaskState, now: datetime) -> Step:
         step.emit(EvidenceEvent(items=new_evidence))
     step.effects += [HoldLease(), ClearWake(), WriteView(), RunModelStep()]
     return step
+
+
+def _shown_output(r: ToolResultPayload | Refusal) -> dict:
+    """``output`` (cut to ``OUTPUT_MAX_CHARS``) and ``artifacts`` of a result for the client's
+    ``tool.completed`` (the page's record shows them); a refusal has neither."""
+    if isinstance(r, Refusal):
+        return {}
+    return {"output": r.output[:OUTPUT_MAX_CHARS] if r.output else None, "artifacts": r.artifacts}
