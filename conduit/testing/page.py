@@ -111,6 +111,7 @@ def open_page(browser: Browser, stack: Stack, width: int = 1280, height: int = 9
     page.get_by_label("API 密钥").fill(key or admin_key(stack))
     page.get_by_role("button", name="登录").click()
     expect(page.locator("#question")).to_be_visible()
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")  # sessions listed, conversation chosen
     return page
 
 

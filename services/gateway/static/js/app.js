@@ -15,6 +15,8 @@ function showLogin(message = "") {
   for (const turn of state.turns) turn.detach();
   state.turns = [];
   state.active = null;
+  state.sessionId = null;
+  delete document.body.dataset.ready;
   $("app").hidden = true;
   $("login").hidden = false;
   $("login-error").textContent = message;
@@ -35,8 +37,14 @@ async function showApp() {
     if (err instanceof ApiError && err.status === 401) return;
     showBanner(errorSentence(err));
   }
-  const last = sessionStorage.getItem(CURRENT);
-  if (last && state.sessions.get(last)) await openSession(last); else newSession();
+  // the list loads asynchronously: if the user already started a question meanwhile, keep it
+  if (!state.turns.length && !state.sessionId) {
+    const last = sessionStorage.getItem(CURRENT);
+    if (last && state.sessions.get(last)) await openSession(last); else newSession();
+  } else {
+    renderSessions(true);
+  }
+  document.body.dataset.ready = "true";
   $("question").focus();
 }
 
