@@ -1,4 +1,4 @@
-"""``conduit eval``: quality, fault-injection and security gates (seed 002's suites).
+"""``conduit eval``: quality, fault-injection and security gates (README "Evals and benchmarks").
 
 Suites (data in ``evals/``):
 - ``golden`` (``golden.jsonl``: question, expected ``law`` and ``article``): each
