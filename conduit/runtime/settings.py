@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     retrieval_top_k: int = Field(default=6, description="evidence items kept per search (rule K4)")
     chunk_max_chars: int = Field(default=2000, description="characters packed per evidence item (rule K4)")
     context_max_chars: int = Field(default=12000, description="characters packed per search in all (rule K4)")
-    rrf_k: int = Field(default=60, description="reciprocal rank fusion constant k (set explicitly: FIELD-NOTES)")
+    rrf_k: int = Field(default=60, description="reciprocal rank fusion constant k (set explicitly: rule K6)")
 
     # ---- retriever internals (services/retriever; owned by the retriever engineer)
     qdrant_api_key: str | None = Field(default=None, description="API key of the Qdrant server (qdrant_url)")

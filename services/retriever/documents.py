@@ -6,7 +6,7 @@ sparse encoders see) and ``payload`` (what a search returns). Its point id is
 writes the same ids (idempotent).
 
 Law chunks: ``index_text`` = law name + chapter + section + article number + text
-(FIELD-NOTES: the prefix helps sparse retrieval by several points). A long article
+(the prefix helps sparse retrieval by several points: docs/retrieval.md "Measured before the pipeline was built"). A long article
 (>= ``ITEM_MIN_ARTICLE_CHARS`` characters and at least two lines) also gets one ITEM
 chunk per line (paragraph 款 or enumerated item 项; an item is preceded by its lead-in
 line, e.g. 「下列各项个人所得，免征个人所得税：（二）国债和国家发行的金融债券利息；」).

@@ -240,7 +240,7 @@ class KbSearcher:
     Args:
         settings: retrieval settings (``retrieval_*``, ``chunk_max_chars``,
             ``context_max_chars``, ``retrieval_candidates``).
-        embedder, store: see ``embeddings.py`` / ``store.py``.
+        embedder, store: see ``embeddings.py`` / ``store``.
         encoder: sparse query encoder (default ``SparseEncoder()``).
     """
 

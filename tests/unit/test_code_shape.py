@@ -3,9 +3,10 @@
 - No module under ``services/``, ``conduit/`` or ``contracts/`` is longer than ``MODULE_MAX``
   lines and no function (or method) longer than ``FUNCTION_MAX`` lines: the rule is "about
   400 and about 60", these are its hard edges. Run this file to list the offenders.
-- The code does not refer to documents outside the repository: the word ``seed`` does not
-  occur in it (a rule is stated with its number where it applies, its reason in
-  docs/rules.md or docs/architecture.md).
+- The code does not refer to documents outside the repository: neither ``seed`` (the
+  reference documents the project started from) nor ``FIELD-NOTES`` (the machine's notes)
+  occurs in it; a rule is stated with its number where it applies, its reason in
+  docs/rules.md or docs/architecture.md, a measurement in docs/.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ MODULE_MAX = 420
 """Longest module in lines (the rule says about 400)."""
 FUNCTION_MAX = 70
 """Longest function or method in lines, decorators excluded (the rule says about 60)."""
-SEED = re.compile(r"seed", re.IGNORECASE)
+OUTSIDE = re.compile(r"seed|field[- ]notes", re.IGNORECASE)
+"""Names of documents that are not in the repository."""
 
 
 def sources() -> list[Path]:
@@ -45,11 +47,11 @@ def too_long() -> list[str]:
     return found
 
 
-def seed_mentions() -> list[str]:
-    """``path:line: text`` for each line of code that says ``seed``."""
+def outside_mentions() -> list[str]:
+    """``path:line: text`` for each line of code that names a document outside the repository."""
     return [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
             for p in sources() for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-            if SEED.search(line)]
+            if OUTSIDE.search(line)]
 
 
 def test_modules_and_functions_stay_short():
@@ -57,11 +59,11 @@ def test_modules_and_functions_stay_short():
     assert not offenders, "split these by concern:\n" + "\n".join(offenders)
 
 
-def test_code_does_not_refer_to_the_seeds():
-    mentions = seed_mentions()
+def test_code_does_not_refer_to_documents_outside_the_repository():
+    mentions = outside_mentions()
     assert not mentions, ("state the rule and its number here and its reason in docs/rules.md:\n"
                           + "\n".join(mentions))
 
 
 if __name__ == "__main__":
-    print("\n".join(too_long() + seed_mentions()) or "all short, no seed references")
+    print("\n".join(too_long() + outside_mentions()) or "all short, no references outside the repository")

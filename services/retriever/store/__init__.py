@@ -11,8 +11,7 @@ Payload fields every chunk carries (indexed: ``tenant_id``, ``document_id``,
 
 ``hybrid_query`` runs ONE query: one dense prefetch per query vector (kb_search passes
 two: the question as asked and its expansion) and a sparse prefetch, fused by RRF with
-``k = settings.rrf_k`` (60; always explicit: qdrant-client's plain RRF uses k=2,
-FIELD-NOTES). Each hit also carries its dense cosine similarity to the query
+``k = settings.rrf_k`` (60; always explicit, rule K6: qdrant-client's plain RRF uses k=2). Each hit also carries its dense cosine similarity to the query
 (``Hit.dense_score``, the best over the query vectors; from the returned dense
 vectors, or on Edge from an id-filtered exact query), because the relevance thresholds
 (rule R2, docs/rules.md) apply to the dense cosine, never to the fused RRF score. Dense search
