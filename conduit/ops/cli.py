@@ -87,9 +87,9 @@ def _run_stack(settings: Settings, ingest: bool, scale: dict[str, int], then: "C
     stack: Stack | None = None
     ready = False
     try:
+        stack = Stack(settings, scale=scale)
         if ingest:
             _ensure_corpus(settings)
-        stack = Stack(settings, scale=scale)
         with console.status("starting broker, Redis and services…"):
             stack.start()
         ready = True

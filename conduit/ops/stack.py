@@ -109,6 +109,8 @@ class Stack:
         services: which services to run (default: all of them).
         extra_env: extra environment for every service process (e.g. model endpoint).
         scale: replicas per service (default 1); replica 2 of ``orchestrator`` is keyed ``orchestrator-2``.
+
+    Raises StackError for retriever replicas without a Qdrant server (``QDRANT_URL``).
     """
 
     def __init__(self, settings: Settings, services: tuple[str, ...] = SERVICES, extra_env: dict[str, str] | None = None,
@@ -117,6 +119,9 @@ class Stack:
         self.services = services
         self.extra_env = extra_env or {}
         self.scale = scale or {}
+        if self.scale.get("retriever", 1) > 1 and not settings.qdrant_url:
+            raise StackError("the embedded Qdrant Edge store opens in one process only: more than one retriever "
+                             "needs a Qdrant server (set QDRANT_URL)")
         self.data_dir = Path(settings.data_dir).resolve()
         self.log_dir = self.data_dir / "logs"
         self.infra: dict[str, InfraProcess] = {}
