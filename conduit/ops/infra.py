@@ -76,6 +76,25 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def wait_port_bindable(port: int, timeout_s: float = 90.0) -> bool:
+    """Wait until ``127.0.0.1:port`` can be bound without ``SO_REUSEADDR``; True if it could.
+
+    tansu binds without ``SO_REUSEADDR``: after it was killed the kernel keeps its closed
+    connections in TIME_WAIT for 60 s and a new broker on the same port fails with
+    "Address in use" until they are gone.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return False
+        time.sleep(0.5)
+
+
 def port_holders(port: int) -> list[tuple[int, str]]:
     """``[(pid, command line)]`` of processes listening on TCP ``port`` (those this user may see)."""
     import psutil  # noqa: PLC0415 - only when a port is busy
@@ -163,11 +182,13 @@ def redis_server_binary() -> Path:
 
 
 def spawn_tansu(port: int, log_path: Path) -> subprocess.Popen:
-    """Spawn tansu on 127.0.0.1:``port`` (memory storage); does not wait (see ``wait_port``).
+    """Spawn tansu on 127.0.0.1:``port`` (memory storage) once the port can be bound
+    (``wait_port_bindable``); does not wait for it to listen (see ``wait_port``).
 
     It gets SIGKILL when its parent dies: it keeps nothing worth a clean stop.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    wait_port_bindable(port)
     url = f"tcp://127.0.0.1:{port}"
     return popen([str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
                   "--storage-engine", "memory://tansu/"], signal.SIGKILL,

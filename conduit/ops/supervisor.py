@@ -20,6 +20,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -59,16 +60,22 @@ def backoff_s(recent: int, base_s: float, cap_s: float, rng: random.Random) -> f
 
 @dataclass
 class Track:
-    """What the supervisor remembers of one process: restarts (total and recent), last exit, next start."""
+    """What the supervisor remembers of one process: restarts (total and recent), last exit,
+    next start, and the thread of a start under way."""
 
     restarts: int = 0
     recent: deque[float] = field(default_factory=deque)
     last_exit: str | None = None
     due: float | None = None
+    starting: threading.Thread | None = None
 
 
 class Supervisor:
     """Watch and restart the processes of a started ``Stack``.
+
+    A start runs in its own thread (a broker waits for its port, Redis loads its file), so
+    the others are still watched meanwhile. Services are started again only while tansu and
+    Redis run: a service that died with the broker waits for it instead of crash-looping.
 
     Args:
         stack: the started stack.
@@ -85,6 +92,10 @@ class Supervisor:
         self.state_path = stack.data_dir / STATE_FILE
         self.started_at = time.time()
 
+    def _infra_up(self) -> bool:
+        return all(p.running and self.tracks[k].due is None and self.tracks[k].starting is None
+                   for k, p in self.stack.infra.items())
+
     def step(self, now: float | None = None) -> None:
         """One look at every process: schedule restarts of those that exited, start those due.
 
@@ -96,6 +107,10 @@ class Supervisor:
         changed = False
         for key, child in self.stack.children().items():
             track = self.tracks.setdefault(key, Track())
+            if track.starting is not None:
+                if track.starting.is_alive():
+                    continue
+                track.starting, changed = None, True
             while track.recent and now - track.recent[0] > s.supervisor_restart_window_s:
                 track.recent.popleft()
             if track.due is None and not child.running:
@@ -108,23 +123,24 @@ class Supervisor:
                 track.due = now + delay
                 self.log(f"{key} (pid {child.pid}) exited: {track.last_exit}; restarting in {delay:.1f} s "
                          f"(restart {track.restarts + 1}; log {child.log_path})")
-            elif track.due is not None and now >= track.due:
-                self._restart(key, track, now)
-                changed = True
+            elif track.due is not None and now >= track.due and (key in self.stack.infra or self._infra_up()):
+                track.due = None
+                track.restarts += 1
+                track.recent.append(now)
+                track.starting = threading.Thread(target=self._restart, args=(key,), name=f"restart-{key}", daemon=True)
+                track.starting.start()
         if changed:
             self.write_state()
 
-    def _restart(self, key: str, track: Track, now: float) -> None:
+    def _restart(self, key: str) -> None:
         child = self.stack.children()[key]
         try:
             child.start()
-        except RuntimeError as exc:  # infrastructure that did not come up: counts as one more exit
-            self.log(f"{key} did not start: {exc}")
-        track.due = None
-        track.restarts += 1
-        track.recent.append(now)
-        if key == "tansu" and child.running:
-            self.stack.ensure_topics()
+            if key == "tansu":
+                self.stack.ensure_topics()
+        except Exception as exc:  # noqa: BLE001 - a failed start counts as one more exit
+            self.log(f"{key} did not start: {type(exc).__name__}: {exc}")
+            return
         self.log(f"{key} restarted (pid {child.pid})")
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -136,6 +152,9 @@ class Supervisor:
                 time.sleep(TICK_S)
         finally:
             self.state_path.unlink(missing_ok=True)
+            for track in self.tracks.values():  # a start under way ends before the stack is stopped
+                if track.starting is not None:
+                    track.starting.join()
 
     def state(self) -> dict:
         """The ``stack.json`` content (see the module doc)."""
