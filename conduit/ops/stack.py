@@ -159,21 +159,24 @@ class Stack:
         """Start the embedded broker and Redis unless external ones are configured; create the topics."""
         s = self.settings
         if not s.kafka_bootstrap_servers:
-            port = s.embedded_kafka_port
-            self.infra["tansu"] = InfraProcess("tansu", lambda: infra.spawn_tansu(port, self.log_dir / "tansu.log"),
-                                               lambda proc: infra.wait_port(port, proc=proc), self.log_dir / "tansu.log",
-                                               stop_timeout_s=5.0)
+            self.infra["tansu"] = self._tansu(s.embedded_kafka_port)
             self.infra["tansu"].start()
         if not s.redis_url:
-            port, url = s.embedded_redis_port, s.redis()
-            self.infra["redis"] = InfraProcess(
-                "redis", lambda: infra.spawn_redis(port, self.data_dir / "redis", self.log_dir / "redis.log"),
-                lambda proc: (infra.wait_port(port, proc=proc), infra.wait_redis_loaded(url, proc=proc)),
-                self.log_dir / "redis.log")
+            self.infra["redis"] = self._redis(s.embedded_redis_port, s.redis())
             self.infra["redis"].start()
         else:
             infra.wait_redis_loaded(s.redis(), timeout_s=s.stack_ready_timeout_s)
         self.ensure_topics()
+
+    def _tansu(self, port: int) -> InfraProcess:
+        log = self.log_dir / "tansu.log"
+        return InfraProcess("tansu", lambda: infra.spawn_tansu(port, log), lambda proc: infra.wait_port(port, proc=proc),
+                            log, stop_timeout_s=5.0)
+
+    def _redis(self, port: int, url: str) -> InfraProcess:
+        log = self.log_dir / "redis.log"
+        return InfraProcess("redis", lambda: infra.spawn_redis(port, self.data_dir / "redis", log),
+                            lambda proc: (infra.wait_port(port, proc=proc), infra.wait_redis_loaded(url, proc=proc)), log)
 
     def ensure_topics(self) -> None:
         """Create every topic that is missing (after a broker start: tansu keeps topics in memory)."""

@@ -106,3 +106,34 @@ def test_a_crash_loop_is_given_up_with_the_exit_status_and_log(infra_stack, tmp_
     finally:
         sup.stop()
         st.stop()
+
+
+def test_killed_redis_and_broker_come_back_on_their_ports_with_data_and_topics(tmp_path):
+    """Redis keeps what it acknowledged (its AOF); a new broker gets every topic again. The broker's
+    restart waits until its port leaves TIME_WAIT (tansu binds without SO_REUSEADDR): up to a minute."""
+    import asyncio
+
+    import redis as redis_sync
+
+    from conduit.ops import probe
+    from contracts import topics
+
+    s = Settings(data_dir=tmp_path / "data", embedded_kafka_port=infra.free_port(),
+                 embedded_redis_port=infra.free_port(), gateway_port=infra.free_port(), supervisor_backoff_base_s=0.05)
+    st = Stack(s, services=("web",)).start()
+    sup = Running(st)
+    try:
+        client = redis_sync.Redis.from_url(s.redis())
+        client.set("conduit:test:kept", "1")
+        for key in ("redis", "tansu"):
+            old = st.infra[key].pid
+            st.infra[key].kill()
+            sup.wait_line(lambda x, key=key: x.startswith(f"{key} restarted"), timeout_s=120)
+            assert st.infra[key].pid != old and st.infra[key].running
+        assert infra.port_open(s.embedded_redis_port) and infra.port_open(s.embedded_kafka_port)
+        assert client.get("conduit:test:kept") == b"1"
+        assert asyncio.run(probe.missing_topics(s.bootstrap_servers(), topics.ALL_TOPICS)) == []
+        assert sup.error is None
+    finally:
+        sup.stop()
+        st.stop()
