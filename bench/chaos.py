@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -56,8 +56,15 @@ SESSIONS = 6
 TARGETS = ("orchestrator", "orchestrator-2", "web", "gateway")
 """Processes the SIGKILLs are spread over; Redis and the broker get one kill each on top."""
 RECOVERY_TIMEOUT_S = 120.0
+SETTLE_S = 120.0
+"""After the last kill, tasks get this long to finish; then the clients give up and the task counts as stuck."""
 KILL_EVERY_S = 1.2
 """Mean seconds between two kills; tasks start spread over the whole kill schedule."""
+
+
+def needs_approval(n: int) -> bool:
+    """Every ``APPROVAL_EVERY``-th measured task (numbers from ``SESSIONS`` on) needs approval."""
+    return n >= SESSIONS and n % APPROVAL_EVERY == 0
 
 
 def answer_for(n: int) -> str:
@@ -104,7 +111,7 @@ def script(site: Site):  # noqa: ANN201 - a TurnSource
         n = int(re.search(r"chaos-(\d+)", str(messages[last_user]["content"])).group(1))
         if any(m["role"] == "tool" for m in messages[last_user:]):
             return Turn(content=answer_for(n), chunks=12, chunk_delay_s=0.03)
-        path = f"/doc/{n}" + ("-approve" if n % APPROVAL_EVERY == 0 else "")
+        path = f"/doc/{n}" + ("-approve" if needs_approval(n) else "")
         return Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": site.base + path, "reason": "查征收率"}}])
 
     return turn
@@ -120,6 +127,8 @@ class TaskOutcome:
     answer: str | None = None
     duplicates: int = 0
     error: str | None = None
+    last_event: str | None = None
+    tools: list[str] = field(default_factory=list)
 
 
 def _retry(call, attempts: int = 300):  # noqa: ANN001, ANN202
@@ -135,11 +144,14 @@ def _retry(call, attempts: int = 300):  # noqa: ANN001, ANN202
     raise RuntimeError("gateway did not come back")
 
 
-def run_client(base: str, n: int, session_id: str | None) -> TaskOutcome:
-    """One task from a client's side: create it, follow its stream across gateway kills, approve."""
+def run_client(base: str, n: int, session_id: str | None, abandon: threading.Event) -> TaskOutcome:
+    """One task from a client's side: create it, follow its stream across gateway kills, approve;
+    give up (``error="abandoned"``) once ``abandon`` is set and the connection drops."""
     out = TaskOutcome(n)
     created = None
     for attempt in range(300):
+        if abandon.is_set():
+            break
         try:
             created = create_task(base, f"chaos-{n}：小规模纳税人的征收率是多少？", session_id, attempts=1)
             break
@@ -151,11 +163,17 @@ def run_client(base: str, n: int, session_id: str | None) -> TaskOutcome:
     out.task_id = created["task_id"]
     last: int | None = None
     while not out.terminals:
+        if abandon.is_set():
+            out.error = "abandoned"
+            return out
         try:
             for ev in stream_task(base, out.task_id, last_event_id=last, reconnects=0, read_timeout_s=60):
                 if ev.id is not None:
                     out.duplicates += last is not None and ev.id <= last
                     last = ev.id
+                out.last_event = ev.event
+                if ev.event == "tool.completed":
+                    out.tools.append(str(ev.data.get("outcome")) + ":" + str((ev.data.get("error") or {}).get("error_code", "")))
                 if ev.event == "tool.approval_required":
                     url = f"{base}/v1/tasks/{out.task_id}/approvals/{ev.data['call_id']}"
                     body = {"decision": "approve", "arguments_digest": ev.data["arguments_digest"]}
@@ -221,6 +239,7 @@ class Chaos:
         killed_at = time.monotonic()
         child.proc.kill()
         self.killed[key] += 1
+        self.log.append(f"{time.strftime('%H:%M:%S')} killed {key} (pid {old})")
         while not self.recovered(key, old):
             if time.monotonic() - killed_at > RECOVERY_TIMEOUT_S:
                 self.log.append(f"{key} did not recover within {RECOVERY_TIMEOUT_S:.0f} s")
@@ -254,25 +273,36 @@ class Chaos:
         supervising.start()
         killing = threading.Thread(target=self.killer, daemon=True)
         started = time.monotonic()
+        pool: ThreadPoolExecutor | None = None
+        futures: list = []
         try:
             sessions = [create_task(self.stack.gateway_url, f"chaos-{s}：开场", None)["session_id"]
                         for s in range(SESSIONS)]
             killing.start()
             spacing = self.kills * KILL_EVERY_S / max(1, self.tasks)  # tasks run all through the kill schedule
-            with ThreadPoolExecutor(max_workers=16) as pool:
-                futures = []
-                for n in range(self.tasks):
-                    futures.append(pool.submit(run_client, self.stack.gateway_url, SESSIONS + n,
-                                               sessions[n % SESSIONS]))
-                    time.sleep(spacing)
-                outcomes = [f.result() for f in futures]
+            abandon = threading.Event()
+            pool = ThreadPoolExecutor(max_workers=16)
+            for n in range(self.tasks):
+                futures.append(pool.submit(run_client, self.stack.gateway_url, SESSIONS + n,
+                                           sessions[n % SESSIONS], abandon))
+                time.sleep(spacing)
             killing.join()
+            wait(futures, timeout=SETTLE_S)
+            abandon.set()  # stuck clients return when the gateway stops below
             elapsed = time.monotonic() - started
-            logged = asyncio.run(self._terminal_counts([o.task_id for o in outcomes if o.task_id]))
         finally:
             stopping.set()
             supervising.join(30)
+            logged = {}
+            try:
+                done_ids = [f.result().task_id for f in futures if f.done() and f.result().task_id]
+                logged = asyncio.run(self._terminal_counts(done_ids))
+            except Exception as exc:  # noqa: BLE001 - Redis gone: the figures say so
+                self.log.append(f"cannot read the task logs: {exc!r}")
             self.stack.stop()
+            if pool is not None:
+                pool.shutdown(wait=True)
+            outcomes = [f.result() for f in futures]
             self.model.stop()
             self.site.shutdown()
         return self._figures(outcomes, logged, sup, elapsed)
@@ -289,7 +319,7 @@ class Chaos:
 
     def _figures(self, outcomes: list[TaskOutcome], logged: dict[str, int], sup: Supervisor, elapsed: float) -> dict:
         bad_terminal = [o.n for o in outcomes if len(o.terminals) != 1 or logged.get(o.task_id) != 1]
-        executions = [self.site.hits[f"/doc/{o.n}" + ("-approve" if o.n % APPROVAL_EVERY == 0 else "")]
+        executions = [self.site.hits[f"/doc/{o.n}" + ("-approve" if needs_approval(o.n) else "")]
                       for o in outcomes]
         return {
             "tasks": len(outcomes), "kills": sum(self.killed.values()), "killed": dict(self.killed),
@@ -297,11 +327,15 @@ class Chaos:
             "not_completed": [o.n for o in outcomes if o.terminals != ["task.completed"]],
             "executions_not_one": [(o.n, c) for o, c in zip(outcomes, executions) if c != 1],
             "wrong_answers": [o.n for o in outcomes if o.terminals == ["task.completed"] and o.answer != answer_for(o.n)],
+            "wrong_answer_texts": {o.n: (o.answer or "")[:80] for o in outcomes
+                                   if o.terminals == ["task.completed"] and o.answer != answer_for(o.n)},
+            "tool_outcomes": {o.n: o.tools for o in outcomes if o.tools != ["ok:"]},
             "replayed_duplicates": sum(o.duplicates for o in outcomes),
             "client_errors": [(o.n, o.error) for o in outcomes if o.error],
             "recovery_p50_s": pct(self.recoveries, 50), "recovery_max_s": max(self.recoveries, default=float("nan")),
             "restarts": sum(t.restarts for t in sup.tracks.values()), "elapsed_s": elapsed,
-            "approvals": sum(1 for o in outcomes if o.n % APPROVAL_EVERY == 0),
+            "approvals": sum(1 for o in outcomes if needs_approval(o.n)),
+            "stuck": [(o.n, o.last_event) for o in outcomes if o.error == "abandoned"],
         }
 
 
@@ -319,6 +353,7 @@ Machine: {machine()}.
 |---|---|
 | tasks without exactly one terminal event (log and client) | {len(f['not_one_terminal'])} |
 | tasks not completed | {len(f['not_completed'])} |
+| tasks stuck {SETTLE_S:.0f} s after the last kill (number, last event) | {len(f['stuck'])} {f['stuck'] or ''} |
 | tool executions per idempotency key != 1 (page requests at the site) | {len(f['executions_not_one'])} {f['executions_not_one'] or ''} |
 | answers that differ from the script | {len(f['wrong_answers'])} |
 | events a client got twice after a reconnect | {f['replayed_duplicates']} |
@@ -336,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = parser.parse_args(argv)
-    figures = Chaos(args.tasks, args.kills, args.seed).run()
+    chaos = Chaos(args.tasks, args.kills, args.seed)
+    figures = chaos.run()
+    print("\n".join(chaos.log))
     print(figures)
     if args.no_write:
         print(report(figures))

@@ -44,9 +44,9 @@ def wait_no_processes(data_dir: Path, timeout_s: float = 60.0) -> list[psutil.Pr
 
 
 class Up:
-    """One `conduit up --no-ingest` child process with private ports and data directory."""
+    """One `conduit up` child process (``--no-ingest`` unless ``ingest``) with private ports and data directory."""
 
-    def __init__(self, tmp: Path, *args: str, **env: str) -> None:
+    def __init__(self, tmp: Path, *args: str, ingest: bool = False, **env: str) -> None:
         self.data_dir = tmp / "data"
         tmp.mkdir(parents=True, exist_ok=True)
         self.out = tmp / "up.out"
@@ -54,7 +54,8 @@ class Up:
                     "CONDUIT_EMBEDDED_KAFKA_PORT": str(infra.free_port()),
                     "CONDUIT_EMBEDDED_REDIS_PORT": str(infra.free_port()),
                     "CONDUIT_GATEWAY_PORT": str(infra.free_port()), "COLUMNS": "200", **env}
-        self.proc = subprocess.Popen([sys.executable, "-m", "conduit", "up", "--no-ingest", *args], env=self.env,
+        flags = [] if ingest else ["--no-ingest"]
+        self.proc = subprocess.Popen([sys.executable, "-m", "conduit", "up", *flags, *args], env=self.env,
                                      stdout=self.out.open("wb"), stderr=subprocess.STDOUT)
 
     def output(self) -> str:
@@ -93,8 +94,8 @@ class UpFactory:
         self.root = root
         self.made: list[Up] = []
 
-    def __call__(self, *args: str, **env: str) -> Up:
-        self.made.append(Up(self.root / f"up{len(self.made)}", *args, **env))
+    def __call__(self, *args: str, ingest: bool = False, **env: str) -> Up:
+        self.made.append(Up(self.root / f"up{len(self.made)}", *args, ingest=ingest, **env))
         return self.made[-1]
 
     def cleanup(self) -> None:

@@ -84,3 +84,13 @@ def test_a_start_against_stale_processes_names_their_pids(up_factory, tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_during_the_first_ingest_exits_non_zero_and_starts_nothing(up_factory, sig):
+    up = up_factory(ingest=True)
+    up.wait_for(lambda: "Ingesting the law corpus" in up.output(), "the ingest")
+    up.proc.send_signal(sig)
+    assert up.proc.wait(120) == 128 + sig, up.output()
+    assert not wait_no_processes(up.data_dir, 10)
+    assert not (up.data_dir / "logs" / "tansu.log").exists(), "nothing is started after an interrupted ingest"
