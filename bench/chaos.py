@@ -194,8 +194,9 @@ def run_client(base: str, n: int, session_id: str | None, abandon: threading.Eve
 class Chaos:
     """The stack, its supervisor, the site, the model, and the kill schedule of one run."""
 
-    def __init__(self, tasks: int, kills: int, seed: int) -> None:
+    def __init__(self, tasks: int, kills: int, seed: int, infra_kills: tuple[str, ...] = ("redis", "tansu")) -> None:
         self.tasks, self.kills = tasks, kills
+        self.infra_kills = infra_kills
         self.rng = random.Random(seed)
         self.site = Site()
         threading.Thread(target=self.site.serve_forever, daemon=True).start()
@@ -250,7 +251,7 @@ class Chaos:
     def killer(self) -> None:
         """The kill schedule: ``kills`` SIGKILLs over ``TARGETS`` at random moments (mean ``KILL_EVERY_S``
         apart, never a process still recovering), plus one of Redis and one of the broker."""
-        specials = {self.kills // 3: "redis", 2 * self.kills // 3: "tansu"}
+        specials = {(i + 1) * self.kills // (len(self.infra_kills) + 1): key for i, key in enumerate(self.infra_kills)}
         recovering: dict[str, threading.Thread] = {}
         for i in range(self.kills):
             time.sleep(self.rng.uniform(0.3, 2 * KILL_EVERY_S - 0.3))
@@ -370,8 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--no-broker-kill", action="store_true", help="kill Redis but not the broker")
     args = parser.parse_args(argv)
-    chaos = Chaos(args.tasks, args.kills, args.seed)
+    chaos = Chaos(args.tasks, args.kills, args.seed, ("redis",) if args.no_broker_kill else ("redis", "tansu"))
     figures = chaos.run()
     print("\n".join(chaos.log))
     print(figures)

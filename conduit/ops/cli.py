@@ -71,6 +71,18 @@ def _stop_on_signals() -> None:
 
 def _after_ready(settings: Settings, stack: "Stack") -> None:
     """Runs once every service checked in, before the banner (first-start steps go here)."""
+    _say_if_code_exec_is_off(stack)
+
+
+def _say_if_code_exec_is_off(stack: "Stack") -> None:
+    """Print the sandbox's one line (why, and the command that turns it on) when it cannot isolate code."""
+    if "sandbox" not in stack.procs:
+        return
+    from conduit.ops.probe import sandbox_isolation
+
+    status, reason = sandbox_isolation(stack.settings.redis())
+    if status != 0 and reason.startswith("sandbox_not_isolated: "):
+        console.print(f"[yellow]{reason.removeprefix('sandbox_not_isolated: ')}[/yellow]")
 
 
 def _run_stack(settings: Settings, ingest: bool, scale: dict[str, int], then: "Callable[[Stack], int]") -> int:
