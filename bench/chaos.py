@@ -1,11 +1,11 @@
 """Chaos suite: tasks keep their promises while processes of the embedded stack are killed.
 
 A supervised embedded stack (tansu, Redis with its append-only file, two orchestrator
-replicas, the web tool service, the gateway; ``conduit.ops.supervisor``) answers tasks
+replicas, two web tool service replicas, the gateway; ``conduit.ops.supervisor``) answers tasks
 through the scripted model: each task fetches one page with ``web_fetch`` (from a local
 site; every ``APPROVAL_EVERY``-th task's URL needs approval) and streams a scripted answer;
 tasks belong to several sessions. Meanwhile SIGKILLs land at random moments on the
-orchestrator replicas, the web service and the gateway (clients reconnect with
+orchestrator and web replicas and the gateway (clients reconnect with
 ``Last-Event-ID``, as browsers do), plus one Redis kill and one broker kill; the supervisor
 starts each again (a new broker gets its topics again). Counted:
 
@@ -53,12 +53,12 @@ from contracts.stream import TERMINAL_TYPES
 APPROVAL_EVERY = 7
 """Every 7th task's page URL contains ``approve``: the policy ``if:url~approve`` asks a person."""
 SESSIONS = 6
-TARGETS = ("orchestrator", "orchestrator-2", "web", "gateway")
+TARGETS = ("orchestrator", "orchestrator-2", "web", "web-2", "gateway")
 """Processes the SIGKILLs are spread over; Redis and the broker get one kill each on top."""
 RECOVERY_TIMEOUT_S = 120.0
 SETTLE_S = 120.0
 """After the last kill, tasks get this long to finish; then the clients give up and the task counts as stuck."""
-KILL_EVERY_S = 1.2
+KILL_EVERY_S = 2.0
 """Mean seconds between two kills; tasks start spread over the whole kill schedule."""
 
 
@@ -210,7 +210,7 @@ class Chaos:
                "CONDUIT_APPROVAL_POLICIES": '{"web_fetch": "if:url~approve", "code_exec": "always"}',
                "CONDUIT_LEASE_TTL_S": "5", "CONDUIT_LOG_LEVEL": "WARNING"}
         self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
-                           scale={"orchestrator": 2})
+                           scale={"orchestrator": 2, "web": 2})
         self.recoveries: list[float] = []
         self.killed: Counter[str] = Counter()
         self.log: list[str] = []
@@ -345,7 +345,7 @@ def report(f: dict) -> str:
     return f"""## Chaos: kills while tasks run (`bench/chaos.py`)
 
 {f['tasks']} tasks ({f['approvals']} needing approval, {SESSIONS} sessions), each one `web_fetch` and a streamed
-scripted answer, through a supervised embedded stack (2 orchestrator replicas, web, gateway, tansu, Redis
+scripted answer, through a supervised embedded stack (2 orchestrator replicas, 2 web replicas, gateway, tansu, Redis
 with its AOF). {f['kills']} SIGKILLs at random moments: {', '.join(f'{k} {v}' for k, v in sorted(f['killed'].items()))}.
 Clients reconnect with `Last-Event-ID`. Lease TTL 5 s; supervisor crash-loop limit raised to 1000 for the run.
 Machine: {machine()}.
