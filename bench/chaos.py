@@ -41,7 +41,7 @@ import redis as redis_sync
 
 from bench.common import machine, pct, write_section
 from conduit.ops import infra
-from conduit.ops.client import create_task, stream_task
+from conduit.ops.client import bearer, create_task, stream_task
 from conduit.ops.stack import Stack
 from conduit.ops.supervisor import Supervisor
 from conduit.records.taskstream import TaskEventLog
@@ -144,7 +144,7 @@ def _retry(call, attempts: int = 300):  # noqa: ANN001, ANN202
     raise RuntimeError("gateway did not come back")
 
 
-def run_client(base: str, n: int, session_id: str | None, abandon: threading.Event) -> TaskOutcome:
+def run_client(base: str, key: str, n: int, session_id: str | None, abandon: threading.Event) -> TaskOutcome:
     """One task from a client's side: create it, follow its stream across gateway kills, approve;
     give up (``error="abandoned"``) once ``abandon`` is set and the connection drops."""
     out = TaskOutcome(n)
@@ -153,7 +153,7 @@ def run_client(base: str, n: int, session_id: str | None, abandon: threading.Eve
         if abandon.is_set():
             break
         try:
-            created = create_task(base, f"chaos-{n}：小规模纳税人的征收率是多少？", session_id, attempts=1)
+            created = create_task(base, f"chaos-{n}：小规模纳税人的征收率是多少？", session_id, attempts=1, api_key=key)
             break
         except (httpx.TransportError, httpx.HTTPStatusError):
             time.sleep(min(1.0, 0.1 * (attempt + 1)))
@@ -167,7 +167,7 @@ def run_client(base: str, n: int, session_id: str | None, abandon: threading.Eve
             out.error = "abandoned"
             return out
         try:
-            for ev in stream_task(base, out.task_id, last_event_id=last, reconnects=0, read_timeout_s=60):
+            for ev in stream_task(base, out.task_id, last_event_id=last, reconnects=0, read_timeout_s=60, api_key=key):
                 if ev.id is not None:
                     out.duplicates += last is not None and ev.id <= last
                     last = ev.id
@@ -177,7 +177,7 @@ def run_client(base: str, n: int, session_id: str | None, abandon: threading.Eve
                 if ev.event == "tool.approval_required":
                     url = f"{base}/v1/tasks/{out.task_id}/approvals/{ev.data['call_id']}"
                     body = {"decision": "approve", "arguments_digest": ev.data["arguments_digest"]}
-                    _retry(lambda: httpx.post(url, json=body, timeout=10))  # noqa: B023
+                    _retry(lambda: httpx.post(url, json=body, timeout=10, headers=bearer(key)))  # noqa: B023
                 elif ev.event in TERMINAL_TYPES:
                     out.terminals.append(ev.event)
                     out.answer = ev.data.get("answer")
@@ -277,14 +277,15 @@ class Chaos:
         pool: ThreadPoolExecutor | None = None
         futures: list = []
         try:
-            sessions = [create_task(self.stack.gateway_url, f"chaos-{s}：开场", None)["session_id"]
+            key = self.stack.admin_key
+            sessions = [create_task(self.stack.gateway_url, f"chaos-{s}：开场", None, api_key=key)["session_id"]
                         for s in range(SESSIONS)]
             killing.start()
             spacing = self.kills * KILL_EVERY_S / max(1, self.tasks)  # tasks run all through the kill schedule
             abandon = threading.Event()
             pool = ThreadPoolExecutor(max_workers=16)
             for n in range(self.tasks):
-                futures.append(pool.submit(run_client, self.stack.gateway_url, SESSIONS + n,
+                futures.append(pool.submit(run_client, self.stack.gateway_url, key, SESSIONS + n,
                                            sessions[n % SESSIONS], abandon))
                 time.sleep(spacing)
             killing.join()

@@ -10,16 +10,16 @@ HTTP (gateway, ``services/gateway/documents.py``):
 
 Bus (topic ``contracts.topics.RETRIEVER_REQUESTS``, read by the retriever's one consumer
 together with ``conduit.tools.kb.requests``): ``SearchRequested``,
-``DocumentIngestRequested``, ``DocumentDeleteRequested`` (``RETRIEVER_REQUEST_EVENTS``).
+``DocumentIngestRequested``, ``DocumentDeleteRequested`` (``contracts.channels.CHANNELS``).
 The envelope's ``task_id`` is the partition key: the search ``request_id``, or
 ``index_document_id`` for document events (so one document's events stay in order).
 
 Replies and state live in Redis:
 
-- ``reply_key(request_id)`` (``conduit:reply:{request_id}``): the retriever LPUSHes one
+- ``conduit.records.keys.reply(request_id)`` (``conduit:reply:{request_id}``): the retriever LPUSHes one
   ``SearchReply`` JSON there (TTL ``REPLY_TTL_S``); the gateway BLPOPs it.
-- ``document_key(tenant, id)`` (``conduit:document:{tenant}:{id}``): the ``DocumentView``
-  JSON; ``documents_key(tenant)`` (``conduit:documents:{tenant}``): set of the tenant's ids.
+- ``keys.document(tenant, id)`` (``conduit:document:{tenant}:{id}``): the ``DocumentView``
+  JSON; ``keys.documents(tenant)`` (``conduit:documents:{tenant}``): set of the tenant's ids.
   The record's ``request_id`` names the latest request about the document; the retriever
   applies an older (superseded or redelivered) request's outcome to the store only when it
   is still current, so replays cannot resurrect a deleted document.
@@ -28,9 +28,9 @@ Replies and state live in Redis:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from contracts.envelope import Envelope
 from contracts.events import Payload
@@ -53,21 +53,6 @@ so they can never name a law (``law:...``) or file (``file:...``) document of th
 DocumentStatus = Literal["queued", "ingested", "failed", "deleting"]
 """``queued``: accepted, not yet indexed; ``ingested``: searchable; ``failed``: see
 ``reason``; ``deleting``: a delete was accepted (the record disappears when it is done)."""
-
-
-def reply_key(request_id: str) -> str:
-    """Redis list where the retriever puts the ``SearchReply`` of ``request_id``."""
-    return f"conduit:reply:{request_id}"
-
-
-def document_key(tenant_id: str, document_id: str) -> str:
-    """Redis string holding the ``DocumentView`` JSON of one document."""
-    return f"conduit:document:{tenant_id}:{document_id}"
-
-
-def documents_key(tenant_id: str) -> str:
-    """Redis set of the tenant's document ids (for ``GET /v1/documents``)."""
-    return f"conduit:documents:{tenant_id}"
 
 
 def index_document_id(tenant_id: str, document_id: str) -> str:
@@ -96,7 +81,8 @@ class SearchRequest(_Body):
     """``POST /v1/search``: ``query`` (1-500 chars after trimming), ``top_k`` (1-20; default
     ``RETRIEVAL_TOP_K``), ``filters``."""
 
-    query: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS)]
+    query: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS,
+                                            pattern=r"\S")]
     top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K)
     filters: SearchFilters | None = None
 
@@ -130,8 +116,10 @@ class DocumentCreate(_Body):
     chooses the id: posting the same id again replaces that document. Default: a new uuid4 hex.
     """
 
-    title: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TITLE_CHARS)]
-    text: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_DOCUMENT_CHARS)]
+    title: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TITLE_CHARS,
+                                            pattern=r"\S")]
+    text: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_DOCUMENT_CHARS,
+                                           pattern=r"\S")]
     source: Annotated[str, StringConstraints(strip_whitespace=True, max_length=1000)] | None = None
     document_id: Annotated[str, StringConstraints(pattern=DOCUMENT_ID_PATTERN)] | None = None
 
@@ -188,7 +176,7 @@ class SearchRequestPayload(Payload):
 
 
 class SearchReply(_Body):
-    """retriever -> gateway (Redis ``reply_key``): ``outcome`` ok with ``items``/``attempts``,
+    """retriever -> gateway (Redis ``keys.reply``): ``outcome`` ok with ``items``/``attempts``,
     or error with ``error_code`` (``kb_backend_unavailable``) and ``message``."""
 
     request_id: str
@@ -238,18 +226,3 @@ class DocumentDeleteRequested(Envelope):
 
     type: Literal["document.delete_requested"] = "document.delete_requested"
     payload: DocumentDeletePayload
-
-
-RETRIEVER_REQUEST_EVENTS: tuple[type[Envelope], ...] = (SearchRequested, DocumentIngestRequested, DocumentDeleteRequested)
-"""Every event of ``topics.RETRIEVER_REQUESTS``."""
-
-RetrieverRequest = Annotated[
-    Union[SearchRequested, DocumentIngestRequested, DocumentDeleteRequested],
-    Field(discriminator="type"),
-]
-_RETRIEVER_REQUEST = TypeAdapter(RetrieverRequest)
-
-
-def parse_retriever_request(raw: bytes | str) -> Envelope:
-    """Parse a ``RETRIEVER_REQUESTS`` message; raises ``pydantic.ValidationError``."""
-    return _RETRIEVER_REQUEST.validate_json(raw)

@@ -1,15 +1,15 @@
 """Bus events: payload models and their envelopes.
 
-Each ``*Event`` class is an ``Envelope`` with a fixed ``type`` and a typed
-``payload``. ``parse_event`` turns raw JSON bytes into the right class.
+Each envelope class has a fixed ``type`` and a typed ``payload``; which topic
+carries which class is ``contracts.channels.CHANNELS``.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.envelope import Envelope
 from contracts.evidence import EvidenceItem
@@ -95,17 +95,6 @@ class ToolResultPayload(Payload):
     artifacts: list[ArtifactRef] = Field(default_factory=list)
 
 
-class ApprovalRequestPayload(Payload):
-    """A tool call waiting for a human decision (seed 003, human in the loop)."""
-
-    call_id: str
-    tool: ToolName
-    arguments: dict[str, Any]
-    reason: str = ""
-    arguments_digest: str
-    expires_at: datetime
-
-
 class ApprovalDecisionPayload(Payload):
     """A human decision on a pending call; ``edit`` carries new ``arguments``."""
 
@@ -178,13 +167,6 @@ class ToolResult(Envelope):
     payload: ToolResultPayload
 
 
-class ApprovalRequested(Envelope):
-    """orchestrator -> world: a call awaits approval."""
-
-    type: Literal["approval.requested"] = "approval.requested"
-    payload: ApprovalRequestPayload
-
-
 class ApprovalDecided(Envelope):
     """gateway -> orchestrator: a human decided on a pending call."""
 
@@ -211,19 +193,3 @@ class DeadLetter(Envelope):
 
     type: Literal["dead_letter"] = "dead_letter"
     payload: DeadLetterPayload
-
-
-BusEvent = Annotated[
-    Union[QuestionAsked, ToolRequested, ToolResult, ApprovalRequested, ApprovalDecided, TaskCancelled, AgentEvent, DeadLetter],
-    Field(discriminator="type"),
-]
-_BUS_EVENT = TypeAdapter(BusEvent)
-
-
-def parse_event(raw: bytes | str) -> Envelope:
-    """Parse a JSON bus message into its envelope class.
-
-    Raises ``pydantic.ValidationError`` for malformed JSON, an unknown ``type``
-    or a payload that does not match its model.
-    """
-    return _BUS_EVENT.validate_json(raw)

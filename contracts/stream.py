@@ -7,9 +7,10 @@ with exactly one terminal event: task.completed, task.failed or task.cancelled.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.evidence import Citation, NumberedEvidence
 
@@ -97,7 +98,8 @@ class EvidenceEvent(StreamEvent):
 
 
 class ApprovalRequiredEvent(StreamEvent):
-    """A tool call waits for a human decision at ``POST /v1/tasks/{id}/approvals/{call_id}``."""
+    """A tool call waits for a human decision at ``POST /v1/tasks/{id}/approvals/{call_id}``
+    until ``expires_at`` (UTC; ISO 8601 in JSON)."""
 
     type: Literal["tool.approval_required"] = "tool.approval_required"
     call_id: str
@@ -105,7 +107,7 @@ class ApprovalRequiredEvent(StreamEvent):
     arguments: dict[str, Any]
     reason: str = ""
     arguments_digest: str
-    expires_at: str
+    expires_at: datetime
 
 
 class TraceEvent(StreamEvent):
@@ -171,9 +173,3 @@ TaskStreamEvent = Annotated[
     ],
     Field(discriminator="type"),
 ]
-_STREAM_EVENT = TypeAdapter(TaskStreamEvent)
-
-
-def parse_stream_event(raw: bytes | str) -> StreamEvent:
-    """Parse the JSON ``data`` of a task event into its model; raises ValidationError."""
-    return _STREAM_EVENT.validate_json(raw)

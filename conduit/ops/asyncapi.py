@@ -4,9 +4,9 @@ Nothing here runs or connects: the app exists so that
 
     faststream docs gen conduit.ops.asyncapi:app --yaml --out docs/asyncapi.yaml
 
-can write the public event contract from the same pydantic models the services
-use (``contracts.events``) and the same topic and group names (``contracts.topics``).
-``tests/test_asyncapi.py`` regenerates the document and fails when the committed
+can write the public event contract from the channel table the services use
+(``contracts.channels.CHANNELS``: topic, event types, partition key, consumer groups).
+``tests/unit/test_asyncapi.py`` regenerates the document and fails when the committed
 ``docs/asyncapi.yaml`` is stale.
 
 Shape of the document: one AsyncAPI *channel* per (topic, role):
@@ -22,7 +22,6 @@ Shape of the document: one AsyncAPI *channel* per (topic, role):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from faststream import FastStream
@@ -30,16 +29,7 @@ from faststream.kafka import KafkaBroker
 from faststream.specification import AsyncAPI
 
 from contracts import topics
-from contracts.documents import DocumentDeleteRequested, DocumentIngestRequested, SearchRequested
-from contracts.events import (
-    AgentEvent,
-    ApprovalDecided,
-    DeadLetter,
-    QuestionAsked,
-    TaskCancelled,
-    ToolRequested,
-    ToolResult,
-)
+from contracts.channels import CHANNELS, Channel
 
 TITLE = "Conduit events"
 VERSION = "1.0.0"
@@ -57,58 +47,6 @@ one task are in order within one partition. Headers: `type` (the envelope type),
 Public: `conduit.agent.events` (AgentEvent), for other teams; see docs/events.md.
 All other topics are internal and may change without notice.
 """
-
-ControlEvent = TaskCancelled | ApprovalDecided
-"""What the gateway writes to ``conduit.control`` (discriminated by ``type``)."""
-
-RetrieverRequestEvent = SearchRequested | DocumentIngestRequested | DocumentDeleteRequested
-"""What the gateway writes to ``conduit.retriever.requests`` (discriminated by ``type``)."""
-
-
-@dataclass(frozen=True)
-class TopicDoc:
-    """How one topic is used.
-
-    Attributes:
-        topic: name from ``contracts.topics``.
-        model: pydantic model (or union of models) of each message.
-        producer: the service(s) that write it.
-        consumers: Conduit consumer groups that read it (``contracts.topics.GROUP_*``).
-        summary: one line for the channel description.
-    """
-
-    topic: str
-    model: Any
-    producer: str
-    consumers: tuple[str, ...]
-    summary: str
-
-
-TOPIC_DOCS: tuple[TopicDoc, ...] = (
-    TopicDoc(topics.QUESTIONS, QuestionAsked, "gateway", (topics.GROUP_ORCHESTRATOR,),
-             "A new question (QuestionAsked); starts a task."),
-    TopicDoc(topics.CONTROL, ControlEvent, "gateway", (topics.GROUP_ORCHESTRATOR,),
-             "Cancellation (TaskCancelled) and human approval decisions (ApprovalDecided) for a running task."),
-    TopicDoc(topics.TOOL_REQUESTS_KB, ToolRequested, "orchestrator", (topics.GROUP_RETRIEVER,),
-             "kb_search tool calls for the retriever."),
-    TopicDoc(topics.TOOL_REQUESTS_WEB, ToolRequested, "orchestrator", (topics.GROUP_WEB,),
-             "web_search / web_fetch tool calls for the web service."),
-    TopicDoc(topics.TOOL_REQUESTS_SANDBOX, ToolRequested, "orchestrator", (topics.GROUP_SANDBOX,),
-             "code_exec tool calls for the sandbox."),
-    TopicDoc(topics.TOOL_RESULTS, ToolResult, "retriever, web, sandbox", (topics.GROUP_ORCHESTRATOR,),
-             "The outcome of one tool call (ToolResult), matched by call_id / idempotency_key."),
-    TopicDoc(topics.AGENT_EVENTS, AgentEvent, "orchestrator", (),
-             "PUBLIC. Coarse progress of every task (AgentEvent): task.started, tool.requested, "
-             "tool.completed, task.completed, task.failed, task.cancelled. Subscribe with your own "
-             "consumer group; see docs/events.md."),
-    TopicDoc(topics.DEAD_LETTER, DeadLetter, "any consumer", (),
-             "Messages no consumer could parse or handle after retries (DeadLetter), for inspection and replay."),
-    TopicDoc(topics.RETRIEVER_REQUESTS, RetrieverRequestEvent, "gateway", (topics.GROUP_RETRIEVER,),
-             "Search without the agent (SearchRequested; the reply goes to Redis conduit:reply:{request_id}) and "
-             "document ingestion/deletion (DocumentIngestRequested, DocumentDeleteRequested; key: the document's "
-             "store id). Read by the retriever's one consumer with the kb_search requests."),
-)
-"""Every topic of ``contracts.topics.ALL_TOPICS``, in the same order."""
 
 
 class StableAsyncAPI(AsyncAPI):
@@ -132,12 +70,12 @@ class StableAsyncAPI(AsyncAPI):
         return spec
 
 
-def _document(broker: KafkaBroker, doc: TopicDoc) -> None:
+def _document(broker: KafkaBroker, doc: Channel) -> None:
     """Declare the publisher and the subscribers of one topic on ``broker`` (never started)."""
     broker.publisher(
         doc.topic,
         title=f"{doc.topic}:publish",
-        description=f"{doc.summary} Produced by: {doc.producer}. Key: task_id (UTF-8).",
+        description=f"{doc.summary} Produced by: {doc.producers}. Key: {doc.key} (UTF-8).",
         schema=doc.model,
     )
     for group in doc.consumers:
@@ -162,7 +100,7 @@ def build_app() -> FastStream:
         "kafka:9092",
         description="Conduit's Kafka cluster (compose: kafka:9092; Kubernetes: conduit-kafka-bootstrap:9092).",
     )
-    for doc in TOPIC_DOCS:
+    for doc in CHANNELS:
         _document(broker, doc)
     return FastStream(
         broker,

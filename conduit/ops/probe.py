@@ -44,15 +44,12 @@ import sys
 import time
 from collections.abc import Callable
 
+from conduit.records import keys
 from conduit.runtime.settings import Settings
 
 REDIS_TIMEOUT_S = 2.0
 """Connect and read timeout of one Redis check (seconds)."""
 
-KEY_PATTERN = "conduit:alive:{service}:{host}:*"
-"""Liveness keys of one pod, written by ``conduit.runtime.liveness.heartbeat`` (``alive_key``)."""
-STATUS_PATTERN = "conduit:sandbox:status:{host}:*"
-"""Isolation status keys of one sandbox pod (``conduit.runtime.toolcatalog.SANDBOX_STATUS_PATTERN``)."""
 
 
 def heartbeat_present(redis_url: str, service: str, host: str | None = None) -> bool:
@@ -62,7 +59,7 @@ def heartbeat_present(redis_url: str, service: str, host: str | None = None) -> 
     """
     import redis  # noqa: PLC0415 - keep ``--help`` instant
 
-    pattern = KEY_PATTERN.format(service=service, host=host or socket.gethostname())
+    pattern = keys.alive_pattern(service, host or socket.gethostname())
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
     try:
         for _ in client.scan_iter(match=pattern, count=500):
@@ -82,7 +79,7 @@ def sandbox_isolation(redis_url: str, host: str | None = None) -> tuple[int, str
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
     try:
         reasons = []
-        for k in client.scan_iter(match=STATUS_PATTERN.format(host=host or socket.gethostname()), count=500):
+        for k in client.scan_iter(match=keys.sandbox_status_pattern(host or socket.gethostname()), count=500):
             raw = client.get(k)
             status = json.loads(raw) if raw else {}
             if status.get("isolated"):
@@ -113,7 +110,7 @@ def check(kind: str, service: str, redis_url: str, host: str | None = None) -> t
         return sandbox_isolation(redis_url, host)
     if present:
         return 0, f"{service} heartbeat present (host {host})"
-    return 1, f"no heartbeat key {KEY_PATTERN.format(service=service, host=host)}"
+    return 1, f"no heartbeat key {keys.alive_pattern(service, host)}"
 
 
 async def missing_topics(bootstrap: str, wanted: tuple[str, ...]) -> list[str]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import redis as redis_sync
 
-from conduit.ops import infra
+from conduit.ops import bootstrap, infra
 from conduit.ops.services import SERVICES, STOP_MARGIN_S, ServiceProcess, settings_env, shutdown_budget_s
 from conduit.runtime import bus
 from conduit.runtime.liveness import alive_key
@@ -126,6 +126,8 @@ class Stack:
         self.log_dir = self.data_dir / "logs"
         self.infra: dict[str, InfraProcess] = {}
         self.procs: dict[str, ServiceProcess] = {}
+        self.admin_key: str | None = None
+        """The tenant admin's API key (``<data_dir>/admin.key``), set by ``start()``."""
 
     @property
     def gateway_url(self) -> str:
@@ -249,6 +251,7 @@ class Stack:
                 self.start_infra()
             except RuntimeError as exc:
                 raise StackError(f"{exc}; logs in {self.log_dir}") from exc
+            self.admin_key = bootstrap.ensure_admin_key(self.settings)
             self.start_services()
         except BaseException:
             self.stop()

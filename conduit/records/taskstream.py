@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
+from conduit.records import keys
 
 from contracts.stream import TERMINAL_TYPES, StreamEvent
 
@@ -66,7 +67,7 @@ class TaskEventLog:
     @staticmethod
     def keys(task_id: str) -> list[str]:
         """``[stream, seq counter, seal]`` Redis keys of one task's log."""
-        return [f"conduit:events:{task_id}", f"conduit:events:{task_id}:seq", f"conduit:events:{task_id}:terminal"]
+        return [keys.events(task_id), keys.events_seq(task_id), keys.events_terminal(task_id)]
 
     @staticmethod
     def encode(event: StreamEvent) -> list[str]:

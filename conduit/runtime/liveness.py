@@ -14,12 +14,14 @@ import socket
 
 from redis.asyncio import Redis
 
+from conduit.records import keys
+
 log = logging.getLogger("conduit.runtime.liveness")
 
 
 def alive_key(service: str, pid: int | None = None) -> str:
     """Liveness key of ``service`` in process ``pid`` (default: this process) on this host."""
-    return f"conduit:alive:{service}:{socket.gethostname()}:{pid or os.getpid()}"
+    return keys.alive(service, socket.gethostname(), pid or os.getpid())
 
 
 async def heartbeat(redis: Redis, service: str, every_s: float = 2.0) -> None:
@@ -36,7 +38,7 @@ async def heartbeat(redis: Redis, service: str, every_s: float = 2.0) -> None:
 async def alive_services(redis: Redis) -> dict[str, int]:
     """Return ``{service: live process count}`` from the liveness keys."""
     counts: dict[str, int] = {}
-    async for key in redis.scan_iter(match="conduit:alive:*", count=200):
+    async for key in redis.scan_iter(match=keys.alive_pattern(), count=200):
         k = key.decode() if isinstance(key, bytes) else key
         service = k.split(":")[2]
         counts[service] = counts.get(service, 0) + 1

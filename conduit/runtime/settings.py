@@ -61,7 +61,27 @@ class Settings(BaseSettings):
     sse_heartbeat_s: float = Field(default=15.0, description="seconds of silence after which an SSE stream sends a heartbeat comment (checked after each idle wait of gateway_sse_poll_ms)")
     task_events_ttl_s: int = Field(default=86400, description="TTL of a task's replay log and record (seconds)")
     task_events_maxlen: int = Field(default=20000, description="events kept per task replay log")
-    default_tenant: str = Field(default="default", description="tenant of requests (no authentication yet)")
+    default_tenant: str = Field(default="default", description="tenant of the bootstrap admin key (`conduit up`) and of CONDUIT_AUTH=none")
+
+    # ---- identity (services/gateway/auth.py, docs/security.md)
+    auth: Literal["keys", "jwt", "none"] = Field(default="keys", description="credentials the gateway accepts: keys (API keys), jwt (JWT bearer tokens and API keys) or none (loopback only: everyone is the default tenant's admin)")
+    auth_jwt_secret: str | None = Field(default=None, description="shared HMAC secret of JWT bearer tokens (HS256); or set auth_jwt_jwks_url")
+    auth_jwt_jwks_url: str | None = Field(default=None, description="JWKS URL of the token issuer (keys cached, fetched again on an unknown kid)")
+    auth_jwt_algorithms: list[str] = Field(default=["RS256", "ES256"], description="accepted JWT signature algorithms with a JWKS (a shared secret accepts HS256 only)")
+    auth_jwt_issuer: str | None = Field(default=None, description="required `iss` of JWT bearer tokens (unset = not checked)")
+    auth_jwt_audience: str | None = Field(default="conduit", description="required `aud` of JWT bearer tokens")
+    auth_jwt_tenant_claim: str = Field(default="tenant_id", description="JWT claim holding the tenant id")
+    auth_jwt_user_claim: str = Field(default="sub", description="JWT claim holding the user id")
+    auth_jwt_roles_claim: str = Field(default="roles", description="JWT claim holding the roles (a list or a space-separated string); `admin` in it = tenant admin")
+    auth_jwks_cache_s: int = Field(default=300, description="seconds the JWKS keys are cached")
+    auth_jwks_refetch_cooldown_s: float = Field(default=30.0, description="least seconds between two JWKS fetches forced by an unknown kid (bounds fetches a flood of forged kids can cause)")
+    login_token_ttl_s: int = Field(default=900, description="lifetime of the one-time login link printed by `conduit up` (seconds)")
+    login_key_ttl_s: int = Field(default=7 * 86400, description="lifetime of the API key `POST /v1/login` hands the page (seconds)")
+    rate_limit_key_per_minute: int = Field(default=600, description="requests per minute per credential (0 = unlimited); over it 429 with Retry-After")
+    rate_limit_tenant_per_minute: int = Field(default=3000, description="requests per minute per tenant, all its credentials together (0 = unlimited)")
+    running_tasks_per_key: int = Field(default=20, description="tasks running at once per credential (0 = unlimited); over it 429")
+    running_tasks_per_tenant: int = Field(default=200, description="tasks running at once per tenant (0 = unlimited); over it 429")
+    tenants: dict[str, dict] = Field(default={}, description="per-tenant overrides, JSON {tenant: {allowed_tools, model, approval_policies, rate_limit_per_minute, running_tasks}} (conduit/runtime/tenants.py)")
 
     # ---- gateway internals (services/gateway; owned by the gateway engineer)
     gateway_publish_timeout_s: float = Field(default=5.0, description="max wait for Kafka's ack of a publish; then 503")
@@ -137,12 +157,6 @@ class Settings(BaseSettings):
     sandbox_artifact_max_files: int = Field(default=10, ge=0, description="output files kept per run as artifacts (0 = none)")
     sandbox_artifact_max_bytes: int = Field(default=8 * 1024 * 1024, description="bytes of output files kept per run, all files together")
     sandbox_artifact_ttl_s: int = Field(default=86400, description="lifetime of a code_exec artifact in Redis (seconds)")
-
-    # ---- fault injection (tests and evals only)
-    fault_crash_once: str | None = Field(
-        default=None, description="TESTS ONLY: the orchestrator exits once per task, 'question' mid-handler, "
-                                  "'tool_result' right after a tool result's checkpoint is saved, 'cancel' right after a "
-                                  "cancelled task is saved")
 
     # ---- logging
     log_level: str = Field(default="INFO", description="log level")

@@ -7,12 +7,10 @@ import json
 
 from redis.asyncio import Redis
 
+from conduit.records import keys
 from conduit.runtime.settings import Settings
 from contracts.tools import ALL_TOOLS
 
-SANDBOX_STATUS_PATTERN = "conduit:sandbox:status:*"
-"""Keys ``conduit:sandbox:status:{host}:{pid}`` where each sandbox replica keeps its isolation status
-(JSON ``{"isolated", "unsafe", "reason"}``, a TTL of seconds; ``services.sandbox.main.publish_status``)."""
 
 
 def available_tools(settings: Settings, allowed: list[str] | None = None,
@@ -39,7 +37,9 @@ async def unavailable_tools(redis: Redis) -> frozenset[str]:
     topic for a sandbox. One SCAN plus one GET per replica; Redis errors propagate.
     """
     statuses = []
-    async for key in redis.scan_iter(match=SANDBOX_STATUS_PATTERN, count=500):
+    # each sandbox replica keeps its status (JSON {"isolated", "unsafe", "reason"}, a TTL of seconds)
+    # under keys.sandbox_status(host, pid) (services.sandbox.main.publish_status)
+    async for key in redis.scan_iter(match=keys.SANDBOX_STATUS_PATTERN, count=500):
         raw = await redis.get(key)
         if raw:
             statuses.append(json.loads(raw))

@@ -18,22 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Union
+from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from conduit.runtime import bus, liveness, metrics
+from conduit.runtime import bus, metrics
+from conduit.runtime.process import serve_process
 from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
-from conduit.records.taskstore import cancel_key
-from contracts import topics
-from contracts.envelope import Envelope
+from conduit.records import keys
+from contracts import channels, topics
 from contracts.events import (
     ArtifactRef,
     ToolError,
@@ -99,25 +98,27 @@ class ToolService:
         """Requests handled at once: one Kafka consumer (sequential) per worker; see ``bus.subscribe``."""
         self.redis: Redis = make_redis(settings)
         self.broker = bus.make_broker(settings, client_id=name)
-        self.extra: list[tuple[str, tuple[type[Envelope], ...], Callable[[Any], Awaitable[None]]]] = []
-        """Other (topic, event classes, handler) read by the same consumer; see ``consume``."""
+        self.extra: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
+        """Other (topic, handler) read by the same consumer; see ``consume``."""
 
-    def consume(self, topic: str, events: tuple[type[Envelope], ...], handler: Callable[[Any], Awaitable[None]]) -> None:
-        """Also handle ``events`` (envelope classes with distinct ``type`` literals) from ``topic``.
+    def consume(self, topic: str, handler: Callable[[Any], Awaitable[None]]) -> None:
+        """Also handle the events of ``topic`` (those ``contracts.channels`` lists for it).
 
         They are read by this service's one consumer (same group, one join: tansu joins
         cost seconds) with the tool requests, one message at a time; ``handler(event)``
         must be idempotent (at-least-once delivery, see ``bus.subscribe``).
+        Raises ``contracts.channels.UnknownChannel`` for a topic not in the table.
         """
-        self.extra.append((topic, events, handler))
+        channels.events_on(topic)
+        self.extra.append((topic, handler))
 
     async def _dispatch(self, event: Any) -> None:
         """Route one message of the combined subscription to its handler."""
         if isinstance(event, ToolRequested):
             await self.handle(event)
             return
-        for _, classes, handler in self.extra:
-            if isinstance(event, classes):
+        for topic, handler in self.extra:
+            if isinstance(event, channels.events_on(topic)):
                 await handler(event)
                 return
         raise TypeError(f"{self.name} has no handler for {type(event).__name__}")
@@ -186,7 +187,7 @@ class ToolService:
                 if done:
                     return tool.result()
                 try:
-                    cancelled = bool(await self.redis.exists(cancel_key(task_id)))
+                    cancelled = bool(await self.redis.exists(keys.cancel(task_id)))
                 except RedisError as exc:
                     log.warning("cancel check failed for %s: %r", task_id, exc)
                     cancelled = False
@@ -199,10 +200,10 @@ class ToolService:
 
     async def handle(self, request: ToolRequested) -> None:
         """Bus handler: idempotent execute-and-publish for one request."""
-        key = f"conduit:toolresult:{request.payload.idempotency_key}"
+        key = keys.tool_result(request.payload.idempotency_key)
         async with self.redis.pipeline(transaction=False) as pipe:  # both reads in one round trip
             pipe.get(key)
-            pipe.exists(cancel_key(request.task_id))
+            pipe.exists(keys.cancel(request.task_id))
             cached, cancelled = await pipe.execute()
         if not cached and cancelled:
             # the task was cancelled while this request waited in the topic: do not run it
@@ -226,29 +227,24 @@ class ToolService:
                 return
         await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload))
 
-    async def serve(self, ready: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Start consuming and run until SIGTERM/SIGINT, then stop cleanly (offsets committed)."""
-        await bus.ensure_topics(self.settings)
+    async def serve(self, ready: Callable[[], Awaitable[None]] | None = None,
+                    background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
+                    stop: asyncio.Event | None = None) -> None:
+        """Consume until SIGTERM/SIGINT (or ``stop``), then stop cleanly (offsets committed).
+
+        One subscriber reads ``topic`` and every ``consume`` topic; the message model is the
+        union of the events ``contracts.channels`` lists for them. ``ready``, ``background``
+        and ``stop``: see ``conduit.runtime.process.serve_process``.
+        """
         if self.extra:  # one subscriber for every topic: a tuple of topics and a union model
-            classes = (ToolRequested, *(c for _, cs, _ in self.extra for c in cs))
-            names = tuple(dict.fromkeys([self.topic, *(t for t, _, _ in self.extra)]))
+            names = tuple(dict.fromkeys([self.topic, *(t for t, _ in self.extra)]))
             bus.subscribe(self.broker, self.settings, self.redis, topic=names, group_id=self.group_id,
-                          model=Annotated[Union[classes], Field(discriminator="type")], handler=self._dispatch,
-                          consumer_name=self.name)
+                          model=channels.message_model(tuple(e for t in names for e in channels.events_on(t))),
+                          handler=self._dispatch, consumer_name=self.name)
         else:
             bus.subscribe(self.broker, self.settings, self.redis, topic=self.topic, group_id=self.group_id,
-                          model=ToolRequested, handler=self.handle, consumer_name=self.name,
-                          max_workers=self.max_workers)
-        await self.broker.start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        heartbeat = asyncio.create_task(liveness.heartbeat(self.redis, self.name))
-        if ready:
-            await ready()
-        log.info("%s serving %s", self.name, ", ".join(self.tools))
-        await stop.wait()
-        heartbeat.cancel()
-        await self.broker.stop()
-        await self.redis.aclose()
+                          model=channels.message_model(channels.events_on(self.topic)), handler=self.handle,
+                          consumer_name=self.name, max_workers=self.max_workers)
+        log.info("%s serves %s", self.name, ", ".join(self.tools))
+        await serve_process(self.name, self.settings, self.broker, self.redis, background=background,
+                            ready=ready, stop=stop)

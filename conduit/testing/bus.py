@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer
 from pydantic import BaseModel, ValidationError
 
 from contracts import topics
-from contracts.events import AgentEvent, ToolResult
+from contracts.events import AgentEvent, DeadLetter, ToolResult
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -64,3 +64,15 @@ async def agent_events_of(bootstrap: str, task_id: str, until_kind: str, timeout
                 if event.payload.kind == until_kind:
                     return found
     raise AssertionError(f"no {until_kind} for {task_id} within {timeout_s} s; got {[e.payload.kind for e in found]}")
+
+
+async def await_dead_letter(bootstrap: str, consumer: str, task_id: str, timeout_s: float = 60.0) -> DeadLetter:
+    """Read ``conduit.dead-letter`` from the start until ``consumer`` dead-lettered an event of ``task_id``.
+
+    Raises AssertionError after ``timeout_s`` seconds.
+    """
+    async with aclosing(_events(bootstrap, topics.DEAD_LETTER, DeadLetter, timeout_s)) as events:
+        async for event in events:
+            if event.payload.consumer == consumer and event.task_id == task_id:
+                return event
+    raise AssertionError(f"no dead letter of {task_id} from {consumer} within {timeout_s} s")

@@ -61,6 +61,8 @@ class ScriptedModel:
         self.script: list[TurnSource] = list(script or [])
         self.default = default or Turn(content="OK.")
         self.requests: list[dict[str, Any]] = []
+        self.received_at: list[float] = []
+        """``time.monotonic()`` when each request of ``requests`` arrived (same order)."""
         self.first_token_s: list[float] = []
         self.port = free_port()
         self._server: uvicorn.Server | None = None
@@ -80,6 +82,7 @@ class ScriptedModel:
     def _next(self, body: dict[str, Any]) -> Turn:
         with self._lock:
             self.requests.append(body)
+            self.received_at.append(time.monotonic())
             source = self.script.pop(0) if self.script else self.default
         return source(body) if callable(source) else source
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
+from redis.asyncio import Redis
+
 from conduit.ops import infra
+from conduit.records import apikeys
 from conduit.ops.services import ServiceProcess
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
@@ -17,7 +22,7 @@ def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[
     """Ingest ``laws`` (real articles from the law corpus) into ``data_dir``, then start ``services``.
 
     ``env`` is given to every service process (model endpoint, limits...). Returns the
-    running ``Stack``; the caller stops it.
+    running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
     """
     settings = Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
                         gateway_port=infra.free_port())
@@ -41,25 +46,55 @@ def restart(stack: Stack, name: str, drop: tuple[str, ...] = (), **env: str) -> 
     return stack.procs[name]
 
 
-def add_replica(stack: Stack, name: str, key: str) -> ServiceProcess:
-    """Start one more process of service ``name`` (registered as ``key``) with the same environment."""
-    proc = ServiceProcess(name, dict(stack.procs[name].env), stack.log_dir).start()
+def add_replica(stack: Stack, name: str, key: str, **env: str) -> ServiceProcess:
+    """Start one more process of service ``name`` (registered as ``key``) with the same environment
+    plus ``env`` overrides (e.g. a ``CONDUIT_MODEL`` of its own, to tell its model calls apart)."""
+    proc = ServiceProcess(name, {**stack.procs[name].env, **env}, stack.log_dir).start()
     stack.procs[key] = proc
     return proc
 
 
 FAULT = "CONDUIT_FAULT_CRASH_ONCE"
+"""Names the fault point ``conduit.testing.faults`` crashes the orchestrator at."""
+HOOKS = "CONDUIT_TEST_HOOKS"
+"""Names the orchestrator's test hook module (``services.orchestrator.hooks``)."""
+
+
+def crash_env(point: str) -> dict[str, str]:
+    """Environment of an orchestrator that exits at fault point ``point`` once per task."""
+    return {HOOKS: "conduit.testing.faults", FAULT: point}
 
 
 @contextmanager
 def orchestrator_crashing_once(stack: Stack, point: str) -> Iterator[ServiceProcess]:
     """Run the body against an orchestrator that exits at fault point ``point`` once per task
-    (``Settings.fault_crash_once``); yields that process. The body replaces it with
+    (``conduit.testing.faults``); yields that process. The body replaces it with
     ``restart(stack, "orchestrator", drop=(FAULT,))``; if it did not, that happens on exit.
     """
-    proc = restart(stack, "orchestrator", **{FAULT: point})
+    proc = restart(stack, "orchestrator", **crash_env(point))
     try:
         yield proc
     finally:
         if FAULT in stack.procs["orchestrator"].env:
-            restart(stack, "orchestrator", drop=(FAULT,))
+            restart(stack, "orchestrator", drop=(FAULT, HOOKS))
+
+
+async def make_key(redis_url: str, tenant: str = "default", user: str = "admin", role: str = "admin",
+                   expires_in: timedelta | None = None) -> str:
+    """Create an API key in the Redis at ``redis_url`` (``conduit.records.apikeys``); returns the key."""
+    redis = Redis.from_url(redis_url)
+    try:
+        return (await apikeys.create(redis, tenant, user, role, expires_in, label="test"))[0]
+    finally:
+        await redis.aclose()
+
+
+def new_key(redis_url: str, tenant: str = "default", user: str = "admin", role: str = "admin",
+            expires_in: timedelta | None = None) -> str:
+    """``make_key`` for code outside an event loop (fixtures)."""
+    return asyncio.run(make_key(redis_url, tenant, user, role, expires_in))
+
+
+def auth(key: str) -> dict[str, str]:
+    """The ``Authorization`` header of ``key``."""
+    return {"Authorization": f"Bearer {key}"}

@@ -9,7 +9,7 @@ bounded buffers.
 
 Shapes and units:
 
-- a *subscriber* is a ``Subscription``: ``(task_id, last)`` where ``last`` is the seq
+- a *subscriber* is a ``Subscription`` (``services/gateway/subscription.py``): ``(task_id, last)`` where ``last`` is the seq
   (the SSE ``id:``, an int >= 0) of the last event the stream already delivered.
   ``Subscription.next_batch(timeout_s)`` returns the events with seq > ``last`` in
   seq order as ``list[LoggedEvent]`` (each seq exactly once), ``[]`` after
@@ -36,14 +36,14 @@ Errors: a ``RedisError`` of the shared read is handed to every current subscribe
 that is not running returns a subscription whose ``next_batch`` raises
 ``redis.exceptions.ConnectionError``.
 
-Reading: the ``XREAD`` is packed by hand and its reply parsed by ``RespReader`` straight
-from the connection's stream (redis-py's pure-Python parser cost ~50 µs per stream
+Reading: the ``XREAD`` is packed by hand and its reply parsed by
+``conduit.runtime.resp.RespReader`` straight from the connection's stream (redis-py's pure-Python parser cost ~50 µs per stream
 entry, more than everything else the gateway does per event); the connection itself
 (connect, AUTH, SELECT, TLS, ``HELLO``) is still redis-py's, taken from ``reader``'s pool.
 
 Memory: when the number of subscribers drops to 0 after a peak of at least
 ``release_min_peak``, the hub waits ``release_delay_s`` seconds (the HTTP
-responses finish closing) and, if still idle, runs ``release_memory()``:
+responses finish closing) and, if still idle, runs ``conduit.runtime.allocator.release_memory()``:
 ``gc.collect()`` and glibc ``malloc_trim(0)`` (skipped off glibc), which hands
 freed heap pages back to the OS. CPython keeps a 1 MiB small-object arena while
 any block in it lives, so after a large burst RSS settles at a high-water mark
@@ -54,139 +54,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
-import gc
 import logging
 import uuid
-from collections import deque
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
+from conduit.records import keys
 from conduit.records.taskstream import LoggedEvent, TaskEventLog
+from conduit.runtime.allocator import release_memory
+from conduit.runtime.resp import bulk, read_reply, text
+from services.gateway.subscription import Subscription
 
 log = logging.getLogger("conduit.gateway.hub")
-
-class Subscription:
-    """One SSE stream's view of one task log through a ``StreamHub``.
-
-    Created by ``StreamHub.subscribe``; consumed by a single coroutine with
-    ``next_batch``; ended by ``StreamHub.unsubscribe``.
-
-    Attributes:
-        task_id: the task whose log is followed.
-        last: seq of the last event returned by ``next_batch`` (starts at the
-            subscriber's ``after``).
-        stale: True while the subscriber must read its gap from the log with
-            ``XRANGE`` (joined behind the hub's cursor, or its buffer overflowed).
-        overflows: how many times the buffer overflowed (each one cost one catch-up read).
-    """
-
-    __slots__ = ("task_id", "last", "stale", "overflows", "_hub", "_buf", "_maxsize", "_waiter",
-                 "_error", "_interrupted")
-
-    def __init__(self, hub: StreamHub, task_id: str, after: int, maxsize: int) -> None:
-        self.task_id = task_id
-        self.last = after
-        self.stale = False
-        self.overflows = 0
-        self._hub = hub
-        self._buf: deque[LoggedEvent] = deque()
-        self._maxsize = maxsize
-        self._waiter: asyncio.Future[None] | None = None
-        self._error: BaseException | None = None
-        self._interrupted = False
-
-    # ------------------------------------------------------------ hub side
-    def _push(self, events: list[LoggedEvent]) -> None:
-        """Buffer ``events`` (seq order) or, past ``maxsize``, mark the subscriber stale."""
-        if self.stale:
-            return  # the catch-up read will cover these: they are already in the log
-        if len(self._buf) + len(events) > self._maxsize:
-            self._buf.clear()
-            self.stale = True
-            self.overflows += 1
-        else:
-            self._buf.extend(events)
-        self._wake()
-
-    def _fail(self, exc: BaseException) -> None:
-        self._error = exc
-        self._wake()
-
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    # ------------------------------------------------------------ consumer side
-    def interrupt(self) -> None:
-        """Make the pending and every later ``next_batch`` return ``None`` (e.g. on server shutdown)."""
-        self._interrupted = True
-        self._wake()
-
-    async def catch_up(self, count: int | None = None) -> list[LoggedEvent]:
-        """Read events with seq > ``last`` straight from the log (``XRANGE``, at most ``count``); advances ``last``.
-
-        Raises ``RedisError``.
-        """
-        batch = await self._hub.events.read(self.task_id, after=self.last, count=count or self._hub.catchup_count)
-        out = [ev for ev in batch if ev.seq > self.last]
-        if out:
-            self.last = out[-1].seq
-        return out
-
-    async def next_batch(self, timeout_s: float) -> list[LoggedEvent] | None:
-        """The next events with seq > ``last``, oldest first; ``[]`` after ``timeout_s`` s idle; ``None`` if interrupted.
-
-        Raises the hub's ``RedisError`` (shared read failed, or hub not running)
-        and ``RedisError`` of a catch-up read.
-        """
-        waited = False
-        while True:
-            if self._interrupted:
-                return None
-            if self._error is not None:
-                raise self._error
-            if self.stale:
-                self.stale = False  # cleared first: an overflow during the read marks it again
-                self._buf.clear()  # everything buffered so far is in the log at or before its end
-                n = self._hub.catchup_count
-                out = await self.catch_up(n)
-                if len(out) >= n:
-                    self.stale = True  # more to read: keep the hub from buffering meanwhile
-                if out:
-                    return out
-                continue
-            if self._buf:
-                last = self.last
-                out = [ev for ev in self._buf if ev.seq > last]
-                self._buf.clear()
-                if out:
-                    self.last = out[-1].seq
-                    return out
-                continue
-            if waited:
-                return []
-            loop = asyncio.get_running_loop()
-            fut: asyncio.Future[None] = loop.create_future()
-            self._waiter = fut
-            timer = loop.call_later(timeout_s, _resolve, fut)
-            try:
-                await fut
-            finally:
-                timer.cancel()
-                self._waiter = None
-            waited = True
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 class _Topic:
@@ -196,7 +78,7 @@ class _Topic:
 
     def __init__(self, key: bytes, cursor: int) -> None:
         self.key = key
-        self.bulk_key = _bulk(key)
+        self.bulk_key = bulk(key)
         self.cursor = cursor
         self.subs: set[Subscription] = set()
         self.live = True  # False once removed: a read in flight must not feed a newer topic of the task
@@ -232,7 +114,7 @@ class StreamHub:
         self.catchup_count = catchup_count
         self.release_delay_s = release_delay_s
         self.release_min_peak = release_min_peak
-        self.wake_key = f"conduit:gateway:hub:{uuid.uuid4().hex}:wake".encode()
+        self.wake_key = keys.hub_wake(uuid.uuid4().hex).encode()
         self.rounds = 0
         """``XREAD`` calls made so far (a counter for tests and benchmarks)."""
         self.wakes = 0
@@ -361,9 +243,9 @@ class StreamHub:
         conn: AbstractConnection | None = None
         try:
             while True:
-                parts = [b"", _bulk(b"XREAD"), _bulk(b"COUNT"), _bulk(b"%d" % self.count), _bulk(b"BLOCK"),
-                         _bulk(b"%d" % self.block_ms), _bulk(b"STREAMS"), _bulk(self.wake_key)]
-                ids = [_bulk(self._wake_id)]
+                parts = [b"", bulk(b"XREAD"), bulk(b"COUNT"), bulk(b"%d" % self.count), bulk(b"BLOCK"),
+                         bulk(b"%d" % self.block_ms), bulk(b"STREAMS"), bulk(self.wake_key)]
+                ids = [bulk(self._wake_id)]
                 read: dict[bytes, _Topic] = {}
                 for topic in self._topics.values():
                     parts.append(topic.bulk_key)
@@ -400,35 +282,11 @@ class StreamHub:
                     await self.reader.connection_pool.release(conn)
 
     async def _xread(self, conn: AbstractConnection, command: bytes) -> list | dict | None:
-        """Send one packed ``XREAD`` on the hub's connection and parse its reply.
-
-        The reply is parsed from the connection's stream with ``RespReader``
-        (redis-py's pure-Python parser costs ~50 µs per stream entry, this one a
-        few); without the private ``_reader`` (another redis-py) it falls back to
-        ``read_response``. Raises ``RedisError``; any failure drops the connection
-        (it reconnects on the next send).
-        """
-        await conn.send_packed_command(command, check_health=False)
-        stream = getattr(conn, "_reader", None)
-        if not isinstance(stream, asyncio.StreamReader):
-            return await conn.read_response()
-        parser = RespReader()
+        """Send one packed ``XREAD`` on the hub's connection and parse its reply
+        (``conduit.runtime.resp.read_reply``; waits ``block_ms`` plus the socket timeout).
+        Raises ``RedisError``."""
         timeout = self.block_ms / 1000 + (getattr(conn, "socket_timeout", None) or 30.0)
-        try:
-            async with asyncio.timeout(timeout):
-                while not parser.parse():
-                    data = await stream.read(1 << 17)
-                    if not data:
-                        raise RedisConnectionError("Connection closed by server.")
-                    parser.feed(data)
-        except BaseException as exc:
-            await conn.disconnect(nowait=True)
-            if isinstance(exc, TimeoutError):
-                raise RedisTimeoutError("Timeout reading from the stream hub's connection") from exc
-            if isinstance(exc, OSError):
-                raise RedisConnectionError(f"Error while reading from the stream hub's connection: {exc!r}") from exc
-            raise
-        return parser.value
+        return await read_reply(conn, command, timeout)
 
     def _dispatch(self, res: list | dict, read: dict[bytes, _Topic]) -> None:
         rows = res.items() if isinstance(res, dict) else res
@@ -456,125 +314,9 @@ class StreamHub:
                             etype = fields[i + 1]
                         elif fields[i] == b"data":
                             data = fields[i + 1]
-                batch.append(LoggedEvent(seq=seq, type=_s(etype), data=_s(data)))
+                batch.append(LoggedEvent(seq=seq, type=text(etype), data=text(data)))
             if not batch:
                 continue
             topic.cursor = batch[-1].seq
             for sub in topic.subs:
                 sub._push(batch)
-
-
-def _bulk(b: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(b), b)
-
-
-def _s(v: bytes | str | None) -> str:
-    if v is None:
-        return ""
-    return v.decode("utf-8") if isinstance(v, bytes) else v
-
-
-class RespReader:
-    """Incremental parser of one RESP2/RESP3 reply held in memory.
-
-    ``feed(bytes)`` appends received data; ``parse()`` returns True once a whole
-    reply is parsed into ``value`` (resumable: a partial reply keeps its state).
-    Shapes: arrays, sets and pushes -> ``list``; maps -> ``list`` of ``[key, value]``
-    pairs (so ``XREAD`` has the same shape in both protocols); bulk and simple
-    strings, doubles, big numbers and verbatim strings -> ``bytes``; integers ->
-    ``int``; nulls -> ``None``. An error reply raises ``redis.exceptions.ResponseError``;
-    an unknown type byte raises ``redis.exceptions.InvalidResponse``.
-    """
-
-    __slots__ = ("buf", "pos", "stack", "value")
-
-    def __init__(self) -> None:
-        self.buf = b""
-        self.pos = 0
-        self.stack: list[list] = []  # [items, remaining, is_map]
-        self.value: object = None
-
-    def feed(self, data: bytes) -> None:
-        """Append received bytes (the part already parsed is dropped)."""
-        self.buf = self.buf[self.pos:] + data if self.pos < len(self.buf) else data
-        self.pos = 0
-
-    def parse(self) -> bool:
-        """Parse as far as the data goes; True when the reply is complete (in ``value``)."""
-        buf, pos, stack = self.buf, self.pos, self.stack
-        end = len(buf)
-        while True:
-            nl = buf.find(b"\r\n", pos)
-            if nl < 0:
-                break
-            t = buf[pos]
-            if t == 36 or t == 61 or t == 33:  # $ bulk, = verbatim, ! blob error
-                n = int(buf[pos + 1:nl])
-                if n < 0:
-                    val: object = None
-                    pos = nl + 2
-                else:
-                    stop = nl + 2 + n
-                    if stop + 2 > end:
-                        break
-                    val = buf[nl + 2:stop]
-                    pos = stop + 2
-                    if t == 33:
-                        raise ResponseError(_s(val))
-            elif t == 42 or t == 37 or t == 126 or t == 62:  # * array, % map, ~ set, > push
-                n = int(buf[pos + 1:nl])
-                pos = nl + 2
-                if n > 0:
-                    stack.append([[], n * 2 if t == 37 else n, t == 37])
-                    continue
-                val = None if n < 0 else []
-            elif t == 58:  # : integer
-                val = int(buf[pos + 1:nl])
-                pos = nl + 2
-            elif t == 43 or t == 44 or t == 40 or t == 35:  # + simple, , double, ( big number, # boolean
-                val = buf[pos + 1:nl]
-                pos = nl + 2
-            elif t == 95:  # _ null
-                val = None
-                pos = nl + 2
-            elif t == 45:  # - error
-                raise ResponseError(buf[pos + 1:nl].decode("utf-8", "replace"))
-            else:
-                raise InvalidResponse(f"Protocol error, got {chr(t)!r} as reply type byte")
-            while True:  # attach ``val`` to its container, closing the ones it completes
-                if not stack:
-                    self.value = val
-                    self.pos = pos
-                    return True
-                top = stack[-1]
-                top[0].append(val)
-                top[1] -= 1
-                if top[1]:
-                    break
-                stack.pop()
-                items = top[0]
-                val = [items[i:i + 2] for i in range(0, len(items), 2)] if top[2] else items
-        self.pos = pos
-        return False
-
-
-_malloc_trim = None
-with contextlib.suppress(OSError, AttributeError, TypeError):
-    _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    _malloc_trim = _libc.malloc_trim  # glibc only; musl and macOS have none
-    _malloc_trim.argtypes = [ctypes.c_size_t]
-    _malloc_trim.restype = ctypes.c_int
-
-
-def release_memory() -> bool:
-    """Return freed memory to the OS: ``gc.collect()`` then glibc ``malloc_trim(0)``.
-
-    Returns True when ``malloc_trim`` ran (glibc), False when only the collection did.
-    Takes a few to tens of milliseconds on the event loop; the hub calls it only
-    when its subscriber count has dropped to 0.
-    """
-    gc.collect()
-    if _malloc_trim is None:
-        return False
-    _malloc_trim(0)
-    return True

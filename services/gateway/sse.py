@@ -37,7 +37,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import LoggedEvent
-from services.gateway.hub import Subscription
+from services.gateway.subscription import Subscription
 from services.gateway.state import GatewayState
 
 log = logging.getLogger("conduit.gateway.sse")

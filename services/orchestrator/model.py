@@ -1,34 +1,30 @@
-"""Streaming chat-completions calls with tool calling, over any OpenAI-compatible endpoint.
+"""The ``Model`` protocol the agent streams through, and what one call returns.
 
-One call both decides and writes (seed 000 §4): it yields content deltas while the
-model writes and returns the tool calls it asked for. Retries follow seed 000 and
-seed 003: only while nothing has streamed yet (at most ``max_retries``), with
-exponential backoff and full jitter (tenacity), honouring ``Retry-After``. The
-read timeout is the longest wait between two chunks (seed 000: 180 s).
-
-The request goes out through the SDK's documented ``client.post`` with the same
-``AsyncStream[ChatCompletionChunk]`` the typed ``chat.completions.create`` returns
-(same auth, headers, error mapping and stream parsing): ``create`` first walks every
-message and tool schema through its TypedDict transform, ~0.9 ms per call on the
-benchmark machine, and Conduit's bodies are plain JSON already (docs/benchmarks.md).
+One call both decides and writes (rule A1, docs/architecture.md): it streams content deltas while the
+model writes and returns the tool calls it asked for. Implementations:
+``services.orchestrator.openai_model.ModelClient`` (any OpenAI-compatible endpoint,
+over HTTP) and the in-process ``services.orchestrator.testmodel.TestModel`` /
+``FunctionModel`` (scripted turns or a function of the messages; no server).
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-import httpx
-import openai
-from openai import AsyncOpenAI, AsyncStream
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
-
-from conduit.runtime.settings import Settings
 from contracts.stream import Usage
+
+
+Messages = list[dict[str, Any]]
+"""Chat history in OpenAI chat format."""
+ToolSchemas = list[dict[str, Any]] | None
+"""OpenAI tool schemas offered on a call (None: no tools)."""
+OnDelta = Callable[[str], Awaitable[None]]
+"""Awaited with each content piece as the model writes."""
+ShouldStop = Callable[[], Awaitable[bool]]
+"""Polled between pieces: True stops the call (cancel)."""
 
 
 @dataclass
@@ -60,128 +56,15 @@ class ModelError(Exception):
         self.streamed = streamed
 
 
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
-    return isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError, httpx.TransportError))
+class Model(Protocol):
+    """A streaming chat model with tool calling."""
 
-
-def _retry_after_s(exc: BaseException) -> float | None:
-    if isinstance(exc, openai.APIStatusError):
-        value = exc.response.headers.get("retry-after")
-        try:
-            return min(float(value), 30.0) if value else None
-        except ValueError:
-            return None
-    return None
-
-
-class ModelClient:
-    """A thin streaming client over ``openai.AsyncOpenAI``.
-
-    Args:
-        settings: endpoint (``openai_base_url``), key, model name, timeouts (seconds), retries.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.client = AsyncOpenAI(
-            base_url=settings.openai_base_url,
-            api_key=settings.openai_api_key or "not-needed",
-            max_retries=0,
-            timeout=httpx.Timeout(settings.model_read_timeout_s, connect=settings.model_connect_timeout_s),
-        )
-
-    async def stream(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        on_delta: Callable[[str], Awaitable[None]],
-        should_stop: Callable[[], Awaitable[bool]] | None = None,
-    ) -> ModelResponse:
-        """Run one streaming call; ``on_delta(text)`` is awaited for each content piece.
-
-        Returns the assembled ``ModelResponse``. Raises ``ModelError`` when the
-        endpoint fails (after retries if nothing streamed) and ``asyncio.CancelledError``
-        is propagated. ``should_stop()`` is polled between chunks (cancel).
-        """
-        started = time.perf_counter()
-        resp = ModelResponse()
-        wait = wait_random_exponential(multiplier=0.5, max=8.0)  # full jitter (seed 003)
-
-        def _wait(rs: Any) -> float:
-            exc = rs.outcome.exception() if rs.outcome else None
-            return _retry_after_s(exc) or wait(rs)
-
-        try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self.settings.model_max_retries + 1),
-                wait=_wait,
-                retry=retry_if_exception(lambda e: _retryable(e) and not resp.content and not resp.tool_calls),
-                reraise=True,
-            ):
-                with attempt:
-                    resp.retries = attempt.retry_state.attempt_number - 1
-                    await self._once(messages, tools, on_delta, should_stop, resp, started)
-        except openai.OpenAIError as exc:
-            raise ModelError(f"{type(exc).__name__}: {exc}"[:500], streamed=bool(resp.content)) from exc
-        except httpx.HTTPError as exc:
-            raise ModelError(f"{type(exc).__name__}: {exc}"[:500], streamed=bool(resp.content)) from exc
-        resp.total_s = time.perf_counter() - started
-        return resp
-
-    async def _once(self, messages, tools, on_delta, should_stop, resp: ModelResponse, started: float) -> None:
-        kwargs: dict[str, Any] = dict(
-            model=self.settings.model,
-            messages=messages,
-            stream=True,
-            stream_options={"include_usage": True},
-            temperature=self.settings.model_temperature,
-        )
-        if tools:
-            kwargs["tools"] = tools
-            kwargs["tool_choice"] = "auto"
-        stream = await self.client.post("/chat/completions", body=kwargs, cast_to=ChatCompletion, stream=True,
-                                        stream_cls=AsyncStream[ChatCompletionChunk])
-        calls: dict[int, dict[str, str]] = {}
-        async for chunk in _chunks(stream):
-            if chunk.usage:
-                resp.usage = Usage(
-                    prompt_tokens=chunk.usage.prompt_tokens or 0,
-                    completion_tokens=chunk.usage.completion_tokens or 0,
-                    total_tokens=chunk.usage.total_tokens or 0,
-                )
-            for choice in chunk.choices or []:
-                delta = choice.delta
-                if delta is None:
-                    continue
-                if delta.content:
-                    if resp.first_token_s is None:
-                        resp.first_token_s = time.perf_counter() - started
-                    resp.content += delta.content
-                    await on_delta(delta.content)
-                for tc in delta.tool_calls or []:
-                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    if tc.id:
-                        slot["id"] = tc.id
-                    if tc.function and tc.function.name:
-                        slot["name"] += tc.function.name
-                    if tc.function and tc.function.arguments:
-                        slot["arguments"] += tc.function.arguments
-                    if resp.first_token_s is None:
-                        resp.first_token_s = time.perf_counter() - started
-            if should_stop is not None and await should_stop():
-                await stream.close()
-                break
-        resp.tool_calls = [
-            ToolCallRequest(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
-            for i, c in sorted(calls.items())
-        ]
-
-
-async def _chunks(stream: Any) -> AsyncIterator[Any]:
-    async for chunk in stream:
-        yield chunk
+    async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
+                     should_stop: ShouldStop | None = None) -> ModelResponse:
+        """Run one call over ``messages`` (OpenAI chat format) offering ``tools`` (OpenAI tool
+        schemas, None = no tools); await ``on_delta(text)`` per content piece and poll
+        ``should_stop()`` between pieces (cancel). Raises ``ModelError`` when the model fails."""
+        ...
 
 
 def parse_arguments(raw: str) -> dict[str, Any] | None:

@@ -16,17 +16,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
 
-from conduit.records.taskstore import cancel_key
+from conduit.records import keys
 from conduit.records.taskstream import APPEND_EVENT_LUA, TaskEventLog
 from contracts.stream import StreamEvent
-from services.orchestrator.state import TaskState
+from services.orchestrator.agent.effects import IN_SAVE, Effect, Emit, HoldLease, Step, Wake
+from services.orchestrator.agent.state import TaskState
 
-LEASES = "conduit:leases"
-TOOL_DEADLINES = "conduit:tool_deadlines"
+LEASES = keys.LEASES
+TOOL_DEADLINES = keys.TOOL_DEADLINES
 
 _CAS = APPEND_EVENT_LUA + """
 -- KEYS: checkpoint, leases, the task's event log, its seq counter, its seal, tool deadlines
@@ -58,8 +59,16 @@ return 1
 """
 
 
+SAVE_RETRIES = 8
+"""Attempts of a load → transition → save before giving up (optimistic concurrency)."""
+
+
 class StaleState(Exception):
     """A save lost the race: another writer saved a newer version first."""
+
+
+Transition = Callable[[TaskState], "Step | None"]
+"""A transition of the agent core bound to its event and time: state → ``Step`` (None: nothing to do)."""
 
 
 class StateStore:
@@ -69,11 +78,14 @@ class StateStore:
         redis: asyncio Redis client.
         ttl_s: lifetime of a checkpoint after its last save (seconds).
         events: the task event log that ``save(..., events=...)`` appends to (its maxlen and TTL).
+        lease_ttl_s: lease a ``transition`` takes for a step with ``HoldLease`` (seconds).
     """
 
-    def __init__(self, redis: Redis, ttl_s: int = 86400, events: TaskEventLog | None = None) -> None:
+    def __init__(self, redis: Redis, ttl_s: int = 86400, events: TaskEventLog | None = None,
+                 lease_ttl_s: float = 30.0) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
+        self.lease_ttl_s = lease_ttl_s
         self.events = events or TaskEventLog(redis, ttl_s)
         self._cas = redis.register_script(_CAS)
         self._claim = redis.register_script(_CLAIM)
@@ -81,7 +93,7 @@ class StateStore:
     @staticmethod
     def key(task_id: str) -> str:
         """Redis key of a task checkpoint."""
-        return f"conduit:state:{task_id}"
+        return keys.state(task_id)
 
     async def load(self, task_id: str) -> TaskState | None:
         """Return the latest checkpoint or None."""
@@ -116,6 +128,42 @@ class StateStore:
             state.version = expected
             raise StaleState(state.task_id)
         return state
+
+    async def transition(self, task_id: str, fn: Transition, *, loaded: TaskState | None = None,
+                         attempts: int = SAVE_RETRIES,
+                         before_save: Callable[[list[Effect]], Awaitable[None]] | None = None) -> Step | None:
+        """Apply ``fn`` to the task's checkpoint and save the result with compare-and-set.
+
+        The one place where a checkpoint is loaded, changed and saved. ``fn`` gets a freshly
+        loaded state (``loaded`` on the first attempt when the caller has it) and returns a
+        ``Step`` or None (nothing to do: nothing is written). The step's ``Emit``, ``Wake``
+        and ``HoldLease`` effects are written in the save's own script (the outbox); the
+        others are returned for the caller to carry out, in order. ``before_save`` runs the
+        step's effects that must land before the checkpoint (a new approval's record).
+        A lost race reloads and applies ``fn`` again, at most ``attempts`` times; then (or at
+        once with ``attempts=1``, for a step whose work cannot be redone) raises ``StaleState``.
+        Returns None when the task does not exist.
+        """
+        for attempt in range(attempts):
+            state = loaded if attempt == 0 and loaded is not None else await self.load(task_id)
+            if state is None:
+                return None
+            step = fn(state)
+            if step is None or not step.save:
+                return step
+            if before_save is not None:
+                await before_save(step.effects)
+            events = [e.event for e in step.effects if isinstance(e, Emit)]
+            wakes = [e.at for e in step.effects if isinstance(e, Wake)]
+            lease = any(isinstance(e, HoldLease) for e in step.effects)
+            try:
+                await self.save(step.state, lease_ttl_s=self.lease_ttl_s if lease else None, events=events,
+                                wake_at=wakes[-1] if wakes else None)
+            except StaleState:
+                continue
+            step.effects = [e for e in step.effects if not isinstance(e, IN_SAVE)]
+            return step
+        raise StaleState(task_id)
 
     # ------------------------------------------------------------- leases
     async def take_lease(self, task_id: str, ttl_s: float) -> None:
@@ -166,8 +214,8 @@ class StateStore:
 
     async def request_cancel(self, task_id: str) -> None:
         """Flag the task as cancelled so a running model stream stops at its next chunk."""
-        await self.redis.set(cancel_key(task_id), "1", ex=self.ttl_s)
+        await self.redis.set(keys.cancel(task_id), "1", ex=self.ttl_s)
 
     async def cancel_requested(self, task_id: str) -> bool:
         """True once a cancel was requested."""
-        return bool(await self.redis.exists(cancel_key(task_id)))
+        return bool(await self.redis.exists(keys.cancel(task_id)))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.resources
 import sqlite3
 from contextlib import closing
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,11 +111,6 @@ def articles_by_law(laws: list[Law], path: Path | None = None) -> dict[str, list
             if law is not None and text and text.strip():
                 out[law_id].append(Article(law, chapter or None, section or None, article_no or "", arabic, text.strip(), status))
     return out
-
-
-def iter_articles(law: Law, path: Path | None = None) -> Iterator[Article]:
-    """The current articles of one ``law`` in statute order (article number, then row id)."""
-    yield from articles_by_law([law], path)[law.law_id]
 
 
 def count_current_articles(path: Path | None = None) -> int:

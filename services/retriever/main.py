@@ -22,7 +22,6 @@ import logging
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
-from contracts.documents import RETRIEVER_REQUEST_EVENTS
 from contracts.events import ToolRequested
 from contracts.tools import KbSearchArgs
 from services.retriever.embeddings import EmbeddingError, make_embedder
@@ -81,7 +80,7 @@ async def run(settings: Settings) -> None:
         service = ToolService("retriever", topics.TOOL_REQUESTS_KB, topics.GROUP_RETRIEVER, settings)
         service.tool("kb_search", make_kb_search_tool(searcher))
         # POST /v1/search and /v1/documents: same consumer (one group join), see services/retriever/requests.py
-        service.consume(topics.RETRIEVER_REQUESTS, RETRIEVER_REQUEST_EVENTS, RetrieverRequests(searcher, service.redis).handle)
+        service.consume(topics.RETRIEVER_REQUESTS, RetrieverRequests(searcher, service.redis).handle)
         await service.serve()
     finally:
         await asyncio.to_thread(searcher.store.close)

@@ -6,7 +6,7 @@ the ``kb_search`` tool requests (one group join; handled one at a time, in order
 
 - ``SearchRequested``: runs the same ``KbSearcher.search`` the ``kb_search`` tool runs
   (``top_k`` other than ``RETRIEVAL_TOP_K`` uses a copy of the settings with that value),
-  then LPUSHes a ``SearchReply`` to ``reply_key(request_id)`` with TTL ``REPLY_TTL_S``.
+  then LPUSHes a ``SearchReply`` to ``keys.reply(request_id)`` with TTL ``REPLY_TTL_S``.
   A request past its ``deadline_at`` is dropped (the gateway already answered 504).
 - ``DocumentIngestRequested``: chunks the text like a Markdown file
   (``documents.markdown_chunks``; store document id ``doc:{tenant}:{id}``), indexes it with
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from conduit.records import keys
 from contracts.documents import (
     REPLY_TTL_S,
     DocumentDeleteRequested,
@@ -37,9 +38,6 @@ from contracts.documents import (
     SearchAttempt,
     SearchReply,
     SearchRequested,
-    document_key,
-    documents_key,
-    reply_key,
 )
 from contracts.envelope import Envelope, utcnow
 from services.retriever.documents import Chunk, DocumentError, markdown_chunks
@@ -70,7 +68,7 @@ def posted_document_chunks(index_id: str, tenant_id: str, title: str, text: str,
 
 
 class RetrieverRequests:
-    """Handles ``RETRIEVER_REQUEST_EVENTS`` with an open ``KbSearcher`` and the service's Redis."""
+    """Handles the events of ``topics.RETRIEVER_REQUESTS`` (``contracts.channels``) with an open ``KbSearcher`` and the service's Redis."""
 
     def __init__(self, searcher: KbSearcher, redis: Redis) -> None:
         self.searcher = searcher
@@ -111,7 +109,7 @@ class RetrieverRequests:
             reply = SearchReply(request_id=p.request_id, outcome="error", error_code="kb_backend_unavailable",
                                 message=str(exc)[:500])
         reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
-        key = reply_key(p.request_id)
+        key = keys.reply(p.request_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.lpush(key, reply.model_dump_json())
             pipe.expire(key, REPLY_TTL_S)
@@ -119,7 +117,7 @@ class RetrieverRequests:
 
     # ------------------------------------------------------------------ documents
     async def _record(self, tenant_id: str, document_id: str) -> DocumentView | None:
-        raw = await self.redis.get(document_key(tenant_id, document_id))
+        raw = await self.redis.get(keys.document(tenant_id, document_id))
         return DocumentView.model_validate_json(raw) if raw else None
 
     async def ingest(self, event: DocumentIngestRequested) -> None:
@@ -145,7 +143,7 @@ class RetrieverRequests:
         # write unless a newer request replaced the record meanwhile
         current = await self._record(event.tenant_id, p.document_id)
         if current is not None and current.request_id == str(event.event_id):
-            await self.redis.set(document_key(event.tenant_id, p.document_id),
+            await self.redis.set(keys.document(event.tenant_id, p.document_id),
                                  current.model_copy(update=update).model_dump_json())
 
     async def delete(self, event: DocumentDeleteRequested) -> None:
@@ -157,6 +155,6 @@ class RetrieverRequests:
         record = await self._record(event.tenant_id, p.document_id)
         if record is not None and record.request_id == str(event.event_id):
             async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.delete(document_key(event.tenant_id, p.document_id))
-                pipe.srem(documents_key(event.tenant_id), p.document_id)
+                pipe.delete(keys.document(event.tenant_id, p.document_id))
+                pipe.srem(keys.documents(event.tenant_id), p.document_id)
                 await pipe.execute()

@@ -34,13 +34,13 @@ import logging
 import os
 import socket
 
+from conduit.records import keys
 from conduit.records.artifacts import ArtifactStore
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import CodeExecArgs
-from conduit.runtime.toolcatalog import SANDBOX_STATUS_PATTERN
 from services.sandbox.isolation import Setup, off_message, sandbox_status
 from services.sandbox.runner import Limits, RunResult, SandboxUnavailable, run_code
 
@@ -79,8 +79,8 @@ STATUS_TTL_S = 30
 
 
 def status_key() -> str:
-    """This process's readiness key: ``conduit:sandbox:status:{host}:{pid}`` (``SANDBOX_STATUS_PATTERN``)."""
-    return SANDBOX_STATUS_PATTERN.replace("*", f"{socket.gethostname()}:{os.getpid()}")
+    """This process's readiness key: ``conduit:sandbox:status:{host}:{pid}``."""
+    return keys.sandbox_status(socket.gethostname(), os.getpid())
 
 
 async def publish_status(service: ToolService, setup: Setup | None = None) -> None:
@@ -139,12 +139,4 @@ def main(settings: Settings) -> None:
     else:
         log.error("sandbox unavailable, code_exec will be refused and not offered: %s", off_message(reason))
     service = build_service(settings)
-
-    async def run() -> None:
-        status = asyncio.create_task(publish_status(service))
-        try:
-            await service.serve()
-        finally:
-            status.cancel()
-
-    asyncio.run(run())
+    asyncio.run(service.serve(background=[lambda: publish_status(service)]))

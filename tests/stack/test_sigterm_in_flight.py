@@ -103,8 +103,9 @@ def wait_and_replace(stack: Stack, key: str) -> int | None:
 
 
 def run_to_end(stack: Stack, question: str) -> list:
-    created = create_task(stack.gateway_url, question)
-    return list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, reconnects=20))
+    created = create_task(stack.gateway_url, question, api_key=stack.admin_key)
+    return list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, reconnects=20,
+                            api_key=stack.admin_key))
 
 
 def terminals(events: list) -> list:
@@ -156,9 +157,10 @@ def test_sigterm_during_a_code_exec_run(stack, model):
 def test_sigterm_during_a_model_step(stack, model):
     streamed = "一段慢慢流出的答案。" * 10
     model.default = Turn(content=streamed, chunks=20, chunk_delay_s=0.1)
-    created = create_task(stack.gateway_url, "模型输出时停机")
+    created = create_task(stack.gateway_url, "模型输出时停机", api_key=stack.admin_key)
     events, status = [], "not stopped"
-    for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, reconnects=20):
+    for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, reconnects=20,
+                          api_key=stack.admin_key):
         events.append(ev)
         if ev.event == "answer.delta" and status == "not stopped":
             status = sigterm_and_replace(stack, "orchestrator")

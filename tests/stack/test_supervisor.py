@@ -71,10 +71,11 @@ def test_sigkilled_orchestrator_is_restarted_and_its_task_completes_once(agent_s
     model.default = Turn(content="重启后写完的答案。")
     sup = Running(agent_stack)
     try:
-        created = create_task(agent_stack.gateway_url, "监督进程测试")
+        key = agent_stack.admin_key
+        created = create_task(agent_stack.gateway_url, "监督进程测试", api_key=key)
         old_pid = agent_stack.procs["orchestrator"].pid
         events = []
-        for ev in stream_task(agent_stack.gateway_url, created["task_id"], read_timeout_s=90):
+        for ev in stream_task(agent_stack.gateway_url, created["task_id"], read_timeout_s=90, api_key=key):
             events.append(ev)
             if ev.event == "answer.delta" and agent_stack.procs["orchestrator"].pid == old_pid:
                 agent_stack.procs["orchestrator"].kill()

@@ -1,0 +1,205 @@
+"""Every Redis key Conduit uses, built in one place (all under the ``conduit:`` prefix).
+
+Who writes / reads each key, and its shape:
+
+Tasks (orchestrator writes, gateway reads)
+- ``state(task_id)``: string, the orchestrator's JSON checkpoint (compare-and-set on ``version``).
+- ``LEASES``: sorted set, member task id, score = lease expiry (epoch s); expired = resumable.
+- ``TOOL_DEADLINES``: sorted set, member task id, score = earliest tool deadline (epoch s).
+- ``task(task_id)``: string, the ``contracts.api.TaskView`` JSON record.
+- ``session_turns(session_id)``: list of earlier question/answer turns.
+- ``events(task_id)`` / ``events_seq(task_id)`` / ``events_terminal(task_id)``: the client event
+  stream, its last sequence number and its terminal marker (``conduit.records.taskstream``).
+- ``cancel(task_id)``: string flag; set when a task is cancelled (tool services stop its calls).
+- ``approval(task_id, call_id)``: string, a pending ``contracts.api.ApprovalRecord``;
+  ``approval_decision(task_id, call_id)``: the one decision the gateway accepted for it.
+- ``fault(task_id)``: string, a crash test's once-only fault marker.
+
+Gateway
+- ``idempotency(tenant, digest)``: string, the task id an ``Idempotency-Key`` created.
+- ``hub_wake(hub_id)``: stream the SSE hub's reader blocks on to be woken.
+- ``reply(request_id)`` / ``document(tenant, id)`` / ``documents(tenant)``: search replies
+  and document records (``contracts.documents``).
+
+Identity (``conduit.records.apikeys``, ``conduit.records.sessions``, ``services.gateway.ratelimit``)
+- ``apikey(key_id)``: hash of one API key's record (hash of the key, tenant, user, role, dates);
+  ``APIKEYS``: set of every key id; ``apikey_revoked(key_id)``: marks a revoked id for good.
+- ``login(digest)``: string, a one-time login token's identity (``digest``: SHA-256 of the token).
+- ``session(session_id)``: hash, the session's owner, title, turn count and dates;
+  ``session_tasks(session_id)``: list of its task ids; ``sessions_of_tenant(tenant)`` /
+  ``sessions_of_user(owner_digest)``: sorted sets of session ids by last update.
+- ``running_of_key(tenant, credential)`` / ``running_of_tenant(tenant)``: sorted sets of the
+  task ids counted against the running-task limits; ``RATELIMIT_PREFIX``: the request counters.
+
+Tool services and the bus
+- ``tool_result(idempotency_key)``: string, a stored ``ToolResultPayload`` (idempotent tools).
+- ``attempts(consumer, event_id)``: counter of an event's failed deliveries.
+- ``artifact(artifact_id)``: hash ``{meta, data}`` of a stored tool output file.
+- ``alive(service, host, pid)`` / ``alive_pattern(service)``: liveness marks.
+- ``sandbox_status(host, pid)`` / ``SANDBOX_STATUS_PATTERN``: the sandbox's isolation status.
+"""
+
+from __future__ import annotations
+
+PREFIX = "conduit"
+
+LEASES = f"{PREFIX}:leases"
+TOOL_DEADLINES = f"{PREFIX}:tool_deadlines"
+SANDBOX_STATUS_PATTERN = f"{PREFIX}:sandbox:status:*"
+APIKEYS = f"{PREFIX}:apikeys"
+RATELIMIT_PREFIX = f"{PREFIX}:ratelimit"
+
+
+def apikey(key_id: str) -> str:
+    """The record of one API key."""
+    return f"{PREFIX}:apikey:{key_id}"
+
+
+def apikey_revoked(key_id: str) -> str:
+    """Set once ``key_id`` is revoked (it is never registered again)."""
+    return f"{PREFIX}:apikey:{key_id}:revoked"
+
+
+def login(digest: str) -> str:
+    """A one-time login token's identity (``digest``: the token's SHA-256 hex)."""
+    return f"{PREFIX}:login:{digest}"
+
+
+def session(session_id: str) -> str:
+    """A session's owner and summary."""
+    return f"{PREFIX}:session:{session_id}"
+
+
+def session_tasks(session_id: str) -> str:
+    """The list of a session's task ids."""
+    return f"{PREFIX}:session:{session_id}:tasks"
+
+
+def sessions_of_tenant(tenant_id: str) -> str:
+    """The sorted set of a tenant's sessions."""
+    return f"{PREFIX}:sessions:tenant:{tenant_id}"
+
+
+def sessions_of_user(owner_digest: str) -> str:
+    """The sorted set of one user's sessions (``owner_digest``: SHA-256 of ``tenant\x00user``)."""
+    return f"{PREFIX}:sessions:user:{owner_digest}"
+
+
+def running_of_key(tenant_id: str, credential_id: str) -> str:
+    """Task ids counted against one credential's running-task limit."""
+    return f"{PREFIX}:running:key:{tenant_id}/{credential_id}"
+
+
+def running_of_tenant(tenant_id: str) -> str:
+    """Task ids counted against a tenant's running-task limit."""
+    return f"{PREFIX}:running:tenant:{tenant_id}"
+
+
+def state(task_id: str) -> str:
+    """The orchestrator's checkpoint of ``task_id``."""
+    return f"{PREFIX}:state:{task_id}"
+
+
+def task(task_id: str) -> str:
+    """The ``TaskView`` record of ``task_id``."""
+    return f"{PREFIX}:task:{task_id}"
+
+
+def session_turns(session_id: str) -> str:
+    """The list of a session's earlier turns."""
+    return f"{PREFIX}:session:{session_id}:turns"
+
+
+def events(task_id: str) -> str:
+    """The client event stream of ``task_id``."""
+    return f"{PREFIX}:events:{task_id}"
+
+
+def events_seq(task_id: str) -> str:
+    """The last sequence number written to ``events(task_id)``."""
+    return f"{PREFIX}:events:{task_id}:seq"
+
+
+def events_terminal(task_id: str) -> str:
+    """Set once ``events(task_id)`` holds its terminal event."""
+    return f"{PREFIX}:events:{task_id}:terminal"
+
+
+def cancel(task_id: str) -> str:
+    """The cancel flag of ``task_id``."""
+    return f"{PREFIX}:cancel:{task_id}"
+
+
+def approval(task_id: str, call_id: str) -> str:
+    """A pending approval of one tool call."""
+    return f"{PREFIX}:approval:{task_id}:{call_id}"
+
+
+def approval_decision(task_id: str, call_id: str) -> str:
+    """The decision the gateway accepted for one tool call (first one wins)."""
+    return f"{PREFIX}:approval:{task_id}:{call_id}:decision"
+
+
+def fault(task_id: str) -> str:
+    """A crash test's once-only fault marker for ``task_id``."""
+    return f"{PREFIX}:fault:{task_id}"
+
+
+def idempotency(tenant_id: str, digest: str) -> str:
+    """The task created under one ``Idempotency-Key`` (``digest``: its SHA-256 hex) of a tenant."""
+    return f"{PREFIX}:idempotency:{tenant_id}:{digest}"
+
+
+def hub_wake(hub_id: str) -> str:
+    """The wake-up stream of one gateway's SSE hub."""
+    return f"{PREFIX}:gateway:hub:{hub_id}:wake"
+
+
+def reply(request_id: str) -> str:
+    """The list where the retriever puts the ``SearchReply`` of ``request_id``."""
+    return f"{PREFIX}:reply:{request_id}"
+
+
+def document(tenant_id: str, document_id: str) -> str:
+    """The ``DocumentView`` JSON of one document."""
+    return f"{PREFIX}:document:{tenant_id}:{document_id}"
+
+
+def documents(tenant_id: str) -> str:
+    """The set of a tenant's document ids."""
+    return f"{PREFIX}:documents:{tenant_id}"
+
+
+def tool_result(idempotency_key: str) -> str:
+    """The stored result of one tool call."""
+    return f"{PREFIX}:toolresult:{idempotency_key}"
+
+
+def attempts(consumer: str, event_id: str) -> str:
+    """The failed-delivery count of one event at one consumer."""
+    return f"{PREFIX}:attempts:{consumer}:{event_id}"
+
+
+def artifact(artifact_id: str) -> str:
+    """A stored artifact (hash of ``meta`` and ``data``)."""
+    return f"{PREFIX}:artifact:{artifact_id}"
+
+
+def alive(service: str, host: str, pid: int) -> str:
+    """The liveness mark of ``service`` in process ``pid`` on ``host``."""
+    return f"{PREFIX}:alive:{service}:{host}:{pid}"
+
+
+def alive_pattern(service: str = "*", host: str = "*") -> str:
+    """SCAN pattern of the liveness marks of ``service`` on ``host`` (default: every service, every host)."""
+    return f"{PREFIX}:alive:{service}:{host}:*"
+
+
+def sandbox_status_pattern(host: str = "*") -> str:
+    """SCAN pattern of the isolation statuses of the sandbox processes on ``host`` (default: every host)."""
+    return f"{PREFIX}:sandbox:status:{host}:*"
+
+
+def sandbox_status(host: str, pid: int) -> str:
+    """The isolation status of the sandbox process ``pid`` on ``host``."""
+    return f"{PREFIX}:sandbox:status:{host}:{pid}"

@@ -1,0 +1,89 @@
+"""One service process's life: start, heartbeat, wait for a signal, shut down gracefully.
+
+``serve_process`` is shared by the orchestrator and every tool service. Order:
+
+1. create missing topics, start the broker (its subscribers join their groups);
+2. start the liveness heartbeat (``conduit.runtime.liveness``) and the ``background`` coroutines;
+3. call ``ready()``, then wait for SIGTERM / SIGINT (or ``stop``);
+4. stop announcing liveness, then stop every subscriber: no new messages are taken, and a
+   handler already running finishes and commits its offset;
+5. cancel the background tasks, then await ``drain()`` (the orchestrator hands its running
+   model steps over there);
+6. stop the broker last (a finishing step may still publish), then close Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
+
+from faststream.kafka import KafkaBroker
+from redis.asyncio import Redis
+
+from conduit.runtime import bus, liveness
+from conduit.runtime.settings import Settings
+
+log = logging.getLogger("conduit.runtime.process")
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""Signals that start a graceful shutdown."""
+
+
+async def serve_process(
+    service: str,
+    settings: Settings,
+    broker: KafkaBroker,
+    redis: Redis,
+    *,
+    background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
+    ready: Callable[[], Awaitable[None]] | None = None,
+    drain: Callable[[], Awaitable[None]] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run ``service`` until SIGTERM/SIGINT (or until ``stop`` is set), then shut down in order.
+
+    Args:
+        service: liveness name (``orchestrator``, ``retriever``, ``web``, ``sandbox``).
+        settings: topics are created with ``settings.kafka_partitions`` partitions.
+        broker: subscribers already registered (``bus.subscribe``); started here, stopped last.
+        redis: used by the heartbeat; closed at the end.
+        background: coroutine functions run as tasks while serving, cancelled at shutdown.
+        ready: awaited once the broker and heartbeat run (e.g. a readiness announcement).
+        drain: awaited after the subscribers stopped, before the broker stops.
+        stop: set it to stop without a signal (tests); a fresh event by default.
+    """
+    stop = stop or asyncio.Event()
+    await bus.ensure_topics(settings)
+    await broker.start()
+    loop = asyncio.get_running_loop()
+    signals = SIGNALS if threading.current_thread() is threading.main_thread() else ()  # a test's thread: ``stop`` only
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    heartbeat = asyncio.create_task(liveness.heartbeat(redis, service))
+    tasks = [asyncio.create_task(fn()) for fn in background]
+    try:
+        if ready:
+            await ready()
+        log.info("%s serving", service)
+        await stop.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        heartbeat.cancel()  # stop announcing liveness first
+        for sub in broker.subscribers:  # stop taking messages; in-flight handlers finish and commit
+            await sub.stop()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(heartbeat, *tasks, return_exceptions=True)
+        try:
+            if drain:
+                await drain()
+        finally:
+            await broker.stop()
+            with contextlib.suppress(Exception):
+                await redis.aclose()

@@ -1,0 +1,47 @@
+"""What the agent core reads besides a task's state (pydantic-ai's "deps"): settings,
+the replica's circuit breakers, whether a model is configured, and id and jitter sources.
+
+Kept apart from ``TaskState`` (which is checkpointed): these belong to the replica.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from conduit.runtime.settings import Settings
+from contracts.tools import TOOL_SPECS
+from services.orchestrator.agent.breaker import CircuitBreaker
+
+
+@dataclass
+class Deps:
+    """Dependencies of every transition.
+
+    Args:
+        settings: limits (rounds, tool calls, tokens, deadline in seconds), timeouts,
+            retries, approval policies and TTL.
+        model_configured: a model endpoint is configured (else retrieval-only mode).
+        model_breaker / tool_breakers: replica-local breakers (``breaker.CircuitBreaker``).
+        rng: jitter source for retry backoff (seed it in tests).
+        new_call_id: id of a tool call the agent makes itself (retrieval-only ``kb_search``).
+    """
+
+    settings: Settings
+    model_configured: bool = True
+    model_breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    tool_breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
+    rng: random.Random = field(default_factory=random.Random)
+    new_call_id: Callable[[], str] = lambda: f"call_{uuid.uuid4().hex[:12]}"
+
+    @classmethod
+    def from_settings(cls, settings: Settings, model_configured: bool, **fields: object) -> "Deps":
+        """Deps with breakers sized by ``settings`` (model and one per tool)."""
+        return cls(
+            settings=settings, model_configured=model_configured,
+            model_breaker=CircuitBreaker(settings.model_breaker_failures, settings.model_breaker_cooldown_s),
+            tool_breakers={name: CircuitBreaker(settings.tool_breaker_failures, settings.tool_breaker_cooldown_s)
+                           for name in TOOL_SPECS},
+            **fields)  # type: ignore[arg-type]

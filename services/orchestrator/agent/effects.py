@@ -1,0 +1,150 @@
+"""What a transition asks the I/O layer to do: typed values, carried out in order.
+
+A transition of the agent core returns ``Step(state, effects)``. The I/O layer
+(``services.orchestrator.runtime``) saves the state with one compare-and-set and
+carries out the effects by their stage:
+
+- before the save: ``SaveApproval`` of a new pending approval (if the replica dies
+  before the save, the record just expires unused);
+- in the save's own Lua script (the transactional outbox): ``Emit`` (client
+  events, in order), ``Wake`` (the sweeper's wake-up), ``HoldLease``; a kill right
+  after the save loses none of them;
+- after the save, in order: everything else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts.api import ApprovalRecord
+from contracts.evidence import Citation
+from contracts.stream import StreamEvent
+from services.orchestrator.agent.state import PendingCall, TaskState
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Append ``event`` to the task's client event log (in the save's outbox)."""
+
+    event: StreamEvent
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Set the sweeper's wake-up for this task to ``at`` (epoch seconds; in the save's outbox)."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class HoldLease:
+    """Take the task's lease in the save's script: a model step is due (a crash resumes it)."""
+
+
+@dataclass(frozen=True)
+class ClearWake:
+    """Forget the task's sweeper wake-up (nothing waits any more)."""
+
+
+@dataclass(frozen=True)
+class DropLease:
+    """Release the task's lease (it waits for tools or people, not for a model step)."""
+
+
+@dataclass(frozen=True)
+class SaveApproval:
+    """Write a new pending approval record for the gateway (before the save)."""
+
+    record: ApprovalRecord
+
+
+@dataclass(frozen=True)
+class UpdateApproval:
+    """Update the stored approval of ``call_id``: set ``status`` (and the decided arguments);
+    with ``only_if_pending`` a record already decided is left alone."""
+
+    call_id: str
+    status: str
+    arguments: dict[str, Any] | None = None
+    arguments_digest: str | None = None
+    only_if_pending: bool = False
+
+
+@dataclass(frozen=True)
+class PublishTool:
+    """Send one ``ToolRequested`` for ``call`` to its tool's topic (idempotent by key), then
+    mark the calls sent (``timers.mark_sent``) once all of a transition's requests are out."""
+
+    call: PendingCall
+
+
+@dataclass(frozen=True)
+class Public:
+    """Publish a coarse public ``AgentEvent`` of ``kind`` with ``fields`` (in the background)."""
+
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WriteView:
+    """Write the task's record (``GET /v1/tasks/{id}``) from the saved state."""
+
+
+@dataclass(frozen=True)
+class RunModelStep:
+    """Start the next model step of this task (in the background, holding the lease)."""
+
+
+@dataclass(frozen=True)
+class Announce:
+    """The task ended: append its terminal event (sealing the log), write the record, the
+    session turn and the public event, release lease and wake-up (idempotent).
+    ``citations``: the checked answer's citations when the transition has them."""
+
+    citations: list[Citation] | None = None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """Count ``name`` (``approval_requested`` | ``approval_decided``) in the replica's metrics."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class FaultPoint:
+    """A named point tests may crash the process at (``services.orchestrator.hooks``)."""
+
+    name: str
+
+
+Effect = (Emit | Wake | HoldLease | ClearWake | DropLease | SaveApproval | UpdateApproval | PublishTool | Public
+          | WriteView | RunModelStep | Announce | Metric | FaultPoint)
+"""Any effect."""
+
+IN_SAVE = (Emit, Wake, HoldLease)
+"""Effects written in the save's own script (the outbox)."""
+
+
+@dataclass
+class Step:
+    """The result of one transition: the new state and what to do, in order.
+    ``save`` False: the state did not change (nothing is written; effects still run)."""
+
+    state: TaskState
+    effects: list[Effect] = field(default_factory=list)
+    save: bool = True
+
+    def then(self, more: "Step") -> "Step":
+        """This step followed by ``more`` (same state object, effects appended)."""
+        self.state = more.state
+        self.effects.extend(more.effects)
+        self.save = self.save or more.save
+        return self
+
+    def emit(self, *events: StreamEvent) -> "Step":
+        """Append ``Emit`` effects for ``events``; returns self."""
+        self.effects.extend(Emit(e) for e in events)
+        return self

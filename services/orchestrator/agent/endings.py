@@ -1,0 +1,113 @@
+"""Endings: complete (with the citation check), the loop report, fail, cancel, and the
+two views of an ended task: its terminal stream event and its record.
+
+Rules:
+- Citation check (rule A10, docs/architecture.md): every ``[n]`` in the answer must name an item of the
+  task's evidence pool; others are removed (and listed in the trace).
+- Loop detected (rule A6, ``vetting`` check 4): the task completes with a report of the
+  calls tried most often (at most ``LOOP_REPORT_LINES``), replacing any streamed text.
+- A failed or cancelled task keeps why (``state.failure`` / ``state.cancellation``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from contracts.api import TaskView
+from contracts.evidence import Citation
+from contracts.stream import AnswerDelta, AnswerReset, StreamEvent, TaskCancelledEvent, TaskCompleted, TaskFailed
+from services.orchestrator.agent.effects import Announce, FaultPoint, Step
+from services.orchestrator.agent.evidence import EvidencePool
+from services.orchestrator.agent.state import Cancellation, Failure, Phase, TaskState
+
+LOOP_REPORT_LINES = 10
+"""Call signatures listed in a loop report."""
+
+
+def _end(state: TaskState, status: str, now: datetime) -> None:
+    state.status, state.phase, state.finished_at = status, Phase.DONE, now  # type: ignore[assignment]
+
+
+def complete(state: TaskState, content: str, now: datetime) -> Step:
+    """Complete with ``content`` as the answer, after the citation check."""
+    answer, citations, removed = EvidencePool(state.evidence).check_citations(content)
+    if removed:
+        state.trace.append({"phase": "citations", "removed": removed})
+    _end(state, "completed", now)
+    state.answer = answer
+    return Step(state, [Announce(citations)])
+
+
+def finish_loop(state: TaskState, now: datetime) -> Step:
+    """End a task whose model keeps repeating a call, with a report of what was tried."""
+    tried = sorted(state.signatures.items(), key=lambda kv: -kv[1])
+    lines = [f"- {sig} ×{n}" for sig, n in tried[:LOOP_REPORT_LINES]]
+    report = "The agent stopped because it kept repeating the same tool call. What was tried:\n" + "\n".join(lines)
+    state.stop_reason = "loop_detected"
+    step = Step(state).emit(AnswerReset(reason="loop detected"), AnswerDelta(text=report))
+    return step.then(complete(state, report, now))
+
+
+def fail(state: TaskState, code: str, message: str, now: datetime) -> Step:
+    """Fail with machine-readable ``code`` and human ``message``."""
+    _end(state, "failed", now)
+    state.failure = Failure(code=code, message=message)
+    state.trace.append({"phase": "failed", "code": code, "message": message})
+    return Step(state, [Announce()])
+
+
+def cancel(state: TaskState, reason: str, now: datetime) -> Step:
+    """Cancel; the fault point ``cancel`` lies between the save and the announcement."""
+    _end(state, "cancelled", now)
+    state.cancellation = Cancellation(reason=reason)
+    state.trace.append({"phase": "cancelled", "reason": reason})
+    return Step(state, [FaultPoint("cancel"), Announce()])
+
+
+def latency_ms(state: TaskState, now: datetime) -> float:
+    """Milliseconds from the question to the end (or to ``now`` while running)."""
+    return round(((state.finished_at or now) - state.created_at).total_seconds() * 1000, 2)
+
+
+def citations_of(state: TaskState) -> list[Citation]:
+    """The answer's checked citations (none without an answer)."""
+    return EvidencePool(state.evidence).check_citations(state.answer)[1] if state.answer else []
+
+
+def terminal_event(state: TaskState, now: datetime, citations: list[Citation] | None = None) -> StreamEvent:
+    """The ended task's terminal stream event (``citations`` as checked, else derived again)."""
+    if state.status == "completed":
+        return TaskCompleted(answer=state.answer or "", citations=citations if citations is not None else citations_of(state),
+                             usage=state.usage, latency_ms=latency_ms(state, now), mode=state.mode,
+                             fallback_reason=state.fallback_reason, stop_reason=state.stop_reason or "answered")
+    if state.status == "cancelled":
+        return TaskCancelledEvent(reason=state.cancellation.reason if state.cancellation else "cancelled")
+    failure = state.failure or Failure(code="failed", message="the task failed")
+    return TaskFailed(code=failure.code, message=failure.message)
+
+
+def record_view(state: TaskState, latency: float | None = None, citations: list[Citation] | None = None) -> TaskView:
+    """The task's record as ``GET /v1/tasks/{id}`` shows it."""
+    error = None
+    if state.status == "failed":
+        failure = state.failure or Failure(code="failed", message="")
+        error = {"code": failure.code, "message": failure.message}
+    return TaskView(
+        task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id, user_id=state.user_id,
+        status=state.status, question=state.question, answer=state.answer,
+        citations=citations if citations is not None else citations_of(state), steps=state.steps,
+        usage=state.usage, mode=state.mode, error=error, created_at=state.created_at, finished_at=state.finished_at,
+        latency_ms=latency, stop_reason=state.stop_reason, trace=state.trace,
+        pending_approvals=[{"call_id": c.call_id, "tool": c.name, "arguments": c.arguments, "reason": c.reason,
+                            "arguments_digest": c.arguments_digest,
+                            "expires_at": c.expires_at.isoformat() if c.expires_at else None}
+                           for c in state.pending_approvals()],
+    )
+
+
+def on_cancel(state: TaskState, reason: str, now: datetime) -> Step:
+    """A cancel arrived: cancel a running task; for an ended one announce its end again (a
+    replica that died between saving the end and announcing it told nobody; the log seals once)."""
+    if state.terminal:
+        return Step(state, [Announce()], save=False)
+    return cancel(state, reason, now)

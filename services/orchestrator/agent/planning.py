@@ -1,0 +1,169 @@
+"""Planning a step: a new task, the limits before a model call, what the model is sent,
+and what its reply (or its failure) does.
+
+Rules:
+- Hard limits (rule A2, docs/architecture.md): the step that would reach ``max_rounds``, or a
+  task that has used ``max_tool_calls`` tool calls, ``max_tokens`` tokens or
+  ``task_deadline_s`` seconds, gets one final call without tools, told to answer now
+  (``prompt.LIMIT_NOTE``); the limit is the task's ``stop_reason``.
+- Soft limit (rule A3): two rounds or two tool calls before a hard limit the model is told to
+  finish soon (``prompt.SOFT_LIMIT_NOTE``).
+- Window (rule A4): the history sent is cut to ``context_window_chars`` (``window.window``).
+- Tool schemas: the task's allowed tools, none on a final call.
+- Retrieval-only mode (rule A13; no model configured, the model failed, or its breaker is open):
+  one real ``kb_search`` for the question, then an answer quoting the evidence
+  (``fallback.compose``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from contracts.api import StepRecord
+from contracts.events import QuestionAsked
+from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
+from contracts.tools import openai_tool_schema
+from services.orchestrator.agent import endings, fallback, prompt, vetting
+from services.orchestrator.agent.deps import Deps
+from services.orchestrator.agent.effects import HoldLease, Public, RunModelStep, Step, WriteView
+from services.orchestrator.agent.state import Phase, TaskState
+from services.orchestrator.agent.window import window
+from services.orchestrator.model import ModelResponse, parse_arguments
+
+SOFT_LIMIT_MARGIN = 2
+"""Rounds or tool calls before a hard limit at which the soft-limit note is added."""
+
+
+def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, str]]) -> Step:
+    """A new task from ``event`` with the session's earlier ``turns`` as history.
+
+    Effects: the lease is taken in the save (a crash after it is resumed by the sweeper),
+    then the first model step, the record and the public ``task.started``.
+    """
+    model = deps.model_configured
+    state = TaskState(
+        task_id=event.task_id, session_id=event.session_id, tenant_id=event.tenant_id, user_id=event.user_id,
+        traceparent=event.traceparent, cause_id=event.event_id, question=event.payload.question,
+        allowed_tools=allowed_tools, status="running", created_at=event.occurred_at,
+        mode="agent" if model else "retrieval_only", fallback_reason=None if model else "no_model_configured",
+        messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
+                  {"role": "user", "content": event.payload.question}],
+    )
+    return Step(state, [HoldLease(), RunModelStep(), WriteView(), Public("task.started")])
+
+
+@dataclass
+class StepPlan:
+    """One model step as planned: its ``step.started`` event, whether it is the final call
+    (a hard limit hit), whether the model is called at all, and what it is sent."""
+
+    started: StepStarted
+    final: bool
+    use_model: bool
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+
+
+def hard_limit(deps: Deps, state: TaskState, now: datetime) -> str | None:
+    """The first hard limit this step reaches (``max_rounds`` | ``max_tool_calls`` |
+    ``max_tokens`` | ``deadline``), or None."""
+    s = deps.settings
+    elapsed_s = (now - state.created_at).total_seconds()
+    limits = {"max_rounds": state.rounds + 1 >= s.max_rounds, "max_tool_calls": state.tool_calls_used >= s.max_tool_calls,
+              "max_tokens": state.usage.total_tokens >= s.max_tokens, "deadline": elapsed_s >= s.task_deadline_s}
+    return next((name for name, reached in limits.items() if reached), None)
+
+
+def soft_limit(deps: Deps, state: TaskState) -> bool:
+    """True within ``SOFT_LIMIT_MARGIN`` rounds or tool calls of a hard limit."""
+    s = deps.settings
+    return (state.rounds + SOFT_LIMIT_MARGIN >= s.max_rounds
+            or state.tool_calls_used + SOFT_LIMIT_MARGIN >= s.max_tool_calls)
+
+
+def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
+    """Count the step (``state.step``, ``state.rounds``), apply the limits and choose the mode.
+
+    Changes ``state`` in place: the stop reason of a hard limit, and retrieval-only mode when
+    the model breaker refuses the call (``model_circuit_open``). Time ``now`` is UTC.
+    """
+    hit = hard_limit(deps, state, now)
+    soft = hit is None and soft_limit(deps, state)
+    if hit is not None:
+        state.stop_reason = hit
+    state.step += 1
+    state.rounds += 1
+    started = StepStarted(step=state.step, phase="final" if hit else "model")
+    use_model = deps.model_configured and state.mode != "retrieval_only"
+    if use_model and not deps.model_breaker.allow(now.timestamp()):
+        state.mode, state.fallback_reason, use_model = "retrieval_only", "model_circuit_open", False
+    if not use_model:
+        return StepPlan(started, hit is not None, False, [], None)
+    messages = window(state.messages, deps.settings.context_window_chars)
+    if hit:
+        messages.append({"role": "system", "content": prompt.LIMIT_NOTE})
+    elif soft:
+        messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
+    tools = None if hit or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
+    return StepPlan(started, hit is not None, True, messages, tools)
+
+
+def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse, now: datetime,
+             cancelled: bool = False) -> Step:
+    """The model answered: record usage and timing, then end the task (``cancelled``: a
+    cancel came during the call), request its tool calls, or complete with its text.
+    Tool calls of a final call are ignored (the text is the answer)."""
+    state.usage = state.usage.add(reply.usage)
+    llm = {"step": state.step, "first_token_s": reply.first_token_s, "total_s": round(reply.total_s, 4),
+           "retries": reply.retries, "prompt_tokens": reply.usage.prompt_tokens,
+           "completion_tokens": reply.usage.completion_tokens}
+    state.trace.append({"phase": "llm", **llm})
+    state.steps.append(StepRecord(step=state.step, kind="model", duration_ms=round(reply.total_s * 1000, 2)))
+    step = Step(state).emit(TraceEvent(phase="llm", data=llm))
+    if cancelled:
+        return step.then(endings.cancel(state, "cancelled by user", now))
+    if reply.tool_calls and not plan.final:
+        if reply.content:
+            step.emit(AnswerReset(reason="the model decided to call tools"))
+        state.messages.append({
+            "role": "assistant", "content": reply.content or None,
+            "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                           for c in reply.tool_calls],
+        })
+        calls = [(c.id, c.name, parse_arguments(c.arguments)) for c in reply.tool_calls]
+        return step.then(vetting.request_tools(deps, state, calls, now))
+    return step.then(endings.complete(state, reply.content, now))
+
+
+def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, now: datetime) -> Step:
+    """The model call failed (after its own retries): switch to retrieval-only mode; text
+    already streamed is withdrawn with ``answer.reset``."""
+    step = Step(state)
+    if streamed:
+        step.emit(AnswerReset(reason="the model call failed; answering from the knowledge base"))
+    state.mode, state.fallback_reason = "retrieval_only", f"model_unavailable: {error}"[:300]
+    state.trace.append({"phase": "llm", "error": error[:300]})
+    return step.then(retrieval_only_step(deps, state, now))
+
+
+def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
+    """No model: one real ``kb_search`` for the question, then an answer from the evidence."""
+    searched = any(r.kind == "tool" and r.tool == "kb_search" for r in state.steps)
+    if not searched and not state.evidence:
+        call_id = deps.new_call_id()
+        state.messages.append({
+            "role": "assistant", "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "kb_search", "arguments": "{}"}}],
+        })
+        args = {"query": state.question, "reason": "检索知识库中与问题最相关的原文"}
+        return vetting.request_tools(deps, state, [(call_id, "kb_search", args)], now)
+    answer = fallback.compose(state.question, state.evidence, model_configured=deps.model_configured)
+    step = Step(state).emit(*(AnswerDelta(text=para + "\n\n") for para in answer.split("\n\n")))
+    return step.then(endings.complete(state, answer.rstrip(), now))
+
+
+def resumable(state: TaskState) -> bool:
+    """True when a model step may run on ``state`` (not ended, not waiting for tools)."""
+    return not state.terminal and state.phase == Phase.MODEL

@@ -1,0 +1,55 @@
+"""Tool-call policies: approval rules, loop signatures and argument digests (rules A6, A7:
+docs/architecture.md).
+
+- Approval policy per tool: ``never``, ``always`` or a rule ``if:<argument>~<regex>``
+  (approval needed when that argument matches). Default: ``code_exec`` always asks.
+- Loop detection signature (rule A6): tool name + normalised arguments (strings trimmed and
+  case-folded, keys sorted, ``reason`` ignored): on the third identical call the model is
+  told it already has that result; a fourth ends the task.
+- Argument digests: ``contracts.tools.arguments_digest``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+LOOP_WARN_AT = 3
+"""Identical calls at which the model is told it already has the result (rule A6)."""
+LOOP_STOP_AT = 4
+"""Identical calls at which the task ends with a report of what was tried (rule A6)."""
+
+
+def canonical(value: Any) -> Any:
+    """Normalise for comparison: strings trimmed and case-folded, dict keys sorted (recursively)."""
+    if isinstance(value, str):
+        return value.strip().casefold()
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
+
+
+def signature(tool: str, arguments: dict[str, Any]) -> str:
+    """Loop-detection signature of a call (``reason`` is not part of what the call does)."""
+    args = {k: v for k, v in arguments.items() if k != "reason"}
+    return f"{tool}:{json.dumps(canonical(args), ensure_ascii=False, sort_keys=True)}"
+
+
+def needs_approval(policies: dict[str, str], tool: str, arguments: dict[str, Any]) -> bool:
+    """True when ``tool`` called with ``arguments`` must wait for a human decision.
+
+    Raises ValueError for a malformed policy string.
+    """
+    policy = policies.get(tool, "never").strip()
+    if policy == "never":
+        return False
+    if policy == "always":
+        return True
+    match = re.fullmatch(r"if:(\w+)~(.+)", policy)
+    if not match:
+        raise ValueError(f"bad approval policy for {tool}: {policy!r} (never | always | if:<arg>~<regex>)")
+    value = arguments.get(match.group(1))
+    return value is not None and re.search(match.group(2), str(value)) is not None

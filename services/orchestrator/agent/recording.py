@@ -1,0 +1,150 @@
+"""Recording tool results: retries, the tool breaker, and the evidence pool.
+
+Rules:
+- A result is attached to its pending call by call id and idempotency key; an unknown
+  or duplicate delivery changes nothing.
+- Every result of a call that ran feeds its tool's breaker: a transient error or a
+  timeout is a failure, anything else a success (refusals never ran and do not count).
+- A transient error is retried instead of being shown to the model, at most
+  ``tool_max_retries`` times, after a backoff with full jitter (rule A8, docs/architecture.md):
+  uniform(0, ``tool_retry_base_s`` × 2^attempt) seconds.
+- When all of a step's calls are in, their evidence is numbered into the task's pool
+  (``evidence.EvidencePool``, rule A10) in call order, each result becomes a ``tool``
+  message, and the next model step starts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from contracts.api import StepRecord
+from contracts.events import ToolResultPayload
+from contracts.stream import EvidenceEvent, ToolCompletedEvent, TraceEvent
+from services.orchestrator.agent import prompt
+from services.orchestrator.agent.deps import Deps
+from services.orchestrator.agent.effects import (
+    ClearWake,
+    FaultPoint,
+    HoldLease,
+    Public,
+    RunModelStep,
+    Step,
+    Wake,
+    WriteView,
+)
+from services.orchestrator.agent.evidence import EvidencePool
+from services.orchestrator.agent.state import PendingCall, Phase, Refusal, TaskState
+
+Arrival = tuple[str, ToolResultPayload | Refusal]
+"""A result for the pending call with this call id (a tool's result, or a refusal decided later:
+a rejected or expired approval)."""
+
+
+def transient(result: ToolResultPayload | Refusal) -> bool:
+    """True for a timeout or an error of kind ``transient``."""
+    return result.outcome == "timeout" or (result.error is not None and result.error.kind == "transient")
+
+
+def backoff_s(deps: Deps, attempt: int) -> float:
+    """Seconds before retry number ``attempt`` (1-based): full jitter over base × 2^attempt."""
+    return deps.rng.uniform(0, deps.settings.tool_retry_base_s * 2 ** attempt)
+
+
+def _feed_breaker(deps: Deps, call: PendingCall, result: ToolResultPayload | Refusal, now: datetime) -> None:
+    breaker = deps.tool_breakers.get(call.name)
+    if breaker is None or isinstance(result, Refusal):
+        return
+    if transient(result):
+        breaker.failure(now.timestamp())
+    else:
+        breaker.success()
+
+
+def _match(state: TaskState, result: ToolResultPayload) -> PendingCall | None:
+    return next((c for c in state.pending if c.call_id == result.call_id
+                 and c.idempotency_key == result.idempotency_key), None)
+
+
+def _attach(deps: Deps, state: TaskState, call: PendingCall, r: ToolResultPayload | Refusal,
+            now: datetime) -> dict[str, Any] | None:
+    """Feed the breaker, then schedule a retry (returns None) or attach ``r`` (returns its trace)."""
+    s = deps.settings
+    _feed_breaker(deps, call, r, now)
+    if r.outcome == "error" and transient(r) and not isinstance(r, Refusal) and call.attempts < s.tool_max_retries:
+        call.attempts += 1
+        call.retry_at = now + timedelta(seconds=backoff_s(deps, call.attempts))
+        call.deadline_at = call.retry_at + timedelta(seconds=s.tool_timeout_s)
+        return None
+    call.result, call.received_at = r, now
+    waited_ms = (now - call.requested_at).total_seconds() * 1000
+    state.steps.append(StepRecord(step=call.step, kind="tool", tool=call.name, call_id=call.call_id,
+                                  arguments=call.arguments, outcome=r.outcome, duration_ms=r.duration_ms))
+    return {"tool": call.name, "call_id": call.call_id, "outcome": r.outcome, "attempts": call.attempts + 1,
+            "run_ms": r.duration_ms, "queue_ms": round(max(0.0, waited_ms - r.duration_ms), 2)}
+
+
+def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload | Arrival],
+                   now: datetime) -> Step | None:
+    """Attach ``results`` to the pending calls; go on to the next model step when all are in.
+
+    Returns None when nothing changed (all unknown or duplicate). Effects: the client's
+    ``tool.completed``, ``trace`` and ``evidence`` events in the save, then the fault point
+    ``tool_result``, the public ``tool.completed`` events, and the next step or wake-up.
+    """
+    if state.terminal or state.phase != Phase.TOOLS:
+        return None
+    fresh: list[tuple[PendingCall, ToolResultPayload | Refusal]] = []
+    retried = False
+    traces: list[dict[str, Any]] = []
+    for item in results:
+        call, r = (state.call(item[0]), item[1]) if isinstance(item, tuple) else (_match(state, item), item)
+        if call is None or call.result is not None:
+            continue  # unknown or duplicate delivery
+        trace = _attach(deps, state, call, r, now)
+        if trace is None:
+            retried = True
+        else:
+            fresh.append((call, r))
+            traces.append(trace)
+    if not fresh and not retried and results:
+        return None
+    state.trace.extend({"phase": "tool", **t} for t in traces)
+    step = Step(state).emit(*(
+        ToolCompletedEvent(call_id=c.call_id, tool=c.name, outcome=r.outcome, duration_ms=r.duration_ms,
+                           error_code=r.error.error_code if r.error else None) for c, r in fresh))
+    step.emit(*(TraceEvent(phase="tool", data=t) for t in traces))
+    done = state.all_results_in()
+    after = [Public("tool.completed", {"tool": c.name, "outcome": r.outcome, "duration_ms": r.duration_ms})
+             for c, r in fresh]
+    if not done:
+        wake_at = state.next_wakeup()
+        assert wake_at is not None  # a call without a result always waits for something
+        step.effects += [Wake(wake_at), FaultPoint("tool_result"), *after]
+        return step
+    advanced = advance(state, now)
+    # the evidence event and the lease join this save; the step's publics come before the next step
+    step.effects += [e for e in advanced.effects if not isinstance(e, (WriteView, RunModelStep, ClearWake))]
+    step.effects += [FaultPoint("tool_result"), *after, ClearWake(), WriteView(), RunModelStep()]
+    return step
+
+
+def advance(state: TaskState, now: datetime) -> Step:
+    """All of the step's calls are in: number their evidence into the pool, add one ``tool``
+    message per call (in call order), and start the next model step (lease taken in the save)."""
+    pool = EvidencePool(state.evidence)
+    new_evidence = []
+    for call in state.pending:
+        assert call.result is not None
+        ok = isinstance(call.result, ToolResultPayload) and call.result.outcome == "ok"
+        in_context, new = pool.add(call.result.evidence) if ok else ([], [])  # type: ignore[union-attr]
+        new_evidence.extend(new)
+        state.messages.append({"role": "tool", "tool_call_id": call.call_id,
+                               "content": prompt.render_tool_result(call.result, in_context)})
+    state.pending = []
+    state.phase, state.status = Phase.MODEL, "running"
+    step = Step(state)
+    if new_evidence:
+        step.emit(EvidenceEvent(items=new_evidence))
+    step.effects += [HoldLease(), ClearWake(), WriteView(), RunModelStep()]
+    return step

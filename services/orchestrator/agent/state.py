@@ -1,0 +1,176 @@
+"""The agent's task state: everything needed to resume a task on any replica.
+
+Shape (pydantic-ai style: run state kept apart from dependencies):
+``TaskState`` holds the chat history sent to the model (``messages``, OpenAI
+chat format), the tool calls in flight (``pending``), the evidence pool, the
+budgets used and the step counter. It is checkpointed to Redis after every
+transition (``services.orchestrator.store``); process memory is only a cache.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any, Literal, get_args
+from uuid import UUID
+
+from pydantic import BaseModel, Field, model_validator
+
+from contracts.api import StepRecord, TaskStatus
+from contracts.envelope import utcnow
+from contracts.events import ToolError, ToolResultPayload
+from contracts.evidence import NumberedEvidence
+from contracts.stream import Usage
+from contracts.tools import ToolName
+
+OUTBOX_RESEND_S = 2.0
+"""Seconds after which a tool request saved but not marked sent (its replica died between
+the checkpoint and the publish) is sent again by any replica's sweeper."""
+
+
+class Phase(str, Enum):
+    """What a task waits for: a model step, tool results (or approvals), or nothing (ended)."""
+
+    MODEL = "model"
+    TOOLS = "tools"
+    DONE = "done"
+
+
+class Refusal(BaseModel):
+    """A call answered by the agent itself without running: not offered, bad arguments, loop,
+    budget, open breaker, rejected or expired approval. Reads like an ``error`` tool result."""
+
+    refused: Literal[True] = True
+    outcome: Literal["error"] = "error"
+    error: ToolError
+    duration_ms: float = 0.0
+
+
+class Failure(BaseModel):
+    """Why a task failed: machine-readable ``code`` and human ``message``."""
+
+    code: str
+    message: str
+
+
+class Cancellation(BaseModel):
+    """Why a task was cancelled."""
+
+    reason: str
+
+
+class PendingCall(BaseModel):
+    """One tool call the model asked for, and its result once back.
+
+    ``name`` is the tool name as the model asked for it; ``tool`` is that name when it
+    is a known tool and None otherwise (such a call is always refused: it never runs).
+    ``idempotency_key`` = ``task_id:step:call_id``; ``deadline_at`` is when a missing
+    result becomes a ``timeout`` result.
+    """
+
+    call_id: str
+    name: str
+    tool: ToolName | None = None
+    arguments: dict[str, Any]
+    reason: str = ""
+    step: int
+    idempotency_key: str
+    requested_at: datetime = Field(default_factory=utcnow)
+    deadline_at: datetime
+    result: ToolResultPayload | Refusal | None = None
+    received_at: datetime | None = None
+    attempts: int = 0
+    retry_at: datetime | None = None
+    sent: bool = False  # the ToolRequested is on the bus (outbox flag: unsent calls are re-sent by the sweeper)
+    approval: Literal["pending", "approved", "rejected", "edited"] | None = None
+    arguments_digest: str | None = None
+    expires_at: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        """A checkpoint written before calls kept ``name`` apart from ``tool`` (rolling upgrade)."""
+        if isinstance(data, dict) and "name" not in data and "tool" in data:
+            data = {**data, "name": data["tool"], "tool": data["tool"] if data["tool"] in get_args(ToolName) else None}
+        return data
+
+    def next_wakeup(self) -> datetime | None:
+        """When the sweeper must look at this call: approval expiry, retry time or result deadline."""
+        if self.result is not None:
+            return None
+        if self.approval == "pending":
+            return self.expires_at
+        if not self.sent:
+            return self.requested_at + timedelta(seconds=OUTBOX_RESEND_S)
+        return self.retry_at or self.deadline_at
+
+
+class TaskState(BaseModel):
+    """A task's checkpoint. ``version`` increases by one on every save (optimistic concurrency).
+
+    ``cause_id`` is the ``event_id`` of the bus event that last moved the task: every
+    envelope the orchestrator sends for it is that event's child (``Envelope.child``).
+    """
+
+    version: int = 0
+    task_id: str
+    session_id: str
+    tenant_id: str
+    user_id: str | None = None
+    traceparent: str | None = None
+    cause_id: UUID | None = None
+    question: str
+    allowed_tools: list[str]
+    status: TaskStatus = "accepted"
+    phase: Phase = Phase.MODEL
+    step: int = 0
+    rounds: int = 0
+    tool_calls_used: int = 0
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    pending: list[PendingCall] = Field(default_factory=list)
+    evidence: list[NumberedEvidence] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    steps: list[StepRecord] = Field(default_factory=list)
+    signatures: dict[str, int] = Field(default_factory=dict)  # loop detection: call signature -> count
+    rejected: list[str] = Field(default_factory=list)  # signatures a person rejected (never retried)
+    trace: list[dict[str, Any]] = Field(default_factory=list)
+    mode: Literal["agent", "retrieval_only"] = "agent"
+    fallback_reason: str | None = None
+    stop_reason: str | None = None  # max_rounds | max_tool_calls | max_tokens | deadline | loop_detected
+    failure: Failure | None = None
+    cancellation: Cancellation | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+    answer: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """True once completed, failed or cancelled."""
+        return self.status in ("completed", "failed", "cancelled")
+
+    def envelope_fields(self) -> dict[str, Any]:
+        """Envelope header fields of every event this task sends (task, session, tenant, user, trace)."""
+        return dict(task_id=self.task_id, session_id=self.session_id, tenant_id=self.tenant_id,
+                    user_id=self.user_id, traceparent=self.traceparent)
+
+    def call(self, call_id: str) -> PendingCall | None:
+        """The pending call ``call_id`` or None."""
+        return next((c for c in self.pending if c.call_id == call_id), None)
+
+    def pending_approvals(self) -> list[PendingCall]:
+        """Calls waiting for a human decision."""
+        return [c for c in self.pending if c.approval == "pending" and c.result is None]
+
+    def all_results_in(self) -> bool:
+        """True when every pending call has a result."""
+        return all(c.result is not None for c in self.pending)
+
+    def waiting_status(self) -> TaskStatus:
+        """``waiting_approval`` while a call waits for a person, else ``waiting_tool``."""
+        return "waiting_approval" if self.pending_approvals() else "waiting_tool"
+
+    def next_wakeup(self) -> float | None:
+        """Epoch seconds at which the sweeper must look at this task's pending calls (earliest
+        approval expiry, retry time or result deadline), or None when none waits."""
+        times = [t for t in (c.next_wakeup() for c in self.pending) if t is not None]
+        return min(times).timestamp() if times else None

@@ -1,0 +1,94 @@
+"""Timers: what the sweeper's wake-up does to a task waiting for tools or people
+(rules A7 and A8, docs/architecture.md).
+
+For each call still without a result at ``now``:
+- a pending approval past ``expires_at`` is refused with ``approval_expired``;
+- a request never confirmed on the bus (its replica died between the checkpoint and
+  the publish: ``state.OUTBOX_RESEND_S``) or whose retry is due is sent again
+  (idempotent: tool services key results by idempotency key);
+- a call past ``deadline_at`` gets a ``timeout`` result (``tool_timeout``, transient:
+  it counts against the tool's breaker).
+Otherwise the wake-up is moved to the task's next due time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from contracts.events import ToolError, ToolResultPayload
+from services.orchestrator.agent import approvals, recording
+from services.orchestrator.agent.deps import Deps
+from services.orchestrator.agent.effects import ClearWake, Public, PublishTool, Step, UpdateApproval, Wake
+from services.orchestrator.agent.state import PendingCall, Phase, TaskState
+
+
+def timeout_result(deps: Deps, call: PendingCall, now: datetime) -> ToolResultPayload:
+    """The ``timeout`` result of ``call`` (a known tool that was sent and never answered)."""
+    assert call.tool is not None
+    return ToolResultPayload(
+        call_id=call.call_id, tool=call.tool, idempotency_key=call.idempotency_key, outcome="timeout",
+        error=ToolError(error_code="tool_timeout", kind="transient",
+                        message=f"{call.name} gave no result within {deps.settings.tool_timeout_s:.0f} s",
+                        hint="the tool service may be down; answer with what you have or try another tool"),
+        duration_ms=round((now - call.requested_at).total_seconds() * 1000, 2))
+
+
+def due(deps: Deps, state: TaskState, now: datetime) -> tuple[list[PendingCall], list[recording.Arrival]]:
+    """The calls to send again at ``now``, and the results the timers give (expired approvals,
+    timeouts), in call order."""
+    resend: list[PendingCall] = []
+    late: list[recording.Arrival] = []
+    expired = dict(approvals.expire(state, now))
+    for c in state.pending:
+        if c.result is not None:
+            continue
+        if c.approval == "pending":
+            if c.call_id in expired:
+                late.append((c.call_id, expired[c.call_id]))
+        elif not c.sent or (c.retry_at and c.retry_at <= now):
+            if (w := c.next_wakeup()) is not None and w <= now:
+                resend.append(c)
+        elif c.deadline_at <= now:
+            late.append((c.call_id, timeout_result(deps, c, now)))
+    return resend, late
+
+
+def wake(deps: Deps, state: TaskState, now: datetime) -> Step:
+    """Handle the task's due timers at ``now`` (see the module's rules)."""
+    if state.terminal or state.phase != Phase.TOOLS:
+        return Step(state, [ClearWake()], save=False)
+    resend, late = due(deps, state, now)
+    if not resend and not late:
+        wake_at = state.next_wakeup()
+        return Step(state, [Wake(wake_at) if wake_at is not None else ClearWake()], save=False)
+    for c in resend:
+        c.retry_at, c.sent = None, False
+    step = Step(state, [PublishTool(c) for c in resend])
+    for call_id, r in late:
+        call = state.call(call_id)
+        if call is not None and r.error is not None and r.error.error_code == "approval_expired":
+            step.effects += [UpdateApproval(call_id, "expired", only_if_pending=True),
+                             Public("approval.decided", {"tool": call.name, "outcome": "expired"})]
+    recorded = recording.record_results(deps, state, late, now) if late else None
+    if recorded is not None:
+        step.then(recorded)
+    if resend:
+        # the wake-up is set by ``mark_sent`` once the requests are out; until then the sweeper's
+        # claim (pushed a few seconds ahead) stands, so a replica dying before that re-sends them
+        step.effects = [e for e in step.effects if not isinstance(e, Wake)]
+    return step
+
+
+def mark_sent(state: TaskState, call_ids: list[str]) -> Step | None:
+    """The requests of ``call_ids`` are on the bus: flag them sent (the outbox), with the
+    task's next wake-up in the same write. None when nothing changed."""
+    if state.terminal or state.phase != Phase.TOOLS:
+        return None
+    changed = False
+    for c in state.pending:
+        if c.call_id in call_ids and not c.sent:
+            c.sent, changed = True, True
+    if not changed:
+        return None
+    wake_at = state.next_wakeup()
+    return Step(state, [Wake(wake_at)] if wake_at is not None else [])

@@ -1,0 +1,131 @@
+"""The orchestrator's outputs: client events, task records, approvals, bus envelopes.
+
+Every envelope it sends is built with ``Envelope.child`` of the event that last moved
+the task (``TaskState.cause_id``), so ``causation_id`` is always set and task, session,
+tenant, user and trace context flow from the question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from faststream.kafka import KafkaBroker
+from redis.asyncio import Redis
+
+from conduit.records import approvals
+from conduit.records.taskstore import TaskStore
+from conduit.records.taskstream import TaskEventLog
+from conduit.runtime import bus, metrics
+from contracts import topics
+from contracts.api import ApprovalRecord
+from contracts.envelope import Envelope, utcnow
+from contracts.events import AgentEvent, AgentEventPayload, ToolRequested, ToolRequestPayload
+from contracts.evidence import Citation
+from contracts.stream import StreamEvent
+from contracts.tools import TOOL_SPECS
+from services.orchestrator.agent import endings
+from services.orchestrator.agent.effects import UpdateApproval
+from services.orchestrator.agent.state import PendingCall, TaskState
+from services.orchestrator.store import StateStore
+
+log = logging.getLogger("conduit.orchestrator")
+
+
+def parent_of(state: TaskState) -> Envelope:
+    """The envelope header of the event that last moved ``state`` (parent of what the task sends).
+
+    A checkpoint without a cause (written before causes were kept) gets a fixed id per task.
+    """
+    cause = state.cause_id or uuid.uuid5(uuid.NAMESPACE_URL, f"conduit:task:{state.task_id}")
+    return Envelope(type="orchestrator.cause", event_id=cause, **state.envelope_fields())
+
+
+class Outputs:
+    """Writes of the orchestrator other than checkpoints.
+
+    Args:
+        redis: asyncio Redis client (event logs, records, approvals).
+        broker: KafkaBroker for tool requests and public events.
+        events / tasks / store: the task event log, task records and checkpoint store.
+    """
+
+    def __init__(self, redis: Redis, broker: KafkaBroker, events: TaskEventLog, tasks: TaskStore,
+                 store: StateStore) -> None:
+        self.redis, self.broker, self.events, self.tasks, self.store = redis, broker, events, tasks, store
+        self.background: set[asyncio.Task[None]] = set()
+
+    async def emit(self, task_id: str, event: StreamEvent) -> None:
+        """Append one client event to the task's log (outside a checkpoint save)."""
+        await self.events.append(task_id, event)
+
+    async def write_view(self, state: TaskState, latency_ms: float | None = None,
+                         citations: list[Citation] | None = None) -> None:
+        """Write the task's record (``GET /v1/tasks/{id}``)."""
+        await self.tasks.save(endings.record_view(state, latency_ms, citations))
+
+    async def save_approval(self, record: ApprovalRecord) -> None:
+        """Write a new pending approval's record for the gateway."""
+        await approvals.save(self.redis, record)
+
+    async def update_approval(self, task_id: str, u: UpdateApproval) -> None:
+        """Apply ``u`` to the stored approval record (a missing record is left missing)."""
+        record = await approvals.load(self.redis, task_id, u.call_id)
+        if record is None or (u.only_if_pending and record.status != "pending"):
+            return
+        record.status = u.status  # type: ignore[assignment]
+        if u.arguments is not None:
+            record.arguments = u.arguments
+        record.arguments_digest = u.arguments_digest or record.arguments_digest
+        await approvals.save(self.redis, record)
+
+    async def publish_request(self, state: TaskState, call: PendingCall) -> None:
+        """Send one ``ToolRequested`` to its tool's topic (idempotency key ``task:step:call``)."""
+        assert call.tool is not None  # refused calls (unknown names) are never requested
+        request = parent_of(state).child(ToolRequested, payload=ToolRequestPayload(
+            call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason, step=call.step,
+            idempotency_key=call.idempotency_key, deadline_at=call.deadline_at))
+        await bus.publish(self.broker, TOOL_SPECS[call.tool].request_topic, request)
+        self.public(state, "tool.requested", tool=call.name)
+
+    def public(self, state: TaskState, kind: str, **fields: Any) -> None:
+        """Publish a coarse public ``AgentEvent`` without holding up the caller.
+
+        The publish (and its broker ack) runs in the background so consumer handlers
+        and model steps never wait on the public feed; a failure is logged, never raised.
+        """
+        event = parent_of(state).child(AgentEvent, payload=AgentEventPayload(kind=kind, **fields))  # type: ignore[arg-type]
+
+        async def send() -> None:
+            try:
+                await bus.publish(self.broker, topics.AGENT_EVENTS, event)
+            except Exception:  # noqa: BLE001 - the public feed must not break a task
+                log.warning("could not publish public agent event %s", kind)
+
+        task = asyncio.create_task(send())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def announce(self, state: TaskState, citations: list[Citation] | None = None) -> None:
+        """Emit the terminal event, record, session turn and public event (idempotent: the log seals once).
+
+        ``citations``: the checked answer's citations when the caller has them; otherwise
+        (a resumed task) they are derived again from the answer and the evidence pool.
+        """
+        now = utcnow()
+        if state.status == "completed" and citations is None:
+            citations = endings.citations_of(state)
+        event = endings.terminal_event(state, now, citations)
+        latency_ms = endings.latency_ms(state, now)
+        first = await self.events.append(state.task_id, event) > 0
+        # the client has its terminal event; the bookkeeping writes are independent of each other
+        writes = [self.write_view(state, latency_ms, citations), self.store.release(state.task_id)]
+        if first:
+            metrics.task_finished(state.status, state.mode)
+            if state.status == "completed":
+                writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or ""))
+            kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled"}[state.status]
+            self.public(state, kind, latency_ms=latency_ms, code=getattr(event, "code", None))
+        await asyncio.gather(*writes)

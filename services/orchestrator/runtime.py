@@ -1,0 +1,239 @@
+"""The orchestrator's I/O layer: bus handlers that move tasks through the agent core.
+
+Nothing waits in memory for a tool: each bus event moves a task one transition
+(``services.orchestrator.agent``: pure functions ``(state, event, now) -> Step``),
+saved with one compare-and-set (``StateStore.transition``) whose own Lua script also
+writes the client events and the wake-up (the outbox); the step's other effects are
+then carried out in order (``carry_out``). One replica serves many tasks at once and
+any replica can resume any task.
+
+- ``on_question``: create the checkpoint with its lease, start a model step (``steps``).
+- ``on_tool_result``: record a result; when the step's calls are all back the next
+  model step starts.
+- ``on_control``: a cancel, or a person's decision on a call waiting for approval.
+- ``sweeper``: resumes tasks whose lease lapsed and fires due tool timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import EllipsisType
+from typing import Any
+from uuid import UUID
+
+import structlog
+from faststream.kafka import KafkaBroker
+from redis.asyncio import Redis
+
+from conduit.records.taskstore import TaskStore
+from conduit.records.taskstream import TaskEventLog
+from conduit.runtime import metrics
+from conduit.runtime.settings import Settings
+from conduit.runtime.toolcatalog import available_tools
+from contracts.envelope import utcnow
+from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
+from services.orchestrator import sweeper
+from services.orchestrator.agent import approvals, endings, planning, recording, timers
+from services.orchestrator.agent.deps import Deps
+from services.orchestrator.agent.effects import (
+    Announce,
+    ClearWake,
+    DropLease,
+    Effect,
+    Emit,
+    FaultPoint,
+    HoldLease,
+    Metric,
+    Public,
+    PublishTool,
+    RunModelStep,
+    SaveApproval,
+    Step,
+    UpdateApproval,
+    Wake,
+    WriteView,
+)
+from services.orchestrator.agent.state import TaskState
+from services.orchestrator.hooks import Hooks, NoHooks
+from services.orchestrator.model import Model
+from services.orchestrator.outputs import Outputs
+from services.orchestrator.steps import ModelSteps
+from services.orchestrator.store import SAVE_RETRIES, StaleState, StateStore, Transition
+
+log = structlog.get_logger("conduit.orchestrator")
+
+
+def model_from_settings(settings: Settings) -> Model | None:
+    """The OpenAI-compatible model of ``settings``, or None when no endpoint is configured."""
+    if not settings.model_configured:
+        return None
+    from services.orchestrator.openai_model import ModelClient
+
+    return ModelClient(settings)
+
+
+def caused_by(event_id: UUID, fn: Transition) -> Transition:
+    """``fn``, recording ``event_id`` as the cause of what the task sends next (``Envelope.child``)."""
+    def apply(state: TaskState) -> Step | None:
+        step = fn(state)
+        if step is not None and step.save:
+            step.state.cause_id = event_id
+        return step
+    return apply
+
+
+class Orchestrator:
+    """Runs the agent for every task this replica touches.
+
+    Args:
+        settings: Conduit settings (limits, timeouts in seconds).
+        redis: asyncio Redis client (checkpoints, event logs, leases).
+        broker: started or to-be-started KafkaBroker used for publishing.
+        model: the ``Model`` to call; default: the OpenAI-compatible endpoint of ``settings``
+            (None: retrieval-only mode). Tests pass an in-process ``testmodel.TestModel``.
+        hooks: fault-point hooks (``services.orchestrator.hooks``); default: none.
+    """
+
+    def __init__(self, settings: Settings, redis: Redis, broker: KafkaBroker,
+                 model: Model | None | EllipsisType = ..., hooks: Hooks | None = None) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.broker = broker
+        self.events = TaskEventLog(redis, settings.task_events_ttl_s, settings.task_events_maxlen)
+        self.tasks = TaskStore(redis, settings.task_events_ttl_s)
+        self.store = StateStore(redis, settings.task_events_ttl_s, self.events, lease_ttl_s=settings.lease_ttl_s)
+        self.model: Model | None = model_from_settings(settings) if model is ... else model
+        self.deps = Deps.from_settings(settings, model_configured=self.model is not None)
+        self.out = Outputs(redis, broker, self.events, self.tasks, self.store)
+        self.hooks: Hooks = hooks or NoHooks()
+        self.steps = ModelSteps(self)
+        self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
+
+    @property
+    def running(self) -> dict[str, asyncio.Task[None]]:
+        """Model steps running on this replica, by task id."""
+        return self.steps.running
+
+    @property
+    def background_tasks(self) -> set[asyncio.Task[None]]:
+        """Public events still being published."""
+        return self.out.background
+
+    # ================================================================ bus handlers
+    async def on_question(self, event: QuestionAsked) -> None:
+        """Start a task. A redelivered question (checkpoint exists) changes nothing."""
+        s = self.settings
+        # three independent reads in one round trip's time (each costs a loopback send here)
+        existing, sealed, turns = await asyncio.gather(
+            self.store.load(event.task_id), self.events.is_sealed(event.task_id),
+            self.tasks.turns(event.session_id, s.history_turns))
+        if existing is not None or sealed:
+            return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
+        await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
+        step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools), turns)
+        try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
+            await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
+        except StaleState:
+            return  # another replica created it
+
+    async def on_tool_result(self, event: ToolResult) -> None:
+        """Record a tool result; the next model step starts when the step's calls are all back."""
+        deps = self.deps
+        await self.apply(event.task_id, caused_by(
+            event.event_id, lambda st: recording.record_results(deps, st, [event.payload], utcnow())))
+
+    async def on_control(self, event: Any) -> None:
+        """Handle control events: cancel and approval decisions (both idempotent)."""
+        deps = self.deps
+        if isinstance(event, ApprovalDecided):
+            step = await self.apply(event.task_id, caused_by(
+                event.event_id, lambda st: approvals.decide(deps, st, event.payload, utcnow())))
+            if step is None:
+                log.info("approval decision changed nothing", call_id=event.payload.call_id)
+        elif isinstance(event, TaskCancelled):
+            await self.store.request_cancel(event.task_id)
+            await self.apply(event.task_id, caused_by(
+                event.event_id, lambda st: endings.on_cancel(st, event.payload.reason, utcnow())))
+
+    async def wake(self, task_id: str) -> None:
+        """Fire a task's due timers (the sweeper claimed its wake-up)."""
+        deps = self.deps
+        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow()))
+
+    async def sweep(self) -> None:
+        """One sweeper pass (``sweeper.sweep``)."""
+        await sweeper.sweep(self)
+
+    async def run_sweeper(self, every_s: float = 0.5) -> None:
+        """Forever: ``sweep`` every ``every_s`` seconds."""
+        await sweeper.run(self, every_s)
+
+    # ================================================================ one transition
+    async def apply(self, task_id: str, fn: Transition, *, loaded: TaskState | None = None,
+                    attempts: int = SAVE_RETRIES, new_task: bool = False) -> Step | None:
+        """Apply transition ``fn`` to ``task_id`` (``StateStore.transition``) and carry out its effects.
+
+        Returns the step (None: no task, or nothing to do). With ``attempts=1`` a lost race
+        raises ``StaleState`` (the caller's work cannot be redone); otherwise after
+        ``attempts`` lost races the event is dropped with a warning.
+        """
+        try:
+            step = await self.store.transition(task_id, fn, loaded=loaded, attempts=attempts,
+                                               before_save=self._before_save)
+        except StaleState:
+            if attempts == 1:
+                raise
+            log.warning("transition kept losing races; dropped", task_id=task_id)
+            return None
+        if step is not None:
+            await self.carry_out(step, new_task=new_task)
+        return step
+
+    async def _before_save(self, effects: list[Effect]) -> None:
+        for e in effects:
+            if isinstance(e, SaveApproval):  # the record goes first: if the save loses, it expires unused
+                await self.out.save_approval(e.record)
+
+    async def carry_out(self, step: Step, new_task: bool = False) -> None:
+        """Carry out ``step``'s effects in order; then mark the requests it sent as sent."""
+        state, sent = step.state, []
+        for e in step.effects:
+            if isinstance(e, PublishTool):
+                await self.out.publish_request(state, e.call)
+                sent.append(e.call.call_id)
+            else:
+                await self._carry_out_one(state, e, step.save, new_task)
+        if sent:
+            await self.apply(state.task_id, lambda st: timers.mark_sent(st, sent))
+
+    async def _carry_out_one(self, state: TaskState, e: Effect, saved: bool, new_task: bool) -> None:
+        task_id = state.task_id
+        if isinstance(e, Wake):  # only when the step wrote no checkpoint (else it was in the save)
+            await self.store.set_tool_deadline(task_id, e.at)
+        elif isinstance(e, ClearWake):
+            await self.store.clear_tool_deadline(task_id)
+        elif isinstance(e, DropLease):
+            await self.store.drop_lease(task_id)
+        elif isinstance(e, HoldLease):
+            await self.store.take_lease(task_id, self.settings.lease_ttl_s)
+        elif isinstance(e, Emit):
+            await self.out.emit(task_id, e.event)
+        elif isinstance(e, SaveApproval) and not saved:
+            await self.out.save_approval(e.record)
+        elif isinstance(e, UpdateApproval):
+            await self.out.update_approval(task_id, e)
+        elif isinstance(e, Public):
+            self.out.public(state, e.kind, **e.fields)
+        elif isinstance(e, WriteView):
+            await self.out.write_view(state)
+        elif isinstance(e, RunModelStep):
+            # a new task's step starts when this handler next awaits, so the record's write is on the
+            # wire first; it need not load the checkpoint just saved
+            self.steps.spawn(task_id, state=state if new_task else None)
+        elif isinstance(e, Announce):
+            await self.out.announce(state, e.citations)
+        elif isinstance(e, Metric):
+            getattr(metrics, e.name)()
+        elif isinstance(e, FaultPoint):
+            await self.hooks.reached(e.name, task_id)

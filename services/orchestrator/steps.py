@@ -1,0 +1,158 @@
+"""Model steps: one streaming model call per step (rule A1, docs/architecture.md), in the
+background, holding the task's lease.
+
+A step plans the call (``agent.planning.plan_step``: limits, window, tool schemas),
+streams it (content becomes ``answer.delta`` as it arrives), then applies the reply
+(``planning.on_reply`` / ``on_model_failed``) as one transition on the checkpoint it
+started from: a checkpoint saved meanwhile by someone else supersedes the step.
+
+Ordering: the step's ``step.started`` append travels while the model request goes
+out; every later event of the step waits for it (``DeltaWriter(after=...)``), so the
+log keeps its order. A resumed step (the replica that held the lease died) first
+sends ``answer.reset``, then runs the model call again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from conduit.runtime import metrics
+from contracts.envelope import utcnow
+from contracts.stream import AnswerDelta, AnswerReset
+from services.orchestrator.agent import endings, planning
+from services.orchestrator.agent.planning import StepPlan
+from services.orchestrator.agent.state import TaskState
+from services.orchestrator.deltas import DeltaWriter
+from services.orchestrator.model import ModelError, ModelResponse
+from services.orchestrator.store import StaleState
+
+if TYPE_CHECKING:
+    from services.orchestrator.runtime import Orchestrator
+
+log = structlog.get_logger("conduit.orchestrator")
+
+CANCEL_POLL_S = 0.25
+"""Seconds between two checks of the cancel flag while a model streams."""
+
+
+class ModelSteps:
+    """The model steps running on this replica (``running``: task id → asyncio task)."""
+
+    def __init__(self, orch: "Orchestrator") -> None:
+        self.orch = orch
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self.rerun: set[str] = set()
+
+    def spawn(self, task_id: str, resumed: bool = False, state: TaskState | None = None) -> None:
+        """Start a model step for ``task_id`` in the background.
+
+        ``state`` is the checkpoint the caller has just saved (a new task), so the step need
+        not load it again. If a step of this task is still finishing here (its tool calls were
+        all answered at once, or a fast tool replied before the step returned), the new step
+        starts right after it ends instead of being lost.
+        """
+        current = self.running.get(task_id)
+        if current and not current.done():
+            self.rerun.add(task_id)
+            return
+        t = asyncio.create_task(self._run(task_id, resumed, state))
+        self.running[task_id] = t
+        t.add_done_callback(lambda _t: self.running.pop(task_id, None) if self.running.get(task_id) is _t else None)
+
+    async def _renew_lease(self, task_id: str) -> None:
+        every = max(0.5, self.orch.settings.lease_ttl_s / 3)
+        while True:
+            await asyncio.sleep(every)
+            await self.orch.store.take_lease(task_id, self.orch.settings.lease_ttl_s)
+
+    async def _run(self, task_id: str, resumed: bool, fresh: TaskState | None) -> None:
+        structlog.contextvars.bind_contextvars(task_id=task_id)
+        store = self.orch.store
+        renew = asyncio.create_task(self._renew_lease(task_id))
+        try:
+            state = fresh if fresh is not None else await store.load(task_id)
+            if state is None or not (state.terminal or planning.resumable(state)):
+                await store.drop_lease(task_id)
+            elif state.terminal:
+                await self.orch.out.announce(state)
+            else:
+                if resumed:
+                    await self.orch.out.emit(task_id, AnswerReset(reason="resumed from checkpoint after a replica failure"))
+                await self._step(state)
+        except StaleState:
+            log.info("step superseded by a newer checkpoint")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the task fails visibly, the replica lives on
+            log.exception("model step crashed")
+            message = f"{type(exc).__name__}: {exc}"[:300]
+            await self.orch.apply(task_id, lambda st: None if st.terminal else endings.fail(
+                st, "internal_error", message, utcnow()))
+        finally:
+            renew.cancel()
+            if task_id in self.rerun:
+                self.rerun.discard(task_id)
+                self.running.pop(task_id, None)
+                self.spawn(task_id)
+
+    async def _step(self, state: TaskState) -> None:
+        orch, deps, task_id = self.orch, self.orch.deps, state.task_id
+        if await orch.store.cancel_requested(task_id):
+            await orch.apply(task_id, lambda st: endings.cancel(st, "cancelled by user", utcnow()),
+                             loaded=state, attempts=1)
+            return
+        plan = planning.plan_step(deps, state, utcnow())
+        if not plan.use_model or orch.model is None:
+            await orch.out.emit(task_id, plan.started)
+            await orch.apply(task_id, lambda st: planning.retrieval_only_step(deps, st, utcnow()),
+                             loaded=state, attempts=1)
+            return
+        reply = await self._call_model(state, plan)
+        if isinstance(reply, ModelError):
+            error, streamed = str(reply), reply.streamed
+            await orch.apply(task_id, lambda st: planning.on_model_failed(deps, st, error, streamed, utcnow()),
+                             loaded=state, attempts=1)
+            return
+        cancelled = await orch.store.cancel_requested(task_id)
+        await orch.apply(task_id, lambda st: planning.on_reply(deps, st, plan, reply, utcnow(), cancelled),
+                         loaded=state, attempts=1)
+
+    async def _call_model(self, state: TaskState, plan: StepPlan) -> ModelResponse | ModelError:
+        """Stream one model call; feeds the model breaker and metrics. Returns the reply or the error."""
+        orch, task_id = self.orch, state.task_id
+        assert orch.model is not None
+        # the step.started append travels while the model request goes out; every later
+        # event of this step waits for it, so the log keeps its order
+        started = asyncio.ensure_future(orch.out.emit(task_id, plan.started))
+
+        async def emit_delta(text: str) -> None:
+            await orch.out.emit(task_id, AnswerDelta(text=text))
+
+        deltas = DeltaWriter(emit_delta, after=started)  # one append in flight; text arriving meanwhile joins the next
+        last_check = [0.0]
+
+        async def should_stop() -> bool:
+            now = time.monotonic()
+            if now - last_check[0] < CANCEL_POLL_S:
+                return False
+            last_check[0] = now
+            return await orch.store.cancel_requested(task_id)
+
+        t0 = time.perf_counter()
+        try:
+            resp = await orch.model.stream(plan.messages, plan.tools, deltas.add, should_stop)
+        except ModelError as exc:
+            await deltas.flush()
+            orch.deps.model_breaker.failure(utcnow().timestamp())
+            metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
+            log.warning("model call failed", error=str(exc), streamed=exc.streamed)
+            return exc
+        await deltas.flush()
+        orch.deps.model_breaker.success()
+        metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
+                                   resp.usage.completion_tokens, "ok")
+        return resp

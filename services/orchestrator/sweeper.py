@@ -1,0 +1,58 @@
+"""The sweeper: every replica, every half second, looks for work nobody holds.
+
+- A task whose lease lapsed (its replica died or stalled mid-step) is claimed by
+  exactly one replica and its model step re-run from the checkpoint (``answer.reset``
+  first). A lease of a step still running here is renewed instead.
+- A task whose tool wake-up is due (approval expiry, retry time, result deadline,
+  unsent request) is claimed and its timers fired (``agent.timers.wake``). For
+  ``TIMER_GRACE_S`` after start, timers wait: results that arrived while no replica
+  was up are consumed first instead of being declared timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from services.orchestrator.store import LEASES, TOOL_DEADLINES
+
+if TYPE_CHECKING:
+    from services.orchestrator.runtime import Orchestrator
+
+log = structlog.get_logger("conduit.orchestrator")
+
+TIMER_GRACE_S = 3.0
+"""Seconds after start before tool deadlines fire."""
+CLAIM_HOLD_S = 5.0
+"""Seconds a claimed wake-up is pushed ahead (a replica dying mid-wake is retried then)."""
+
+
+async def sweep(orch: "Orchestrator") -> None:
+    """One pass: resume tasks with lapsed leases; fire due tool timers."""
+    s, store = orch.settings, orch.store
+    for task_id in await store.expired_leases():
+        if task_id in orch.running and not orch.running[task_id].done():
+            await store.take_lease(task_id, s.lease_ttl_s)
+            continue
+        if await store.claim(LEASES, task_id, s.lease_ttl_s):
+            log.warning("resuming task after lease lapsed", task_id=task_id)
+            orch.steps.spawn(task_id, resumed=True)
+    if time.monotonic() < orch.timers_from:
+        return  # just started: consume results waiting in the topic before declaring anything late
+    for task_id in await store.due_tool_deadlines():
+        if await store.claim(TOOL_DEADLINES, task_id, CLAIM_HOLD_S):
+            await orch.wake(task_id)
+
+
+async def run(orch: "Orchestrator", every_s: float = 0.5) -> None:
+    """Forever: ``sweep`` every ``every_s`` seconds (a failed pass is logged, the loop lives on)."""
+    orch.timers_from = time.monotonic() + TIMER_GRACE_S
+    while True:
+        try:
+            await sweep(orch)
+        except Exception:  # noqa: BLE001 - the sweeper must survive Redis hiccups
+            log.exception("sweep failed")
+        await asyncio.sleep(every_s)

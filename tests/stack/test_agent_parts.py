@@ -1,0 +1,141 @@
+"""Agent building blocks with real parts: the model client (against the scripted
+OpenAI-compatible server over real HTTP), the task event log and checkpoints (real Redis),
+a tool request of a cancelled task (real broker). Pure parts: tests/unit/test_agent_blocks.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conduit.runtime.settings import Settings
+from conduit.records.taskstream import TaskEventLog
+from conduit.testing.scripted_model import ScriptedModel, Turn
+from contracts.stream import AnswerDelta, TaskCompleted, TaskFailed
+from services.orchestrator.openai_model import ModelClient, ModelError
+
+
+@pytest.fixture
+def model_server():
+    m = ScriptedModel().start()
+    yield m
+    m.stop()
+
+
+async def test_model_client_streams_deltas_and_assembles_tool_calls(model_server):
+    model_server.push(Turn(content="你好，世界", chunks=3),
+                      Turn(tool_calls=[{"name": "kb_search", "arguments": {"query": "增值税", "reason": "r"}}]))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+    seen: list[str] = []
+
+    async def on_delta(t: str) -> None:
+        seen.append(t)
+
+    r1 = await client.stream([{"role": "user", "content": "hi"}], None, on_delta)
+    assert "".join(seen) == "你好，世界" and len(seen) == 3 and r1.usage.total_tokens > 0
+    r2 = await client.stream([{"role": "user", "content": "hi"}], [{"type": "function", "function": {"name": "kb_search"}}], on_delta)
+    assert r2.tool_calls[0].name == "kb_search" and '"增值税"' in r2.tool_calls[0].arguments
+
+
+async def _noop(_: str) -> None:
+    return None
+
+
+async def test_model_client_retries_before_first_token_then_gives_up(model_server):
+    model_server.push(Turn(status=503, retry_after_s=0.1), Turn(content="ok"))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+    r = await client.stream([{"role": "user", "content": "q"}], None, _noop)
+    assert r.content == "ok" and r.retries == 1
+    model_server.push(Turn(status=500), Turn(status=500), Turn(status=500))
+    with pytest.raises(ModelError) as err:
+        await client.stream([{"role": "user", "content": "q"}], None, _noop)
+    assert not err.value.streamed
+
+
+async def test_model_client_waits_the_retry_after_it_is_given(model_server):
+    """A 429 with ``Retry-After: 2`` is retried no sooner than 2 s later: full jitter alone waits at
+    most 0.5 s before the first retry, so the gap (arrival times at the server) shows the header won."""
+    model_server.push(Turn(status=429, retry_after_s=2.0), Turn(content="ok"))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+    r = await client.stream([{"role": "user", "content": "q"}], None, _noop)
+    assert r.content == "ok" and r.retries == 1
+    refused, retried = model_server.received_at[-2:]
+    assert retried - refused >= 2.0
+
+
+async def test_model_endpoint_down_fails_fast():
+    from conduit.ops.infra import free_port
+
+    client = ModelClient(Settings(openai_base_url=f"http://127.0.0.1:{free_port()}/v1", openai_api_key="k"))
+    with pytest.raises(ModelError):
+        await asyncio.wait_for(client.stream([{"role": "user", "content": "q"}], None, _noop), timeout=20)
+
+
+async def test_event_log_seq_replay_and_single_terminal(redis):
+    log = TaskEventLog(redis, ttl_s=60)
+    tid = "test-log-task"
+    await redis.delete(*TaskEventLog.keys(tid))
+    seqs = [await log.append(tid, AnswerDelta(text=str(i))) for i in range(5)]
+    assert seqs == [1, 2, 3, 4, 5]
+    assert await log.append(tid, TaskCompleted(answer="a", latency_ms=1.0)) == 6
+    assert await log.append(tid, TaskFailed(code="x", message="late")) == -1  # sealed
+    after = await log.read(tid, after=3)
+    assert [e.seq for e in after] == [4, 5, 6] and after[-1].terminal
+    blocked = await log.read(tid, after=6, block_ms=50)
+    assert blocked == []
+    assert await redis.ttl(f"conduit:events:{tid}") > 0
+
+
+async def test_checkpoint_save_appends_its_outbox_events_atomically(redis):
+    """A save's events and tool wake-up land with it, in order; a stale save writes none (``StateStore``'s outbox)."""
+    from services.orchestrator.agent.state import TaskState
+    from services.orchestrator.store import LEASES, TOOL_DEADLINES, StaleState, StateStore
+
+    log = TaskEventLog(redis, ttl_s=60)
+    store = StateStore(redis, ttl_s=60, events=log)
+    tid = "test-outbox-task"
+    await redis.delete(StateStore.key(tid), *TaskEventLog.keys(tid))
+    state = TaskState(task_id=tid, session_id="s", tenant_id="t", question="q", allowed_tools=[])
+    await store.save(state, lease_ttl_s=30, events=[AnswerDelta(text="a"), AnswerDelta(text="b")])
+    assert [e.seq for e in await log.read(tid)] == [1, 2] and await redis.zscore(LEASES, tid)
+    stale = state.model_copy(update={"version": 0})
+    with pytest.raises(StaleState):
+        await store.save(stale, events=[AnswerDelta(text="lost")])
+    assert len(await log.read(tid)) == 2 and (await store.load(tid)).version == 1
+    await store.save(state, wake_at=1234.5, events=[TaskCompleted(answer="a", latency_ms=1.0), AnswerDelta(text="after the end")])
+    assert await redis.zscore(TOOL_DEADLINES, tid) == 1234.5
+    assert [e.type for e in await log.read(tid)] == ["answer.delta", "answer.delta", "task.completed"]
+    assert await log.is_sealed(tid) and (await store.load(tid)).version == 2
+    await redis.zrem(LEASES, tid)
+    await redis.zrem(TOOL_DEADLINES, tid)
+
+
+async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
+    import uuid
+
+    from conduit.records import keys
+    from conduit.testing.bus import await_tool_result
+    from conduit.runtime.toolservice import ToolOutput, ToolService
+    from contracts import topics
+    from contracts.events import ToolRequested, ToolRequestPayload
+
+    ran: list[str] = []
+
+    async def tool(args, request) -> ToolOutput:
+        ran.append(args.query)
+        return ToolOutput()
+
+    svc = ToolService("cancel-test", topics.TOOL_REQUESTS_KB, "cancel-test", settings)
+    svc.tool("kb_search", tool)
+    await svc.broker.start()
+    try:
+        task_id, call_id = uuid.uuid4().hex, f"call_{uuid.uuid4().hex[:8]}"
+        await redis.set(keys.cancel(task_id), "1", ex=60)
+        await svc.handle(ToolRequested(task_id=task_id, session_id="s", payload=ToolRequestPayload(
+            call_id=call_id, tool="kb_search", arguments={"query": "q", "reason": "r"}, step=1,
+            idempotency_key=f"{task_id}:1:{call_id}")))
+        result = await await_tool_result(settings.bootstrap_servers(), call_id, timeout_s=30)
+        assert result.payload.error and result.payload.error.error_code == "task_cancelled" and ran == []
+    finally:
+        await svc.broker.stop()
+        await svc.redis.aclose()

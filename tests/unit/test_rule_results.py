@@ -1,0 +1,111 @@
+"""Recording rules: transient errors are retried with jittered exponential backoff, every
+result feeds the tool breaker, deadlines give timeouts, evidence is pooled and numbered,
+answers' citations are checked (in process)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agentsim import Reply, Sim, TestModel, kb, ok, passage
+from contracts.events import ToolError, ToolResultPayload
+from services.orchestrator.agent import recording
+from services.orchestrator.agent.state import Phase
+
+
+def transient_error(call) -> ToolResultPayload:
+    return ToolResultPayload(call_id=call.call_id, tool=call.tool, idempotency_key=call.idempotency_key, outcome="error",
+                             error=ToolError(error_code="upstream_down", kind="transient", message="503"))
+
+
+async def _waiting_sim(**fields) -> tuple[Sim, list]:
+    held: list = []
+    sim = Sim(TestModel(Reply(tool_calls=[kb("q")]), Reply(content="答[1]。")),
+              tools={"kb_search": lambda c: held.append(c) or None}, **fields)
+    await sim.ask()
+    return sim, held
+
+
+async def test_transient_error_is_retried_after_a_jittered_backoff_then_shown():
+    sim, held = await _waiting_sim(tool_max_retries=2, tool_retry_base_s=0.5)
+    call = sim.state.pending[0]
+    for attempt in (1, 2):
+        step = recording.record_results(sim.deps, sim.state, [transient_error(held[-1])], sim.now)
+        await sim.run(step)
+        call = sim.state.pending[0]
+        assert call.result is None and call.attempts == attempt
+        backoff = (call.retry_at - sim.now).total_seconds()
+        assert 0 <= backoff <= 0.5 * 2 ** attempt  # full jitter: uniform(0, base × 2^attempt)
+        assert call.deadline_at == call.retry_at + timedelta(seconds=sim.deps.settings.tool_timeout_s)
+        await sim.wake(backoff + 0.001)  # the retry is due: the request goes out again
+        assert len(held) == attempt + 1 and held[-1].idempotency_key == held[0].idempotency_key
+    await sim.run(recording.record_results(sim.deps, sim.state, [transient_error(held[-1])], sim.now))
+    assert sim.state.status == "completed"  # retries used up: the model saw the error
+    assert "upstream_down" in sim.tool_messages()[0]
+    assert sim.of("tool.completed")[0].outcome == "error"
+
+
+def test_backoff_is_jittered_and_grows_with_the_attempt():
+    sim = Sim(TestModel(), tool_retry_base_s=1.0)
+    draws = {a: [recording.backoff_s(sim.deps, a) for _ in range(200)] for a in (1, 2, 3)}
+    for attempt, values in draws.items():
+        assert all(0 <= v <= 2 ** attempt for v in values)
+        assert len(set(values)) > 150  # jitter: not one fixed delay
+    assert max(draws[3]) > 2 ** 2  # the bound doubles each attempt
+
+
+async def test_a_duplicate_or_unknown_delivery_changes_nothing():
+    sim, held = await _waiting_sim()
+    await sim.run(recording.record_results(sim.deps, sim.state, [ok(held[0], passage("a"))], sim.now))
+    assert sim.state.status == "completed"
+    sim2, held2 = await _waiting_sim()
+    stray = ok(held2[0]).model_copy(update={"idempotency_key": "other"})
+    assert recording.record_results(sim2.deps, sim2.state, [stray], sim2.now) is None
+    first = recording.record_results(sim2.deps, sim2.state, [ok(held2[0])], sim2.now)
+    assert first is not None and recording.record_results(sim2.deps, sim2.state, [ok(held2[0])], sim2.now) is None
+
+
+async def test_missing_result_times_out_at_the_deadline_and_counts_against_the_breaker():
+    sim, _ = await _waiting_sim(tool_timeout_s=30, tool_breaker_failures=1)
+    await sim.wake(10)
+    assert sim.state.phase == Phase.TOOLS  # not yet due
+    await sim.wake(21)
+    done = sim.of("tool.completed")[0]
+    assert done.outcome == "timeout" and done.error_code == "tool_timeout"
+    assert sim.deps.tool_breakers["kb_search"].state(sim.now.timestamp()) == "open"
+
+
+async def test_dead_tool_times_out_then_its_breaker_fails_fast():
+    url = {"url": "https://example.org/x", "reason": "读网页"}
+    model = TestModel(Reply(tool_calls=[{"name": "web_fetch", "arguments": url}]),
+                      Reply(tool_calls=[{"name": "web_fetch", "arguments": {**url, "url": "https://example.org/y"}}]),
+                      Reply(tool_calls=[{"name": "web_fetch", "arguments": {**url, "url": "https://example.org/z"}}]),
+                      Reply(content="网页服务不可用。"))
+    sim = Sim(model, tools={}, allowed=["kb_search", "web_fetch"], tool_timeout_s=4, tool_breaker_failures=2)
+    await sim.ask()
+    await sim.wake(4.1)
+    await sim.wake(4.1)
+    assert sim.state.status == "completed"
+    outcomes = sim.of("tool.completed")
+    assert [o.outcome for o in outcomes[:2]] == ["timeout", "timeout"]
+    assert outcomes[2].error_code == "circuit_open" and len(sim.requests) == 2
+
+
+async def test_unsent_request_is_sent_again_by_the_sweeper():
+    sim, held = await _waiting_sim()
+    sim.state.pending[0].sent = False  # as if the replica died between the checkpoint and the publish
+    await sim.wake(2.5)
+    assert len(held) == 2 and sim.state.pending[0].sent
+
+
+async def test_evidence_pool_numbers_new_passages_and_the_answer_cites_them():
+    model = TestModel(Reply(tool_calls=[kb("一")]), Reply(tool_calls=[kb("二")]), Reply(content="甲[1]，乙[2]，丙[9]。"))
+    answers = iter([[passage("a"), passage("b")], [passage("b"), passage("c")]])
+    sim = Sim(model, tools={"kb_search": lambda c: ok(c, *next(answers))})
+    state = await sim.ask()
+    assert [(e.index, e.chunk_id) for e in state.evidence] == [(1, "a"), (2, "b"), (3, "c")]
+    evidence_events = sim.of("evidence")
+    assert [[i.index for i in e.items] for e in evidence_events] == [[1, 2], [3]]
+    assert state.answer == "甲[1]，乙[2]，丙。"  # [9] names nothing in the pool: removed
+    done = sim.events[-1]
+    assert done.type == "task.completed" and [c.index for c in done.citations] == [1, 2]
+    assert {"phase": "citations", "removed": [9]} in state.trace
