@@ -30,6 +30,10 @@ class Settings(BaseSettings):
     embedded_kafka_port: int = Field(default=19092, description="port of the embedded tansu broker")
     embedded_redis_port: int = Field(default=16379, description="port of the private embedded redis-server")
     stack_ready_timeout_s: float = Field(default=300.0, description="how long `conduit up`/`demo` wait for every service to check in (seconds)")
+    supervisor_max_restarts: int = Field(default=5, ge=1, description="`conduit up` gives up on a process (and stops the stack) when it exits again after this many restarts within supervisor_restart_window_s")
+    supervisor_restart_window_s: float = Field(default=60.0, description="window of the crash-loop count (seconds)")
+    supervisor_backoff_base_s: float = Field(default=0.5, description="first restart delay of a process that exited; doubles per recent restart, with jitter (seconds)")
+    supervisor_backoff_max_s: float = Field(default=30.0, description="cap of the restart delay (seconds)")
 
     # ---- infrastructure addresses
     kafka_bootstrap_servers: str | None = Field(
