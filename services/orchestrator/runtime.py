@@ -30,7 +30,7 @@ from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
-from conduit.runtime.toolcatalog import available_tools
+from conduit.runtime.toolcatalog import available_tools, unavailable_tools
 from contracts.envelope import utcnow
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
 from services.orchestrator import sweeper
@@ -62,6 +62,9 @@ from services.orchestrator.steps import ModelSteps
 from services.orchestrator.store import SAVE_RETRIES, StaleState, StateStore, Transition
 
 log = structlog.get_logger("conduit.orchestrator")
+
+TOOL_AVAILABILITY_EVERY_S = 2.0
+"""Seconds between two reads of the tool services' availability (sandbox status keys live 30 s)."""
 
 
 def model_from_settings(settings: Settings) -> Model | None:
@@ -109,6 +112,9 @@ class Orchestrator:
         self.hooks: Hooks = hooks or NoHooks()
         self.steps = ModelSteps(self)
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
+        self.unavailable: frozenset[str] = frozenset()
+        """Tools that cannot run now (e.g. ``code_exec`` without isolation), refreshed by
+        ``watch_tool_availability``; left out of every new task's tool list (rule T2)."""
 
     @property
     def running(self) -> dict[str, asyncio.Task[None]]:
@@ -131,7 +137,8 @@ class Orchestrator:
         if existing is not None or sealed:
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
-        step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools), turns)
+        step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools, self.unavailable),
+                              turns)
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:
@@ -168,6 +175,16 @@ class Orchestrator:
     async def run_sweeper(self, every_s: float = 0.5) -> None:
         """Forever: ``sweep`` every ``every_s`` seconds."""
         await sweeper.run(self, every_s)
+
+    async def watch_tool_availability(self, every_s: float = TOOL_AVAILABILITY_EVERY_S) -> None:
+        """Forever: refresh ``self.unavailable`` from the tool services' status keys every
+        ``every_s`` seconds (one SCAN off the question path; a Redis error keeps the last value)."""
+        while True:
+            try:
+                self.unavailable = await unavailable_tools(self.redis)
+            except Exception:  # noqa: BLE001 - availability is advisory: the tool error says why
+                log.warning("tool availability check failed", exc_info=True)
+            await asyncio.sleep(every_s)
 
     # ================================================================ one transition
     async def apply(self, task_id: str, fn: Transition, *, loaded: TaskState | None = None,
