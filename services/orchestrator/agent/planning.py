@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from conduit.policy import guardrails
 from contracts.api import StepRecord
 from contracts.events import QuestionAsked
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
@@ -40,7 +41,9 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     """A new task from ``event`` with the session's earlier ``turns`` as history.
 
     Effects: the lease is taken in the save (a crash after it is resumed by the sweeper),
-    then the first model step, the record and the public ``task.started``.
+    then the first model step, the record and the public ``task.started``. A question the
+    input guardrail rejects (rule G1; the gateway checks it first, this guards the bus) fails
+    at once with ``input_rejected``, before any model call.
     """
     model = deps.model_configured
     state = TaskState(
@@ -51,6 +54,11 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
                   {"role": "user", "content": event.payload.question}],
     )
+    rejected = guardrails.check(state.question)
+    if rejected is not None:
+        state.trace.append({"phase": "guardrail", "category": rejected.category, "rule": rejected.rule})
+        return Step(state, [Public("task.started")]).then(
+            endings.fail(state, "input_rejected", rejected.message(state.question), event.occurred_at))
     return Step(state, [HoldLease(), RunModelStep(), WriteView(), Public("task.started")])
 
 
