@@ -78,6 +78,7 @@ class TaskView(BaseModel):
     finished_at: datetime | None = None
     latency_ms: float | None = None
     stop_reason: str | None = None
+    confidence: float | None = None
     pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
     trace: list[dict[str, Any]] = Field(default_factory=list)
 

@@ -106,6 +106,11 @@ class ModelSteps:
                              loaded=state, attempts=1)
             return
         plan = planning.plan_step(deps, state, utcnow())
+        if plan.stop is not None:  # rules E2-E4: no call may run; the task ends with a wrap-up
+            await orch.out.emit(task_id, plan.started)
+            stop = plan.stop
+            await orch.apply(task_id, lambda st: endings.wrap_up(st, stop, utcnow()), loaded=state, attempts=1)
+            return
         if not plan.use_model or orch.model is None:
             await orch.out.emit(task_id, plan.started)
             await orch.apply(task_id, lambda st: planning.retrieval_only_step(deps, st, utcnow()),
@@ -142,9 +147,21 @@ class ModelSteps:
             last_check[0] = now
             return await orch.store.cancel_requested(task_id)
 
+        streamed = [False]
+
+        async def on_delta(text: str) -> None:
+            streamed[0] = True
+            await deltas.add(text)
+
         t0 = time.perf_counter()
-        try:
-            resp = await orch.model.stream(plan.messages, plan.tools, deltas.add, should_stop)
+        try:  # rules E1, E2: the whole call is bounded by the hard cap and the time left
+            resp = await asyncio.wait_for(
+                orch.model.stream(plan.messages, plan.tools, on_delta, should_stop, max_tokens=plan.max_tokens),
+                plan.timeout_s)
+        except TimeoutError:
+            await deltas.flush()
+            metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
+            return ModelError(f"model call exceeded its {plan.timeout_s:.1f} s limit", streamed=streamed[0])
         except ModelError as exc:
             await deltas.flush()
             orch.deps.model_breaker.failure(utcnow().timestamp())

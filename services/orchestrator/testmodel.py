@@ -49,11 +49,14 @@ class FunctionModel:
     def __init__(self, fn: ReplyFn) -> None:
         self.fn = fn
         self.calls: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = []
+        self.max_tokens_seen: list[int | None] = []
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
-                     should_stop: ShouldStop | None = None) -> ModelResponse:
-        """Stream the reply ``fn`` gives (see ``services.orchestrator.model.Model``)."""
+                     should_stop: ShouldStop | None = None, max_tokens: int | None = None) -> ModelResponse:
+        """Stream the reply ``fn`` gives (see ``services.orchestrator.model.Model``); ``max_tokens``
+        is recorded in ``max_tokens_seen``."""
         self.calls.append(([dict(m) for m in messages], tools))
+        self.max_tokens_seen.append(max_tokens)
         reply = self.fn(messages, tools)
         resp = ModelResponse(usage=Usage(prompt_tokens=reply.tokens // 2, completion_tokens=reply.tokens - reply.tokens // 2,
                                          total_tokens=reply.tokens), first_token_s=0.0)

@@ -30,7 +30,11 @@ Rules:
 5. code_exec output is computation, not evidence: say "computed in the sandbox" (沙箱计算) when you use it.
 6. Be concise. Quote the decisive sentence of the law or document when it helps."""
 
-LIMIT_NOTE = "You have reached the tool-call budget. Do not call tools any more: answer now with the evidence you have, citing it."
+LIMIT_NOTE = ("You have reached the step or tool-call budget. Do not call tools any more: answer now in the user's language "
+              "with the evidence you have, citing it; if it is incomplete, say what is missing and what the user could ask "
+              "next. Never name internal tools.")
+
+EMPTY_NOTE = "Your last reply was empty. Do not call tools: write the answer now from the evidence you have, citing it, in the user's language."
 
 SOFT_LIMIT_NOTE = "You are close to the step or tool-call budget: finish the research and write the answer soon."
 
