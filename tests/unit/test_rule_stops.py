@@ -120,3 +120,20 @@ async def test_provider_401_403_are_forbidden_and_never_retried(status):
                                error=err.value.error)
     from services.orchestrator.agent.recording import transient
     assert not transient(result)
+
+
+async def test_a_silent_tool_is_cut_at_the_task_deadline():
+    model = TestModel(Reply(tool_calls=[kb("增值税")]), Reply(content="不应调用"))
+    sim = Sim(model, tools={"kb_search": lambda c: None}, task_deadline_s=5, tool_timeout_s=30)
+    await sim.ask(question("增值税？"))
+    (call,) = sim.requests
+    assert (call.deadline_at - sim.state.created_at).total_seconds() == 5
+    await sim.wake(5)
+    assert sim.state.status == "completed" and sim.state.stop_reason == "deadline" and len(model.calls) == 1
+
+
+def test_log_lines_have_their_secrets_redacted():
+    from conduit.runtime.logs import redact_secrets
+
+    line = redact_secrets(None, "info", {"event": "calling with api_key=sk-abcdefghijklmnopqrstuvwxyz", "n": 3})
+    assert "sk-abc" not in line["event"] and line["n"] == 3

@@ -128,12 +128,14 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
 def new_call(deps: Deps, state: TaskState, call_id: str, name: str, args: dict[str, Any] | None,
              now: datetime) -> PendingCall:
     """A ``PendingCall`` for the model's call (``tool`` None for a name that is no known tool;
-    unparsable arguments are kept as ``{}`` and refused by ``vet``)."""
+    unparsable arguments are kept as ``{}`` and refused by ``vet``). Its result deadline is
+    ``tool_timeout_s`` away, and never after the task's deadline (rule E2)."""
+    task_deadline = state.created_at + timedelta(seconds=deps.settings.task_deadline_s)
     return PendingCall(
         call_id=call_id, name=name, tool=name if name in TOOL_SPECS else None, arguments=args or {},
         reason=str((args or {}).get("reason", ""))[:500], step=state.step,
         idempotency_key=f"{state.task_id}:{state.step}:{call_id}", requested_at=now,
-        deadline_at=now + timedelta(seconds=deps.settings.tool_timeout_s))
+        deadline_at=max(now, min(now + timedelta(seconds=deps.settings.tool_timeout_s), task_deadline)))
 
 
 def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict[str, Any] | None]],
