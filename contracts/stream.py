@@ -69,6 +69,15 @@ class AnswerReset(StreamEvent):
     reason: str
 
 
+class ThinkingDelta(StreamEvent):
+    """A piece of the model's reasoning as it streams (``reasoning_content`` / ``reasoning``
+    deltas); sent only to tenants listed in ``CONDUIT_THINKING_TENANTS`` (off by default). It is
+    never part of the answer."""
+
+    type: Literal["thinking"] = "thinking"
+    text: str
+
+
 class ToolRequestedEvent(StreamEvent):
     """The agent asked for a tool call; ``reason`` is the model's one-line why."""
 
@@ -169,6 +178,7 @@ TaskStreamEvent = Annotated[
         StepStarted,
         AnswerDelta,
         AnswerReset,
+        ThinkingDelta,
         ToolRequestedEvent,
         ToolCompletedEvent,
         EvidenceEvent,

@@ -94,6 +94,7 @@ class Settings(BaseSettings):
     router_chitchat_min: float = Field(default=0.8, description="chit-chat score from which (with a low domain score) the chit-chat agent answers")
     router_chitchat_domain_below: float = Field(default=0.2, description="domain score below which a chit-chat question goes to the chit-chat agent")
     router_calc_min: float = Field(default=0.6, description="calculation score from which the agent is told to use code_exec")
+    thinking_tenants: list[str] = Field(default=[], description="tenants whose streams get the model's reasoning as `thinking` events (JSON list; off by default)")
     tenant_domains: dict[str, dict[str, str]] = Field(default={}, description="per tenant: {name, name_en, description} of its domain (JSON object); default law and tax")
     model_breaker_failures: int = Field(default=3, description="consecutive model failures that open the circuit")
     model_breaker_cooldown_s: float = Field(default=30.0, description="seconds the model circuit stays open (retrieval-only answers meanwhile)")

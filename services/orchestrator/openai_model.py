@@ -66,7 +66,8 @@ class ModelClient:
         )
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
-                     should_stop: ShouldStop | None = None, max_tokens: int | None = None) -> ModelResponse:
+                     should_stop: ShouldStop | None = None, max_tokens: int | None = None,
+                     on_thinking: OnDelta | None = None) -> ModelResponse:
         """Run one streaming call; ``on_delta(text)`` is awaited for each content piece.
 
         Returns the assembled ``ModelResponse``. Raises ``ModelError`` when the
@@ -90,7 +91,7 @@ class ModelClient:
             ):
                 with attempt:
                     resp.retries = attempt.retry_state.attempt_number - 1
-                    await self._once(messages, tools, on_delta, should_stop, resp, started, max_tokens)
+                    await self._once(messages, tools, on_delta, should_stop, resp, started, max_tokens, on_thinking)
         except openai.OpenAIError as exc:
             raise ModelError(f"{type(exc).__name__}: {exc}"[:500], streamed=bool(resp.content)) from exc
         except httpx.HTTPError as exc:
@@ -99,7 +100,7 @@ class ModelClient:
         return resp
 
     async def _once(self, messages, tools, on_delta, should_stop, resp: ModelResponse, started: float,
-                    max_tokens: int | None = None) -> None:
+                    max_tokens: int | None = None, on_thinking: OnDelta | None = None) -> None:
         kwargs: dict[str, Any] = dict(
             model=self.settings.model,
             messages=messages,
@@ -126,6 +127,9 @@ class ModelClient:
                 delta = choice.delta
                 if delta is None:
                     continue
+                thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+                if thought and on_thinking is not None and isinstance(thought, str):
+                    await on_thinking(thought)
                 if delta.content:
                     if resp.first_token_s is None:
                         resp.first_token_s = time.perf_counter() - started

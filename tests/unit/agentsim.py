@@ -19,7 +19,7 @@ from typing import Any
 from conduit.runtime.settings import Settings
 from contracts.events import QuestionAsked, QuestionPayload, ToolResultPayload
 from contracts.evidence import EvidenceItem
-from contracts.stream import AnswerDelta, StreamEvent
+from contracts.stream import AnswerDelta, StreamEvent, ThinkingDelta
 from services.orchestrator.agent import endings, planning, recording, timers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
@@ -132,8 +132,13 @@ class Sim:
         async def on_delta(text: str) -> None:
             self.events.append(AnswerDelta(text=text))
 
+        async def on_thinking(text: str) -> None:
+            self.events.append(ThinkingDelta(text=text))
+
         try:
-            reply = await self.model.stream(plan.messages, plan.tools, on_delta, max_tokens=plan.max_tokens)
+            reply = await self.model.stream(plan.messages, plan.tools, on_delta, max_tokens=plan.max_tokens,
+                                            on_thinking=on_thinking if state.tenant_id in self.deps.settings.thinking_tenants
+                                            else None)
             if self.model_seconds:  # a slow model: the call takes this long (the step's limit applies)
                 took = self.model_seconds.pop(0)
                 if plan.timeout_s is not None and took > plan.timeout_s:

@@ -52,3 +52,13 @@ async def test_secrets_are_redacted_from_answers_and_from_tool_output_shown_to_c
     shown = sim.of("evidence")[0].items[0].text
     assert "sk-live" not in shown and MARK in shown
     assert "sk-live" not in sim.of("task.completed")[0].answer
+
+
+async def test_thinking_streams_only_for_tenants_that_ask_and_never_joins_the_answer():
+    on = Sim(TestModel(Reply(thinking="先想一想……", content="好的[1]。")), thinking_tenants=["default"])
+    await on.ask()
+    assert [e.text for e in on.of("thinking")] == ["先想一想……"] and "想一想" not in on.state.answer
+    assert on.types().index("thinking") < on.types().index("answer.delta")
+    off = Sim(TestModel(Reply(thinking="先想一想……", content="好的。")))
+    await off.ask()
+    assert off.of("thinking") == []
