@@ -12,9 +12,9 @@ from contracts.stream import Usage
 from contracts.tools import ToolName
 
 TaskStatus = Literal[
-    "accepted", "running", "waiting_tool", "waiting_approval", "completed", "failed", "cancelled"
+    "accepted", "running", "waiting_tool", "waiting_approval", "completed", "failed", "cancelled", "needs_input"
 ]
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "needs_input"})
 
 
 class TaskCreate(BaseModel):

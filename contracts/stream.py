@@ -163,6 +163,16 @@ class TaskFailed(StreamEvent):
     message: str
 
 
+class TaskNeedsInput(StreamEvent):
+    """Terminal: the agent needs the user's answer to ``question`` before it can answer (the
+    question was ambiguous). The user's reply in the same session continues the work with the
+    evidence found so far (``evidence`` items, numbered as before)."""
+
+    type: Literal["task.needs_input"] = "task.needs_input"
+    question: str
+    evidence: int = 0
+
+
 class TaskCancelledEvent(StreamEvent):
     """Terminal: the task was cancelled."""
 
@@ -170,7 +180,7 @@ class TaskCancelledEvent(StreamEvent):
     reason: str = "cancelled"
 
 
-TERMINAL_TYPES = frozenset({"task.completed", "task.failed", "task.cancelled"})
+TERMINAL_TYPES = frozenset({"task.completed", "task.failed", "task.cancelled", "task.needs_input"})
 
 TaskStreamEvent = Annotated[
     Union[
@@ -187,6 +197,7 @@ TaskStreamEvent = Annotated[
         TaskCompleted,
         TaskFailed,
         TaskCancelledEvent,
+        TaskNeedsInput,
     ],
     Field(discriminator="type"),
 ]

@@ -150,7 +150,7 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
         elif ev.event == "evidence" and show_events:
             for item in d["items"]:
                 console.print(f"[dim][{item['index']}] {item['title']}{item.get('locator') or ''}[/dim]")
-        elif ev.event in ("task.completed", "task.failed", "task.cancelled"):
+        elif ev.event in ("task.completed", "task.failed", "task.cancelled", "task.needs_input"):
             final = ev
     out.print()
     if final is None:

@@ -137,3 +137,20 @@ def test_log_lines_have_their_secrets_redacted():
 
     line = redact_secrets(None, "info", {"event": "calling with api_key=sk-abcdefghijklmnopqrstuvwxyz", "n": 3})
     assert "sk-abc" not in line["event"] and line["n"] == 3
+
+
+async def test_a_clarifying_question_ends_with_needs_input_and_the_reply_continues_with_the_evidence():
+    model = TestModel(Reply(tool_calls=[kb("个税")]), Reply(content="NEEDS_INPUT: 你问的是工资薪金还是劳务报酬？"))
+    sim = Sim(model)
+    state = await sim.ask(question("个税怎么算？"))
+    end = sim.events[-1]
+    assert state.status == "needs_input" and state.terminal
+    assert end.type == "task.needs_input" and end.question == "你问的是工资薪金还是劳务报酬？" and end.evidence == 1
+    turn = {"question": state.question, "answer": state.answer,
+            "evidence": [e.model_dump(mode="json") for e in state.evidence]}
+    reply_model = TestModel(Reply(content="工资薪金按累计预扣法计算[1]。"))
+    again = Sim(reply_model)
+    state = await again.ask(question("工资薪金"), turns=[turn])
+    assert state.status == "completed" and [c.index for c in again.of("task.completed")[0].citations] == [1]
+    tool_messages = [m["content"] for m in reply_model.calls[0][0] if m["role"] == "tool"]
+    assert tool_messages and "《p1》" in tool_messages[0] and "<untrusted_content>" in tool_messages[0]

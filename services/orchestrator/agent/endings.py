@@ -17,7 +17,15 @@ from datetime import datetime
 
 from contracts.api import TaskView
 from contracts.evidence import Citation
-from contracts.stream import AnswerDelta, AnswerReset, StreamEvent, TaskCancelledEvent, TaskCompleted, TaskFailed
+from contracts.stream import (
+    AnswerDelta,
+    AnswerReset,
+    StreamEvent,
+    TaskCancelledEvent,
+    TaskCompleted,
+    TaskFailed,
+    TaskNeedsInput,
+)
 from conduit.policy.redaction import redact
 from services.orchestrator.agent import answers
 from services.orchestrator.agent.effects import Announce, FaultPoint, Step
@@ -56,6 +64,14 @@ def finish_loop(state: TaskState, now: datetime) -> Step:
     return wrap_up(state, "loop_detected", now)
 
 
+def needs_input(state: TaskState, question: str, now: datetime) -> Step:
+    """Rule E10: the model asks the user ``question`` instead of answering; the task ends with
+    ``task.needs_input`` and the session's next turn continues with this task's evidence."""
+    _end(state, "needs_input", now)
+    state.answer, state.stop_reason = question, "needs_input"
+    return Step(state).emit(AnswerReset(reason="the agent asks a question")).then(Step(state, [Announce()]))
+
+
 def fail(state: TaskState, code: str, message: str, now: datetime) -> Step:
     """Fail with machine-readable ``code`` and human ``message``."""
     _end(state, "failed", now)
@@ -89,6 +105,8 @@ def terminal_event(state: TaskState, now: datetime, citations: list[Citation] | 
                              usage=state.usage, latency_ms=latency_ms(state, now), mode=state.mode,
                              fallback_reason=state.fallback_reason, stop_reason=state.stop_reason or "answered",
                              confidence=state.confidence)
+    if state.status == "needs_input":
+        return TaskNeedsInput(question=state.answer or "", evidence=len(state.evidence))
     if state.status == "cancelled":
         return TaskCancelledEvent(reason=state.cancellation.reason if state.cancellation else "cancelled")
     failure = state.failure or Failure(code="failed", message="the task failed")

@@ -29,6 +29,7 @@ from typing import Any
 from conduit.policy import guardrails
 from contracts.api import StepRecord
 from contracts.events import QuestionAsked
+from contracts.evidence import NumberedEvidence
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import openai_tool_schema
 from services.orchestrator.agent import endings, fallback, prompt, routing, vetting
@@ -43,7 +44,7 @@ SOFT_LIMIT_MARGIN = 2
 """Rounds or tool calls before a hard limit at which the soft-limit note is added."""
 
 
-def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, str]],
+def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
           route: RouteDecision | None = None) -> Step:
     """A new task from ``event`` with the session's earlier ``turns`` as history.
 
@@ -62,6 +63,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
                   {"role": "user", "content": event.payload.question}],
     )
+    _continue_with_earlier_evidence(state, turns)
     rejected = guardrails.check(state.question)
     if rejected is not None:
         state.trace.append({"phase": "guardrail", "category": rejected.category, "rule": rejected.rule})
@@ -78,7 +80,20 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
 
 
-def _routed(deps: Deps, state: TaskState, route: RouteDecision, turns: list[dict[str, str]],
+def _continue_with_earlier_evidence(state: TaskState, turns: list[dict[str, Any]]) -> None:
+    """Rule E10: when the session's last turn ended asking the user a question, the reply continues
+    with that turn's evidence: same numbers in the pool, shown to the model as a (wrapped) tool result
+    before the reply."""
+    earlier = [NumberedEvidence.model_validate(e) for e in (turns[-1].get("evidence") or [])] if turns else []
+    if not earlier:
+        return
+    state.evidence = earlier
+    call = {"id": "call_earlier_evidence", "type": "function", "function": {"name": "kb_search", "arguments": "{}"}}
+    state.messages[-1:-1] = [{"role": "assistant", "content": None, "tool_calls": [call]},
+                             {"role": "tool", "tool_call_id": call["id"], "content": prompt.render_evidence(earlier)}]
+
+
+def _routed(deps: Deps, state: TaskState, route: RouteDecision, turns: list[dict[str, Any]],
             now: datetime) -> Step | None:
     """Rule R1's routes: out of scope and chit-chat without a model answer at once; chit-chat with a
     model gets its own agent (prompt, history, no tools); a calculation gets the ``code_exec`` hint.
@@ -220,6 +235,10 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
         })
         calls = [(c.id, c.name, parse_arguments(c.arguments)) for c in reply.tool_calls]
         return step.then(vetting.request_tools(deps, state, calls, now))
+    if reply.content.strip().startswith(prompt.NEEDS_INPUT) and state.mode == "agent":  # rule E10
+        asked = reply.content.strip()[len(prompt.NEEDS_INPUT):].strip()
+        if asked:
+            return step.then(endings.needs_input(state, asked, now))
     if not reply.content.strip() and state.mode != "chitchat":
         if not state.forced_final:
             state.forced_final = True

@@ -151,8 +151,8 @@ class TaskState(BaseModel):
 
     @property
     def terminal(self) -> bool:
-        """True once completed, failed or cancelled."""
-        return self.status in ("completed", "failed", "cancelled")
+        """True once completed, failed, cancelled or waiting for the user's input (``needs_input``)."""
+        return self.status in ("completed", "failed", "cancelled", "needs_input")
 
     def envelope_fields(self) -> dict[str, Any]:
         """Envelope header fields of every event this task sends (task, session, tenant, user, trace)."""
