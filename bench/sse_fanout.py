@@ -51,6 +51,7 @@ from redis.asyncio import Redis
 from bench.common import infra, machine, pct, read_chunk, rss_mib, write_section
 from conduit.runtime import allocator
 from conduit.ops import infra as cinfra
+from conduit.records import apikeys
 from conduit.runtime.redis_client import make_redis
 from conduit.ops.services import ServiceProcess, settings_env
 from conduit.records.taskstream import TaskEventLog
@@ -78,6 +79,7 @@ async def _follow(port: int, task_id: str, lat: list[float], seqs: list[int], ac
             async with gate:
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 writer.write((f"GET /v1/tasks/{task_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              f"Authorization: Bearer {os.environ['CONDUIT_API_KEY']}\r\n"
                               f"Accept: text/event-stream\r\nLast-Event-ID: {last_id}\r\n"
                               "Connection: close\r\n\r\n").encode())
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -156,7 +158,8 @@ def _progress(msg: str) -> None:
 
 
 async def _create_tasks(port: int, n: int) -> list[str]:
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                                 headers={"Authorization": f"Bearer {os.environ['CONDUIT_API_KEY']}"}) as client:
         sem = asyncio.Semaphore(32)
 
         async def create(i: int) -> str:
@@ -285,9 +288,14 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
     with infra() as settings:
         port = cinfra.free_port()
         env = settings_env(settings.bootstrap_servers(), settings.redis(), settings.data_dir,
-                           CONDUIT_GATEWAY_PORT=str(port), CONDUIT_LOG_LEVEL="WARNING", **(gateway_env or {}))
+                           CONDUIT_GATEWAY_PORT=str(port), CONDUIT_LOG_LEVEL="WARNING",
+                           CONDUIT_RATE_LIMIT_KEY_PER_MINUTE="0", CONDUIT_RATE_LIMIT_TENANT_PER_MINUTE="0",
+                           CONDUIT_RUNNING_TASKS_PER_KEY="0", CONDUIT_RUNNING_TASKS_PER_TENANT="0",
+                           **(gateway_env or {}))
         gw = ServiceProcess("gateway", env, settings.data_dir / "logs").start()
         redis = make_redis(settings)
+        # the bench's key, inherited by its client processes (every request carries it)
+        os.environ["CONDUIT_API_KEY"] = (await apikeys.create(redis, settings.default_tenant, "bench", "admin"))[0]
         bursts: list[dict] = []
         try:
             await _wait_ready(port)

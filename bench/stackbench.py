@@ -16,16 +16,22 @@ from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import ScriptedModel, Turn
 
 
+NO_RATE_LIMITS = {"CONDUIT_RATE_LIMIT_KEY_PER_MINUTE": "0", "CONDUIT_RATE_LIMIT_TENANT_PER_MINUTE": "0",
+                  "CONDUIT_RUNNING_TASKS_PER_KEY": "0", "CONDUIT_RUNNING_TASKS_PER_TENANT": "0"}
+"""Benchmarks measure Conduit, not its request budgets."""
+
+
 @contextlib.contextmanager
 def model_stack(turn: Turn, services: tuple[str, ...] = ("orchestrator", "gateway")) -> Iterator[tuple[Stack, ScriptedModel]]:
-    """Start a scripted model answering ``turn`` every time, and the embedded stack using it."""
+    """Start a scripted model answering ``turn`` every time, and the embedded stack using it
+    (requests carry ``stack.admin_key``)."""
     model = ScriptedModel(default=turn).start()
     data_dir = Path(tempfile.mkdtemp(prefix="conduit-bench-"))
     settings = Settings(data_dir=data_dir, embedded_kafka_port=infra.free_port(), embedded_redis_port=infra.free_port(),
                         gateway_port=infra.free_port())
     stack = Stack(settings, services=services,
                   extra_env={"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "bench", "CONDUIT_MODEL": "scripted",
-                             "CONDUIT_LOG_LEVEL": "WARNING"})
+                             "CONDUIT_LOG_LEVEL": "WARNING", **NO_RATE_LIMITS})
     try:
         stack.start()
         yield stack, model

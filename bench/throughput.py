@@ -33,7 +33,7 @@ RETRIES = 5
 Idempotency-Key, the stream with Last-Event-ID); each retry is counted in ``retries``."""
 
 
-async def load(base: str, sessions: int, seconds: float) -> dict:
+async def load(base: str, key: str, sessions: int, seconds: float) -> dict:
     """Run ``sessions`` closed-loop clients for ``seconds``; return rate, latencies, failures and retries."""
     done: list[float] = []
     failed = [0]
@@ -45,7 +45,7 @@ async def load(base: str, sessions: int, seconds: float) -> dict:
         table[key] = table.get(key, 0) + 1
 
     async with httpx.AsyncClient(base_url=base, limits=httpx.Limits(max_connections=2 * sessions + 20),
-                                 timeout=60) as client:
+                                 timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
         async def one_task(i: int) -> str | None:
             """One question to its terminal event type (None when the retries ran out)."""
             key, task_id, last = uuid.uuid4().hex, None, 0
@@ -100,14 +100,14 @@ def main() -> None:
                 while len(extra) + 1 < replicas:
                     extra.append(ServiceProcess("orchestrator", stack.procs["orchestrator"].env, stack.log_dir).start())
                     time.sleep(25)  # tansu: a joining member and the rebalance take ~5-20 s
-                asyncio.run(load(stack.gateway_url, 10, 5))  # warm up (and settle the rebalance)
+                asyncio.run(load(stack.gateway_url, stack.admin_key, 10, 5))  # warm up (and settle the rebalance)
                 pids = {"orchestrator": [stack.procs["orchestrator"].proc.pid] + [p.proc.pid for p in extra],
                         "gateway": [stack.procs["gateway"].proc.pid],
                         **{name: [proc.pid] for name, proc in stack.infra_procs}}
                 for c in [int(x) for x in a.sessions.split(",")]:
                     before = {k: sum(cpu_s(p) for p in v) for k, v in pids.items()}
                     me = time.process_time()
-                    r = asyncio.run(load(stack.gateway_url, c, a.seconds))
+                    r = asyncio.run(load(stack.gateway_url, stack.admin_key, c, a.seconds))
                     n = max(1, len(r["lat"]))
                     per_task = {k: (sum(cpu_s(p) for p in v) - before[k]) * 1000 / n for k, v in pids.items()}
                     per_task["client + model"] = (time.process_time() - me) * 1000 / n

@@ -39,8 +39,8 @@ class LeanClient:
     (httpx adds ~1 ms per request here: ``GET /healthz`` p50 1.4 ms through httpx, 0.4 ms raw).
     """
 
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, key: str) -> None:
+        self.host, self.port, self.key = host, port, key
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -52,8 +52,9 @@ class LeanClient:
         body = json.dumps({"question": question}).encode()
         t0 = time.perf_counter()
         self.writer.write(b"POST /v1/ask HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n"
+                          b"Authorization: Bearer %s\r\n"
                           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                          % (self.host.encode(), len(body), body))
+                          % (self.host.encode(), self.key.encode(), len(body), body))
         head = await self.reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200") or b"chunked" not in head.lower():
             raise RuntimeError(head[:200])
@@ -72,15 +73,15 @@ class LeanClient:
             self.writer.close()
 
 
-async def measure(base: str, n: int, warmup: int, k: int) -> list[tuple[int, str, float]]:
+async def measure(base: str, key: str, n: int, warmup: int, k: int) -> list[tuple[int, str, float]]:
     """``(request index, client, seconds from POST to first answer.delta)`` of the measured requests.
 
     Requests alternate between the lean client and httpx every ``k`` requests (one per model delay).
     """
     out = []
     url = urlparse(base)
-    lean = LeanClient(url.hostname or "127.0.0.1", url.port or 80)
-    async with httpx.AsyncClient(base_url=base) as client:
+    lean = LeanClient(url.hostname or "127.0.0.1", url.port or 80, key)
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client:
         for i in range(warmup + n):
             kind = CLIENTS[(i // k) % len(CLIENTS)]
             first = None
@@ -145,7 +146,7 @@ def main() -> None:
         return Turn(content="这是基准测试的回答。" * 4, chunks=8, delay_s=next(order) / 1000)
 
     with model_stack(turn) as (stack, model):  # type: ignore[arg-type]  # a Turn source may be a function
-        measured = asyncio.run(measure(stack.gateway_url, a.n * k * len(CLIENTS), a.warmup * k * len(CLIENTS), k))
+        measured = asyncio.run(measure(stack.gateway_url, stack.admin_key, a.n * k * len(CLIENTS), a.warmup * k * len(CLIENTS), k))
     rows, head = [], None
     for kind in CLIENTS:
         for j, d in enumerate(delays):

@@ -26,9 +26,11 @@ class TaskCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    question: str = Field(min_length=1, description="the question, any language")
+    question: str = Field(min_length=1, pattern=r"\S", description="the question, any language (not blank)")
     session_id: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
-    user_id: str | None = Field(default=None, max_length=128)
+    user_id: str | None = Field(default=None, max_length=128,
+                                description="deprecated: the caller's user comes from the credential; "
+                                            "another value is refused (403 user_mismatch)")
     allowed_tools: list[ToolName] | None = Field(default=None, description="subset of tools the agent may use")
 
 

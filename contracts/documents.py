@@ -81,7 +81,8 @@ class SearchRequest(_Body):
     """``POST /v1/search``: ``query`` (1-500 chars after trimming), ``top_k`` (1-20; default
     ``RETRIEVAL_TOP_K``), ``filters``."""
 
-    query: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS)]
+    query: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS,
+                                            pattern=r"\S")]
     top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K)
     filters: SearchFilters | None = None
 
@@ -115,8 +116,10 @@ class DocumentCreate(_Body):
     chooses the id: posting the same id again replaces that document. Default: a new uuid4 hex.
     """
 
-    title: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TITLE_CHARS)]
-    text: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_DOCUMENT_CHARS)]
+    title: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TITLE_CHARS,
+                                            pattern=r"\S")]
+    text: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_DOCUMENT_CHARS,
+                                           pattern=r"\S")]
     source: Annotated[str, StringConstraints(strip_whitespace=True, max_length=1000)] | None = None
     document_id: Annotated[str, StringConstraints(pattern=DOCUMENT_ID_PATTERN)] | None = None
 

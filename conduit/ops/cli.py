@@ -1,6 +1,7 @@
 """The ``conduit`` command line (typer + rich).
 
-Commands: ``demo`` (the README's first command), ``up``, ``ask``, ``ingest``, ``serve``.
+Commands: ``demo`` (the README's first command), ``up``, ``ask``, ``ingest``, ``serve``, ``keys``.
+Commands that call the gateway send ``--key``, else ``CONDUIT_API_KEY``, else ``<data_dir>/admin.key``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import httpx
 import typer
 from rich.console import Console
 
+from conduit.ops import keyscli
 from conduit.runtime.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Conduit: event-driven agentic question answering over Kafka and Redis.", no_args_is_help=True,
                   add_completion=False)
+app.add_typer(keyscli.app, name="keys")
 console = Console(stderr=True)
 out = Console(highlight=False, soft_wrap=True)
 
@@ -103,7 +106,12 @@ def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if th
     if ingest:
         _ensure_corpus(settings)
     stack = _start_stack(settings)
+    from conduit.ops.bootstrap import admin_key_path, login_link
+
     console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}  (logs: {stack.log_dir})")
+    console.print(f"open the page with this one-time login link (valid {settings.login_token_ttl_s // 60} minutes):")
+    console.print(login_link(settings, stack.gateway_url), soft_wrap=True, highlight=False)  # never wrapped
+    console.print(f"[dim]admin key: {admin_key_path(settings.data_dir)}[/dim]")
     console.print(f"try: .venv/bin/conduit ask \"{SAMPLE_QUESTION}\"")
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
@@ -121,11 +129,12 @@ def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if th
         stack.stop()
 
 
-def _ask(base_url: str, question: str, session_id: str | None, show_events: bool) -> int:
-    from conduit.ops.client import create_task, stream_task
+def _ask(base_url: str, question: str, session_id: str | None, show_events: bool, key: str | None = None) -> int:
+    from conduit.ops.client import create_task, default_key, stream_task
 
+    key = key or default_key()
     try:
-        created = create_task(base_url, question, session_id)
+        created = create_task(base_url, question, session_id, api_key=key)
     except httpx.HTTPStatusError as exc:
         console.print(f"[red]error {exc.response.status_code}:[/red] {exc.response.text}")
         return 2
@@ -134,7 +143,7 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
         return 2
     console.print(f"[dim]task {created['task_id']} · session {created['session_id']}[/dim]")
     final = None
-    for ev in stream_task(base_url, created["task_id"]):
+    for ev in stream_task(base_url, created["task_id"], api_key=key):
         d = ev.data
         if ev.event == "answer.delta":
             out.print(d["text"], end="")
@@ -146,7 +155,7 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
         elif ev.event == "tool.completed":
             console.print(f"[cyan]← {d['tool']}[/cyan] {d['outcome']} in {d['duration_ms']:.0f} ms")
         elif ev.event == "tool.approval_required":
-            _approve_interactively(base_url, created["task_id"], d)
+            _approve_interactively(base_url, created["task_id"], d, key)
         elif ev.event == "evidence" and show_events:
             for item in d["items"]:
                 console.print(f"[dim][{item['index']}] {item['title']}{item.get('locator') or ''}[/dim]")
@@ -168,18 +177,24 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
     return 1
 
 
-def _approve_interactively(base_url: str, task_id: str, d: dict) -> None:
+def _approve_interactively(base_url: str, task_id: str, d: dict, key: str | None) -> None:
     """Show a pending tool call; on a terminal ask y/N and send the decision, else print how to decide."""
     console.print(f"[yellow]approval needed[/yellow] for {d['tool']}: {d.get('reason', '')}")
     console.print(d["arguments"].get("code") or d["arguments"])
     url = f"{base_url}/v1/tasks/{task_id}/approvals/{d['call_id']}"
     if not sys.stdin.isatty():
-        console.print(f"decide with: curl -X POST {url} -H 'content-type: application/json' "
+        from conduit.ops.bootstrap import admin_key_path
+
+        key_file = admin_key_path(get_settings().data_dir)
+        console.print(f"decide with: curl -X POST {url} -H \"Authorization: Bearer $(cat {key_file})\" "
+                      f"-H 'content-type: application/json' "
                       f"-d '{{\"decision\":\"approve\",\"arguments_digest\":\"{d['arguments_digest']}\"}}'")
         return
     yes = typer.confirm("run it?", default=False)
     body = {"decision": "approve", "arguments_digest": d["arguments_digest"]} if yes else {"decision": "reject"}
-    resp = httpx.post(url, json=body, timeout=10)
+    from conduit.ops.client import bearer
+
+    resp = httpx.post(url, json=body, headers=bearer(key), timeout=10)
     if resp.status_code != 202:
         console.print(f"[red]decision refused ({resp.status_code}):[/red] {resp.text}")
 
@@ -188,9 +203,10 @@ def _approve_interactively(base_url: str, task_id: str, d: dict) -> None:
 def ask(question: str = typer.Argument(..., help="the question"),
         session_id: str = typer.Option(None, help="continue a conversation"),
         url: str = typer.Option(None, help="gateway base URL (default from settings)"),
+        key: str = typer.Option(None, help="API key (default: CONDUIT_API_KEY, else <data_dir>/admin.key)"),
         evidence: bool = typer.Option(True, help="list evidence as it arrives")) -> None:
     """Ask a running stack one question and stream the answer; exits 0 only on task.completed."""
-    raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence))
+    raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence, key))
 
 
 @app.command()
@@ -202,7 +218,7 @@ def demo(question: str = typer.Argument(SAMPLE_QUESTION, help="question to ask")
     stack = _start_stack(settings)
     try:
         console.print(f"[bold]Q:[/bold] {question}")
-        code = _ask(stack.gateway_url, question, None, True)
+        code = _ask(stack.gateway_url, question, None, True, stack.admin_key)
         if keep:
             console.print(f"[green]stack running at {stack.gateway_url}[/green]; Ctrl-C to stop")
             try:

@@ -2,11 +2,14 @@
 
 ``stream_task`` follows one task's ``text/event-stream`` and reconnects with
 ``Last-Event-ID`` when the connection drops, so no event is lost or repeated.
+Every call sends ``Authorization: Bearer <key>``: the ``api_key`` given, else
+``CONDUIT_API_KEY``, else the embedded stack's ``<data_dir>/admin.key`` (``default_key``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,7 +18,20 @@ from typing import Any
 
 import httpx
 
+from conduit.ops.bootstrap import read_admin_key
+from conduit.runtime.settings import get_settings
 from contracts.stream import TERMINAL_TYPES
+
+
+def default_key() -> str | None:
+    """The key to use when none is given: ``CONDUIT_API_KEY``, else ``<data_dir>/admin.key``, else None."""
+    return os.environ.get("CONDUIT_API_KEY") or read_admin_key(get_settings().data_dir)
+
+
+def bearer(api_key: str | None = None) -> dict[str, str]:
+    """``{"Authorization": "Bearer <key>"}`` for ``api_key`` (or ``default_key()``); {} when there is none."""
+    key = api_key or default_key()
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 @dataclass
@@ -53,7 +69,7 @@ def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
 
 
 def create_task(base_url: str, question: str, session_id: str | None = None, timeout_s: float = 10.0,
-                attempts: int = 3, **extra: Any) -> dict[str, Any]:
+                attempts: int = 3, api_key: str | None = None, **extra: Any) -> dict[str, Any]:
     """``POST /v1/tasks``; returns the 202 body ``{task_id, session_id, events_url}``.
 
     Sends one random ``Idempotency-Key`` and retries a failed connection up to
@@ -64,7 +80,7 @@ def create_task(base_url: str, question: str, session_id: str | None = None, tim
     body: dict[str, Any] = {"question": question, **extra}
     if session_id:
         body["session_id"] = session_id
-    headers = {"Idempotency-Key": uuid.uuid4().hex}
+    headers = {"Idempotency-Key": uuid.uuid4().hex, **bearer(api_key)}
     for attempt in range(1, attempts + 1):
         try:
             resp = httpx.post(f"{base_url}/v1/tasks", json=body, headers=headers, timeout=timeout_s)
@@ -82,7 +98,7 @@ class StreamCutShort(httpx.TransportError):
 
 
 def stream_task(base_url: str, task_id: str, last_event_id: int | None = None, reconnects: int = 5,
-                read_timeout_s: float = 60.0) -> Iterator[SseEvent]:
+                read_timeout_s: float = 60.0, api_key: str | None = None) -> Iterator[SseEvent]:
     """Yield a task's events until its terminal event, reconnecting with ``Last-Event-ID``.
 
     Every stream ends with a terminal event, so a response that ends without one (a
@@ -95,7 +111,7 @@ def stream_task(base_url: str, task_id: str, last_event_id: int | None = None, r
     last = last_event_id
     made = 0
     while True:
-        headers = {"Accept": "text/event-stream"}
+        headers = {"Accept": "text/event-stream", **bearer(api_key)}
         if last is not None:
             headers["Last-Event-ID"] = str(last)
         try:

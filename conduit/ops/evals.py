@@ -52,26 +52,26 @@ def _rows(name: str, fast: bool) -> list[dict]:
     return [r for r in rows if r.get("fast")] if fast else rows
 
 
-def _ask(base: str, question: str, timeout_s: float = 90.0) -> tuple[int, dict | None, str]:
+def _ask(base: str, key: str | None, question: str, timeout_s: float = 90.0) -> tuple[int, dict | None, str]:
     """POST a question and follow its stream: ``(status, terminal event data or None, terminal type)``."""
-    from conduit.ops.client import stream_task
+    from conduit.ops.client import bearer, stream_task
 
-    r = httpx.post(f"{base}/v1/tasks", json={"question": question}, timeout=30)
+    r = httpx.post(f"{base}/v1/tasks", json={"question": question}, headers=bearer(key), timeout=30)
     if r.status_code != 202:
         return r.status_code, None, ""
     last = None
-    for ev in stream_task(base, r.json()["task_id"], read_timeout_s=timeout_s):
+    for ev in stream_task(base, r.json()["task_id"], read_timeout_s=timeout_s, api_key=key):
         last = ev
     if last is None or last.event not in ("task.completed", "task.failed", "task.cancelled"):
         return r.status_code, None, ""
     return r.status_code, last.data, last.event
 
 
-def golden(base: str, fast: bool, model_down: bool) -> list[Gate]:
+def golden(base: str, fast: bool, model_down: bool, key: str | None = None) -> list[Gate]:
     """The golden questions; with ``model_down`` also checks the fallback mode (fault suite)."""
     gates = []
     for row in _rows("golden.jsonl", fast):
-        status, done, kind = _ask(base, row["question"])
+        status, done, kind = _ask(base, key, row["question"])
         cites = (done or {}).get("citations", [])
         hit = any(row["law"] in c.get("title", "") and c.get("locator") == row["article"] for c in cites)
         got = ", ".join(f"{c.get('title')}{c.get('locator') or ''}" for c in cites[:6]) or f"{status} {kind} {done}"
@@ -114,16 +114,18 @@ async def _dead_letter_gate(bootstrap: str) -> Gate:
         await producer.stop()
 
 
-def security(base: str, fast: bool, max_chars: int) -> list[Gate]:
+def security(base: str, fast: bool, max_chars: int, key: str | None = None) -> list[Gate]:
     """Injection corpus, oversized input and SSRF URL gates."""
     gates = []
+    from conduit.ops.client import bearer
+
     for row in _rows("security.jsonl", fast):
-        r = httpx.post(f"{base}/v1/tasks", json={"question": row["text"]}, timeout=30)
+        r = httpx.post(f"{base}/v1/tasks", json={"question": row["text"]}, headers=bearer(key), timeout=30)
         error = (r.json().get("error") or {}) if r.headers.get("content-type", "").startswith("application/json") else {}
         category = (error.get("details") or {}).get("category")
         gates.append(Gate("security", f"injection:{row['id']}", r.status_code == 422 and error.get("code") == "input_rejected",
                           f"status={r.status_code} code={error.get('code')} category={category}"))
-    r = httpx.post(f"{base}/v1/tasks", json={"question": "长" * (max_chars + 1)}, timeout=30)
+    r = httpx.post(f"{base}/v1/tasks", json={"question": "长" * (max_chars + 1)}, headers=bearer(key), timeout=30)
     code = (r.json().get("error") or {}).get("code") if r.headers.get("content-type", "").startswith("application/json") else None
     gates.append(Gate("security", "oversized-413", r.status_code == 413 and code == "question_too_large",
                       f"status={r.status_code} code={code}"))
@@ -201,11 +203,11 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = SUITES,
         base = stack.gateway_url
         gates = []
         if "golden" in suites or "fault" in suites:
-            gates += golden(base, fast, model_down="fault" in suites)
+            gates += golden(base, fast, model_down="fault" in suites, key=stack.admin_key)
         if "fault" in suites:
             gates.append(asyncio.run(_dead_letter_gate(settings.bootstrap_servers())))
         if "security" in suites:
-            gates += security(base, fast, settings.max_question_chars)
+            gates += security(base, fast, settings.max_question_chars, key=stack.admin_key)
         return offline + gates
     finally:
         stack.stop()

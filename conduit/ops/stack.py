@@ -18,7 +18,7 @@ import httpx
 import redis as redis_sync
 
 from conduit.runtime import bus
-from conduit.ops import infra
+from conduit.ops import bootstrap, infra
 from conduit.runtime.liveness import alive_key
 from conduit.ops.services import SERVICES, ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
@@ -45,6 +45,8 @@ class Stack:
         self.log_dir = self.data_dir / "logs"
         self.infra_procs: list[tuple[str, subprocess.Popen]] = []
         self.procs: dict[str, ServiceProcess] = {}
+        self.admin_key: str | None = None
+        """The tenant admin's API key (``<data_dir>/admin.key``), set by ``start()``."""
 
     @property
     def gateway_url(self) -> str:
@@ -106,6 +108,7 @@ class Stack:
         """Start infrastructure and services; stops what started if anything fails."""
         try:
             self.start_infra()
+            self.admin_key = bootstrap.ensure_admin_key(self.settings)
             self.start_services()
         except BaseException:
             self.stop()

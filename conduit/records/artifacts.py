@@ -8,8 +8,8 @@ Caps: the sandbox keeps at most ``sandbox_artifact_max_files`` files and
 ``sandbox_artifact_max_bytes`` bytes per run (``services.sandbox.runner``).
 
 Ownership rule (``ArtifactRecord.readable_by``): an artifact is served only when the caller
-names the task that produced it (``task_id`` query parameter) and, when that task has a
-``user_id``, sends the same value in ``X-User-Id``; the tenant must match too. Anything else
+names the task that produced it (``task_id`` query parameter), is in its tenant, and is the
+task's user or the tenant's admin (the credential says which: ``services.gateway.auth``). Anything else
 is answered exactly like an unknown id (404), so existence is never revealed.
 
 Media types come from the file extension through an allowlist (``MEDIA_TYPES``); everything
@@ -57,13 +57,13 @@ class ArtifactRecord(BaseModel):
         return ArtifactRef(id=self.id, name=self.name, media_type=self.media_type, bytes=self.bytes,
                            url=f"/v1/artifacts/{self.id}")
 
-    def readable_by(self, task_id: str | None, user_id: str | None, tenant_id: str) -> bool:
-        """The ownership rule of the module doc."""
+    def readable_by(self, task_id: str | None, tenant_id: str, user_id: str, admin: bool = False) -> bool:
+        """The ownership rule of the module doc (the caller's ``tenant_id``, ``user_id`` and admin role)."""
         if not task_id or not secrets.compare_digest(task_id.encode(), self.task_id.encode()):
             return False
         if tenant_id != self.tenant_id:
             return False
-        return self.user_id is None or (user_id is not None and secrets.compare_digest(user_id.encode(), self.user_id.encode()))
+        return admin or (self.user_id is not None and secrets.compare_digest(user_id.encode(), self.user_id.encode()))
 
 
 def media_type(name: str) -> str:

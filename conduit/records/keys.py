@@ -21,6 +21,16 @@ Gateway
 - ``reply(request_id)`` / ``document(tenant, id)`` / ``documents(tenant)``: search replies
   and document records (``contracts.documents``).
 
+Identity (``conduit.records.apikeys``, ``conduit.records.sessions``, ``services.gateway.ratelimit``)
+- ``apikey(key_id)``: hash of one API key's record (hash of the key, tenant, user, role, dates);
+  ``APIKEYS``: set of every key id; ``apikey_revoked(key_id)``: marks a revoked id for good.
+- ``login(digest)``: string, a one-time login token's identity (``digest``: SHA-256 of the token).
+- ``session(session_id)``: hash, the session's owner, title, turn count and dates;
+  ``session_tasks(session_id)``: list of its task ids; ``sessions_of_tenant(tenant)`` /
+  ``sessions_of_user(owner_digest)``: sorted sets of session ids by last update.
+- ``running_of_key(tenant, credential)`` / ``running_of_tenant(tenant)``: sorted sets of the
+  task ids counted against the running-task limits; ``RATELIMIT_PREFIX``: the request counters.
+
 Tool services and the bus
 - ``tool_result(idempotency_key)``: string, a stored ``ToolResultPayload`` (idempotent tools).
 - ``attempts(consumer, event_id)``: counter of an event's failed deliveries.
@@ -36,6 +46,53 @@ PREFIX = "conduit"
 LEASES = f"{PREFIX}:leases"
 TOOL_DEADLINES = f"{PREFIX}:tool_deadlines"
 SANDBOX_STATUS_PATTERN = f"{PREFIX}:sandbox:status:*"
+APIKEYS = f"{PREFIX}:apikeys"
+RATELIMIT_PREFIX = f"{PREFIX}:ratelimit"
+
+
+def apikey(key_id: str) -> str:
+    """The record of one API key."""
+    return f"{PREFIX}:apikey:{key_id}"
+
+
+def apikey_revoked(key_id: str) -> str:
+    """Set once ``key_id`` is revoked (it is never registered again)."""
+    return f"{PREFIX}:apikey:{key_id}:revoked"
+
+
+def login(digest: str) -> str:
+    """A one-time login token's identity (``digest``: the token's SHA-256 hex)."""
+    return f"{PREFIX}:login:{digest}"
+
+
+def session(session_id: str) -> str:
+    """A session's owner and summary."""
+    return f"{PREFIX}:session:{session_id}"
+
+
+def session_tasks(session_id: str) -> str:
+    """The list of a session's task ids."""
+    return f"{PREFIX}:session:{session_id}:tasks"
+
+
+def sessions_of_tenant(tenant_id: str) -> str:
+    """The sorted set of a tenant's sessions."""
+    return f"{PREFIX}:sessions:tenant:{tenant_id}"
+
+
+def sessions_of_user(owner_digest: str) -> str:
+    """The sorted set of one user's sessions (``owner_digest``: SHA-256 of ``tenant\x00user``)."""
+    return f"{PREFIX}:sessions:user:{owner_digest}"
+
+
+def running_of_key(tenant_id: str, credential_id: str) -> str:
+    """Task ids counted against one credential's running-task limit."""
+    return f"{PREFIX}:running:key:{tenant_id}/{credential_id}"
+
+
+def running_of_tenant(tenant_id: str) -> str:
+    """Task ids counted against a tenant's running-task limit."""
+    return f"{PREFIX}:running:tenant:{tenant_id}"
 
 
 def state(task_id: str) -> str:

@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import json
 
+from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
-from conduit.records import keys
 
+from conduit.records import keys
 from contracts.api import TaskView
+
+
+class TaskOwner(BaseModel):
+    """Who owns a task record: the two fields the gateway's scope check reads (the rest is skipped)."""
+
+    model_config = ConfigDict(extra="ignore", cache_strings=False)
+    tenant_id: str = "default"
+    user_id: str | None = None
 
 
 class TaskStore:
@@ -41,6 +50,11 @@ class TaskStore:
         """Return the record, or None if unknown or expired."""
         raw = await self.redis.get(self.key(task_id))
         return TaskView.model_validate_json(raw) if raw else None
+
+    async def owner(self, task_id: str) -> TaskOwner | None:
+        """The record's tenant and user, or None if unknown or expired (builds no ``TaskView``)."""
+        raw = await self.redis.get(self.key(task_id))
+        return TaskOwner.model_validate_json(raw) if raw else None
 
     async def exists(self, task_id: str) -> bool:
         """True while the record exists (one ``EXISTS``; nothing is parsed)."""

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
+from redis.asyncio import Redis
+
 from conduit.ops import infra
+from conduit.records import apikeys
 from conduit.ops.services import ServiceProcess
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
@@ -17,7 +22,7 @@ def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[
     """Ingest ``laws`` (real articles from the law corpus) into ``data_dir``, then start ``services``.
 
     ``env`` is given to every service process (model endpoint, limits...). Returns the
-    running ``Stack``; the caller stops it.
+    running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
     """
     settings = Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
                         gateway_port=infra.free_port())
@@ -72,3 +77,24 @@ def orchestrator_crashing_once(stack: Stack, point: str) -> Iterator[ServiceProc
     finally:
         if FAULT in stack.procs["orchestrator"].env:
             restart(stack, "orchestrator", drop=(FAULT, HOOKS))
+
+
+async def make_key(redis_url: str, tenant: str = "default", user: str = "admin", role: str = "admin",
+                   expires_in: timedelta | None = None) -> str:
+    """Create an API key in the Redis at ``redis_url`` (``conduit.records.apikeys``); returns the key."""
+    redis = Redis.from_url(redis_url)
+    try:
+        return (await apikeys.create(redis, tenant, user, role, expires_in, label="test"))[0]
+    finally:
+        await redis.aclose()
+
+
+def new_key(redis_url: str, tenant: str = "default", user: str = "admin", role: str = "admin",
+            expires_in: timedelta | None = None) -> str:
+    """``make_key`` for code outside an event loop (fixtures)."""
+    return asyncio.run(make_key(redis_url, tenant, user, role, expires_in))
+
+
+def auth(key: str) -> dict[str, str]:
+    """The ``Authorization`` header of ``key``."""
+    return {"Authorization": f"Bearer {key}"}

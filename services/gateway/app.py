@@ -30,9 +30,12 @@ from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
-from services.gateway import approvals, artifacts, health, routes
+from services.gateway import approvals, artifacts, health, identity, routes
+from services.gateway import sessions as sessions_routes
+from services.gateway.auth import check_auth_mode
 from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers
+from services.gateway.openapi import install_openapi
 from services.gateway.hub import StreamHub
 from services.gateway.state import GatewayState
 
@@ -42,7 +45,11 @@ SERVICE = "gateway"
 
 
 def create_app(settings: Settings) -> FastAPI:
-    """Return the gateway app for ``settings``; resources live in ``app.state.gateway`` (``GatewayState``)."""
+    """Return the gateway app for ``settings``; resources live in ``app.state.gateway`` (``GatewayState``).
+
+    Raises RuntimeError for an unsafe ``CONDUIT_AUTH`` (``services.gateway.auth.check_auth_mode``).
+    """
+    check_auth_mode(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -99,4 +106,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(approvals.router)
     app.include_router(artifacts.router)
     app.include_router(documents_routes.router)  # /v1/search, /v1/documents (served by the retriever over the bus)
+    app.include_router(identity.router)  # /v1/me, /v1/login
+    app.include_router(sessions_routes.router)
+    install_openapi(app)
     return app

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends, Request
@@ -20,25 +19,32 @@ from pydantic import ValidationError
 
 from conduit.records import approvals
 from contracts import topics
-from contracts.api import ApprovalDecisionBody
+from contracts.api import ApprovalDecisionBody, ErrorBody
 from contracts.events import ApprovalDecided, ApprovalDecisionPayload
 from contracts.tools import TOOL_SPECS, arguments_digest
 from services.gateway import inputs, tasks
-from services.gateway.errors import ApiError
+from services.gateway.auth import Principal, authenticate
+from services.gateway.openapi import body_doc
+from services.gateway.errors import ApiError, validation_details
 from services.gateway.state import GatewayState, get_state
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 
 
-@router.post("/tasks/{task_id}/approvals/{call_id}", status_code=202)
-async def decide(task_id: str, call_id: str, request: Request, state: GatewayState = Depends(get_state)) -> JSONResponse:
-    """Approve, reject or edit a pending tool call."""
-    view = await tasks.get_task(state, task_id)
+_ERRORS = {c: {"model": ErrorBody} for c in (403, 404, 409, 422)}
+
+
+@router.post("/tasks/{task_id}/approvals/{call_id}", status_code=202, openapi_extra=body_doc(ApprovalDecisionBody),
+             responses=_ERRORS)
+async def decide(task_id: str, call_id: str, request: Request, state: GatewayState = Depends(get_state),
+                 who: Principal = Depends(authenticate)) -> JSONResponse:
+    """Approve, reject or edit a pending tool call (only the task's owner or a tenant admin)."""
+    view = await tasks.get_task(state, who, task_id)
     try:
         body = ApprovalDecisionBody.model_validate_json(await request.body())
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", "body must be {decision, arguments?, arguments_digest?, comment?}",
-                       json.loads(exc.json(include_url=False))) from None
+                       validation_details(exc.errors(include_url=False, include_input=False))) from None
     record = await approvals.load(state.redis, task_id, call_id)
     if record is None:
         raise ApiError(404, "approval_not_found", f"no pending approval {call_id!r} for task {task_id!r}")
@@ -57,7 +63,7 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
             TOOL_SPECS[record.tool].args_model.model_validate(body.arguments)
         except ValidationError as exc:
             raise ApiError(422, "invalid_arguments", f"arguments do not fit {record.tool}",
-                           json.loads(exc.json(include_url=False))) from None
+                           validation_details(exc.errors(include_url=False, include_input=False))) from None
         arguments, new_digest = body.arguments, arguments_digest(body.arguments)
     event = ApprovalDecided(
         task_id=task_id, session_id=view.session_id, tenant_id=view.tenant_id, user_id=view.user_id,
@@ -77,9 +83,10 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
                          "arguments_digest": event.payload.arguments_digest}, status_code=202)
 
 
-@router.get("/tasks/{task_id}/trace")
-async def trace(task_id: str, state: GatewayState = Depends(get_state)) -> JSONResponse:
+@router.get("/tasks/{task_id}/trace", responses={404: {"model": ErrorBody}})
+async def trace(task_id: str, state: GatewayState = Depends(get_state),
+                who: Principal = Depends(authenticate)) -> JSONResponse:
     """The task's timeline: per model call time to first token, total time, retries, tokens;
     per tool call queue time, run time and outcome."""
-    view = await tasks.get_task(state, task_id)
+    view = await tasks.get_task(state, who, task_id)
     return JSONResponse({"task_id": task_id, "status": view.status, "stop_reason": view.stop_reason, "trace": view.trace})

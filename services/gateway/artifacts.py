@@ -1,7 +1,8 @@
 """``GET /v1/artifacts/{id}``: files produced by code_exec, served only to the task's owner.
 
-Query ``task_id`` (required) names the task that produced the artifact; header ``X-User-Id``
-must equal that task's ``user_id`` when it has one. Rule and storage: ``conduit.records.artifacts``.
+Query ``task_id`` (required) names the task that produced the artifact; the caller must be
+able to see that task (its owner or a tenant admin, ``services.gateway.auth.can_see``) and the
+artifact must be the task's. Storage: ``conduit.records.artifacts``.
 Answers:
 
 - 200 with the bytes, ``Content-Type`` from the allowlist (``conduit.records.artifacts.MEDIA_TYPES``),
@@ -15,25 +16,26 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from conduit.records.artifacts import INLINE_TYPES, ArtifactStore
 from contracts.api import ErrorBody
+from services.gateway.auth import Principal, authenticate
 from services.gateway.errors import ApiError
 from services.gateway.state import GatewayState, get_state
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 
 
-@router.get("/artifacts/{artifact_id}", responses={404: {"model": ErrorBody}, 503: {"model": ErrorBody}},
+@router.get("/artifacts/{artifact_id}", responses={c: {"model": ErrorBody} for c in (401, 404, 429, 503)},
             response_class=Response)
 async def get_artifact(artifact_id: str, task_id: str | None = Query(default=None, max_length=128),
-                       x_user_id: str | None = Header(default=None, max_length=128),
-                       state: GatewayState = Depends(get_state)) -> Response:
+                       state: GatewayState = Depends(get_state),
+                       who: Principal = Depends(authenticate)) -> Response:
     """The artifact's bytes, for the owner of the task that produced it (see module doc)."""
     found = await ArtifactStore(state.redis, state.settings.sandbox_artifact_ttl_s).load(artifact_id)
-    if found is None or not found[0].readable_by(task_id, x_user_id, state.settings.default_tenant):
+    if found is None or not found[0].readable_by(task_id, who.tenant_id, who.user_id, who.is_admin):
         raise ApiError(404, "artifact_not_found", "no such artifact for this task and user (unknown, expired or not yours)")
     record, data = found
     disposition = "inline" if record.media_type in INLINE_TYPES else "attachment"

@@ -1,6 +1,8 @@
 """Search and documents over HTTP, served by the retriever over the bus (contracts: ``contracts/documents.py``).
 
-Routes (tenant = ``settings.default_tenant``; bodies are JSON, read with a byte limit):
+Routes (tenant = the caller's, from the credential; writes need the tenant admin role, 403
+``forbidden`` otherwise; bodies are JSON, read with a byte limit). A tenant's documents and
+search hits are its own; the public law corpus is everyone's:
 
 - ``POST /v1/search`` ``{query, top_k?, filters?}`` -> 200 ``SearchResponse``: publishes
   ``SearchRequested`` to ``conduit.retriever.requests`` and BLPOPs the retriever's
@@ -10,8 +12,9 @@ Routes (tenant = ``settings.default_tenant``; bodies are JSON, read with a byte 
   (status ``queued``): saves the record, then publishes ``DocumentIngestRequested``; the
   retriever indexes it and sets the record to ``ingested`` or ``failed`` (with ``reason``).
 - ``GET /v1/documents`` -> ``DocumentList``; ``GET /v1/documents/{id}`` -> ``DocumentView``.
-- ``DELETE /v1/documents/{id}`` -> 202 (status ``deleting``); the retriever deletes the
-  chunks, then the record (a later GET answers 404).
+- ``DELETE /v1/documents/{id}`` -> 202 (status ``deleting``); from then on ``GET`` and ``DELETE``
+  of the id answer 404, while ``GET /v1/documents`` lists it as ``deleting`` until the retriever
+  has deleted its chunks and then the record.
 
 Errors (``ErrorBody``): 422 ``invalid_request`` (malformed JSON, empty query or text, bad
 ``document_id``, unknown fields), 413 ``document_too_large`` (text over
@@ -53,13 +56,15 @@ from contracts.documents import (
     index_document_id,
 )
 from contracts.envelope import utcnow
+from services.gateway.auth import Principal, authenticate, require_admin
+from services.gateway.openapi import body_doc
 from services.gateway.errors import ApiError
 from services.gateway.state import GatewayState, get_state
 from services.gateway.tasks import publish
 
 log = logging.getLogger("conduit.gateway.documents")
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 
 _OVERHEAD_BYTES = 16 * 1024
 SEARCH_BODY_BYTES = 64 * 1024
@@ -68,7 +73,7 @@ DOCUMENT_BODY_BYTES = MAX_DOCUMENT_CHARS * 6 + _OVERHEAD_BYTES
 """Largest ``POST /v1/documents`` body (bytes): 6 bytes per text char (``\\uXXXX``) + 16 KiB."""
 
 M = TypeVar("M", bound=BaseModel)
-_ERRORS = {r: {"model": ErrorBody} for r in (404, 413, 422, 503, 504)}
+_ERRORS = {r: {"model": ErrorBody} for r in (401, 403, 404, 413, 422, 429, 503, 504)}
 
 
 async def _read_body(request: Request, model: type[M], limit: int) -> M:
@@ -107,24 +112,27 @@ async def _send(state: GatewayState, event) -> None:
 
 
 def _index_ids(tenant_id: str, ids: list[str] | None) -> list[str] | None:
-    """Accept the ids ``POST /v1/documents`` returned as well as store ids (``law:…``, ``doc:{tenant}:{id}``)."""
+    """Accept the ids ``POST /v1/documents`` returned as well as store ids (``law:…``, ``doc:{tenant}:{id}``);
+    another tenant's store id is turned into one of the caller's (so it matches nothing of theirs)."""
     if ids is None:
         return None
-    return [i if i.startswith(("law:", "doc:")) else index_document_id(tenant_id, i) for i in ids]
+    own = index_document_id(tenant_id, "")
+    return [i if i.startswith(("law:", own)) else index_document_id(tenant_id, i) for i in ids]
 
 
 # ====================================================================== search
-@router.post("/search", response_model=SearchResponse, responses=_ERRORS)
-async def search(request: Request, state: GatewayState = Depends(get_state)) -> SearchResponse:
+@router.post("/search", response_model=SearchResponse, responses=_ERRORS, openapi_extra=body_doc(SearchRequest))
+async def search(request: Request, state: GatewayState = Depends(get_state),
+                 who: Principal = Depends(authenticate)) -> SearchResponse:
     """Search the knowledge base as the agent's ``kb_search`` does (body: ``SearchRequest``)."""
     body = await _read_body(request, SearchRequest, SEARCH_BODY_BYTES)
     timeout_s = state.settings.tool_timeout_s
     request_id = uuid.uuid4().hex
     event = SearchRequested(
-        task_id=request_id, session_id=request_id, tenant_id=state.settings.default_tenant,
+        task_id=request_id, session_id=request_id, tenant_id=who.tenant_id, user_id=who.user_id,
         payload=SearchRequestPayload(
             request_id=request_id, query=body.query, top_k=body.top_k,
-            document_ids=_index_ids(state.settings.default_tenant, body.filters.document_ids) if body.filters else None,
+            document_ids=_index_ids(who.tenant_id, body.filters.document_ids) if body.filters else None,
             deadline_at=utcnow() + timedelta(seconds=timeout_s)),
     )
     await _send(state, event)
@@ -143,9 +151,10 @@ def _url(document_id: str) -> str:
     return f"/v1/documents/{document_id}"
 
 
-async def _load(state: GatewayState, document_id: str) -> DocumentView:
-    raw = await state.redis.get(keys.document(state.settings.default_tenant, document_id))
-    if not raw:
+async def _load(state: GatewayState, tenant_id: str, document_id: str) -> DocumentView:
+    """The document's record; 404 when unknown or already being deleted (a deleted resource is gone at once)."""
+    raw = await state.redis.get(keys.document(tenant_id, document_id))
+    if not raw or DocumentView.model_validate_json(raw).status == "deleting":
         raise ApiError(404, "document_not_found", f"no document {document_id!r} (unknown or deleted)",
                        {"document_id": document_id})
     return DocumentView.model_validate_json(raw)
@@ -158,11 +167,14 @@ async def _save(state: GatewayState, view: DocumentView) -> None:
         await pipe.execute()
 
 
-@router.post("/documents", status_code=202, response_model=DocumentAccepted, responses=_ERRORS)
-async def create_document(request: Request, state: GatewayState = Depends(get_state)) -> DocumentAccepted:
-    """Queue a document for ingestion (body: ``DocumentCreate``); re-posting an id replaces it."""
+@router.post("/documents", status_code=202, response_model=DocumentAccepted, responses=_ERRORS,
+             openapi_extra=body_doc(DocumentCreate))
+async def create_document(request: Request, state: GatewayState = Depends(get_state),
+                          who: Principal = Depends(authenticate)) -> DocumentAccepted:
+    """Queue a document for ingestion (body: ``DocumentCreate``); re-posting an id replaces it (admin only)."""
+    require_admin(who)
     body = await _read_body(request, DocumentCreate, DOCUMENT_BODY_BYTES)
-    tenant = state.settings.default_tenant
+    tenant = who.tenant_id
     document_id = body.document_id or uuid.uuid4().hex
     index_id = index_document_id(tenant, document_id)
     event = DocumentIngestRequested(
@@ -186,9 +198,10 @@ async def create_document(request: Request, state: GatewayState = Depends(get_st
 
 
 @router.get("/documents", response_model=DocumentList, responses=_ERRORS)
-async def list_documents(state: GatewayState = Depends(get_state)) -> DocumentList:
+async def list_documents(state: GatewayState = Depends(get_state),
+                         who: Principal = Depends(authenticate)) -> DocumentList:
     """The tenant's documents with their status, oldest first."""
-    tenant = state.settings.default_tenant
+    tenant = who.tenant_id
     ids = sorted(m.decode() for m in await state.redis.smembers(keys.documents(tenant)))
     views = []
     if ids:
@@ -205,15 +218,18 @@ _DOC_ID = Path(pattern=DOCUMENT_ID_PATTERN, description="document id")
 
 
 @router.get("/documents/{document_id}", response_model=DocumentView, responses=_ERRORS)
-async def get_document(document_id: str = _DOC_ID, state: GatewayState = Depends(get_state)) -> DocumentView:
-    """One document's record (404 ``document_not_found`` when unknown or deleted)."""
-    return await _load(state, document_id)
+async def get_document(document_id: str = _DOC_ID, state: GatewayState = Depends(get_state),
+                       who: Principal = Depends(authenticate)) -> DocumentView:
+    """One document's record (404 ``document_not_found`` when unknown, deleted or another tenant's)."""
+    return await _load(state, who.tenant_id, document_id)
 
 
 @router.delete("/documents/{document_id}", status_code=202, response_model=DocumentAccepted, responses=_ERRORS)
-async def delete_document(document_id: str = _DOC_ID, state: GatewayState = Depends(get_state)) -> DocumentAccepted:
-    """Queue the deletion of a document's chunks and record (404 when unknown)."""
-    view = await _load(state, document_id)
+async def delete_document(document_id: str = _DOC_ID, state: GatewayState = Depends(get_state),
+                          who: Principal = Depends(authenticate)) -> DocumentAccepted:
+    """Queue the deletion of a document's chunks and record (404 when unknown; admin only)."""
+    require_admin(who)
+    view = await _load(state, who.tenant_id, document_id)
     event = DocumentDeleteRequested(
         task_id=view.index_document_id, session_id=view.index_document_id, tenant_id=view.tenant_id,
         payload=DocumentDeletePayload(document_id=document_id, index_document_id=view.index_document_id),

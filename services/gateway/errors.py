@@ -6,7 +6,11 @@ Codes and statuses:
 - 422 ``invalid_request``: malformed JSON, missing/invalid fields, bad
   ``Last-Event-ID``; ``details`` is the pydantic error list (``loc``, ``msg``, ``type``).
 - 413 ``question_too_large``: question (or whole body) over the limit.
-- 404 ``not_found`` (unknown route), ``task_not_found`` (unknown or expired task).
+- 401 ``unauthenticated`` (no, bad, revoked or expired credential; with ``WWW-Authenticate``),
+  ``login_token_invalid`` (used or expired login link); 403 ``forbidden`` (needs the admin role),
+  ``user_mismatch`` (a body ``user_id`` that is not the caller); 429 ``rate_limited`` (with ``Retry-After``).
+- 404 ``not_found`` (unknown route), ``task_not_found`` (unknown, expired or another owner's
+  task: the same answer), ``session_not_found``.
 - 405 ``method_not_allowed``; 409 ``task_already_finished``.
 - 503 ``broker_unavailable`` (Kafka did not ack), ``store_unavailable`` (Redis
   error), ``not_ready`` (``/readyz``).
@@ -40,12 +44,14 @@ _HTTP_CODES = {
 class ApiError(Exception):
     """An error answered as ``ErrorBody`` with ``status`` (HTTP status code)."""
 
-    def __init__(self, status: int, code: str, message: str, details: Any | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, details: Any | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.details = details
+        self.headers = headers
 
 
 def error_response(status: int, code: str, message: str, details: Any | None = None,
@@ -71,7 +77,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.details)
+        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -79,10 +85,16 @@ def install_error_handlers(app: FastAPI) -> None:
                               validation_details(list(exc.errors())))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
-        return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Allow: every method of the path, not only the matched route's
+            from services.gateway.openapi import allowed_methods
+
+            methods = allowed_methods(request.app, request.url.path)
+            headers = {**(headers or {}), "Allow": ", ".join(methods)} if methods else headers
+        return error_response(exc.status_code, code, message, headers=headers)
 
     @app.exception_handler(RedisError)
     async def _redis(request: Request, exc: RedisError) -> JSONResponse:

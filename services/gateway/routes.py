@@ -8,7 +8,8 @@
 - ``GET  /v1/tasks/{id}/events``   -> 200 ``text/event-stream``; resume with ``Last-Event-ID``
   header or ``?last_event_id=`` (header wins)
 - ``POST /v1/tasks/{id}/cancel``   -> 202 ``{"task_id", "status": "cancel_requested"}``
-Errors are ``ErrorBody`` (see ``services.gateway.errors``).
+Every route needs a bearer credential (``services.gateway.auth``); a task another user owns
+answers 404 like a missing one. Errors are ``ErrorBody`` (see ``services.gateway.errors``).
 """
 
 from __future__ import annotations
@@ -21,29 +22,27 @@ from sse_starlette import EventSourceResponse
 
 from contracts.api import ErrorBody, TaskCreate, TaskCreated, TaskView
 from services.gateway import inputs, tasks
+from services.gateway.auth import Principal, authenticate
+from services.gateway.openapi import body_doc
 from services.gateway.sse import sse_response
 from services.gateway.state import GatewayState, get_state
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 
-_BODY_DOC: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": TaskCreate.model_json_schema(ref_template="#/components/schemas/{model}")}},
-    }
-}
+_BODY_DOC = body_doc(TaskCreate)
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (404, 409, 413, 422, 500, 503)
+    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 429, 500, 503)
 }
 _SSE_DOC = {200: {"content": {"text/event-stream": {}}, "description": "SSE stream of task events"}}
 
 
 @router.post("/tasks", status_code=202, response_model=TaskCreated, openapi_extra=_BODY_DOC, responses=_ERRORS)
-async def post_task(request: Request, state: GatewayState = Depends(get_state)) -> JSONResponse:
+async def post_task(request: Request, state: GatewayState = Depends(get_state),
+                    who: Principal = Depends(authenticate)) -> JSONResponse:
     """Queue a question; stream its events from ``events_url``."""
     key = inputs.idempotency_key(request)
     body = await inputs.read_task_create(request, state.settings)
-    created, replayed = await tasks.create_task(state, body, inputs.traceparent(request), key)
+    created, replayed = await tasks.create_task(state, who, body, inputs.traceparent(request), key)
     headers = {"Location": f"/v1/tasks/{created.task_id}"}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
@@ -51,11 +50,12 @@ async def post_task(request: Request, state: GatewayState = Depends(get_state)) 
 
 
 @router.post("/ask", openapi_extra=_BODY_DOC, responses={**_ERRORS, **_SSE_DOC}, response_class=EventSourceResponse)
-async def ask(request: Request, state: GatewayState = Depends(get_state)) -> EventSourceResponse:
+async def ask(request: Request, state: GatewayState = Depends(get_state),
+              who: Principal = Depends(authenticate)) -> EventSourceResponse:
     """Queue a question and stream its events (task.accepted .. terminal) in this response."""
     key = inputs.idempotency_key(request)
     body = await inputs.read_task_create(request, state.settings)
-    created, replayed = await tasks.create_task(state, body, inputs.traceparent(request), key)
+    created, replayed = await tasks.create_task(state, who, body, inputs.traceparent(request), key)
     headers = {"X-Task-Id": created.task_id, "Content-Location": created.events_url}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
@@ -63,22 +63,25 @@ async def ask(request: Request, state: GatewayState = Depends(get_state)) -> Eve
 
 
 @router.get("/tasks/{task_id}", response_model=TaskView, responses=_ERRORS)
-async def get_task(task_id: str, state: GatewayState = Depends(get_state)) -> JSONResponse:
+async def get_task(task_id: str, state: GatewayState = Depends(get_state),
+                   who: Principal = Depends(authenticate)) -> JSONResponse:
     """The task's record: status, answer, citations, steps, usage."""
-    view = await tasks.get_task(state, task_id)
+    view = await tasks.get_task(state, who, task_id)
     return JSONResponse(view.model_dump(mode="json"))
 
 
 @router.get("/tasks/{task_id}/events", responses={**_ERRORS, **_SSE_DOC}, response_class=EventSourceResponse)
-async def task_events(task_id: str, request: Request, state: GatewayState = Depends(get_state)) -> EventSourceResponse:
+async def task_events(task_id: str, request: Request, state: GatewayState = Depends(get_state),
+                      who: Principal = Depends(authenticate)) -> EventSourceResponse:
     """Stream the task's events after ``Last-Event-ID`` (0 = from the start)."""
     after = inputs.last_event_id(request)
-    await tasks.require_task(state, task_id)
+    await tasks.require_task(state, who, task_id)
     return sse_response(state, task_id, after)
 
 
 @router.post("/tasks/{task_id}/cancel", status_code=202, responses=_ERRORS)
-async def cancel(task_id: str, request: Request, state: GatewayState = Depends(get_state)) -> JSONResponse:
+async def cancel(task_id: str, request: Request, state: GatewayState = Depends(get_state),
+                 who: Principal = Depends(authenticate)) -> JSONResponse:
     """Request cancellation; the stream ends with ``task.cancelled`` once the orchestrator stops it."""
-    await tasks.cancel_task(state, task_id, inputs.traceparent(request))
+    await tasks.cancel_task(state, who, task_id, inputs.traceparent(request))
     return JSONResponse({"task_id": task_id, "status": "cancel_requested"}, status_code=202)

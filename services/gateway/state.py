@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from faststream.kafka import KafkaBroker
 from fastapi import Request
@@ -31,6 +31,7 @@ class GatewayState:
             tests use it to prove a disconnected client leaves no loop behind).
         hub: the process's shared task-log reader (``StreamHub``) every SSE
             stream subscribes to; set by the app's lifespan.
+        limiter: the Redis-backed rate limiter (``services.gateway.ratelimit``), made on first use.
     """
 
     settings: Settings
@@ -40,6 +41,7 @@ class GatewayState:
     events: TaskEventLog
     open_streams: int = 0
     hub: StreamHub | None = None
+    limiter: Any = None
 
 
 async def get_state(request: Request) -> GatewayState:

@@ -20,8 +20,9 @@ import json
 import logging
 import uuid
 
-from conduit.records import keys
+from conduit.records import keys, sessions
 from conduit.runtime import bus, tracing
+from conduit.runtime.tenants import narrow_tools, policy
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
 from contracts.envelope import Envelope, utcnow
@@ -32,7 +33,9 @@ from contracts.events import (
     TaskCancelled,
 )
 from contracts.stream import TaskAccepted, TaskFailed
+from services.gateway.auth import Principal, can_see
 from services.gateway.errors import ApiError
+from services.gateway.ratelimit import admit_task
 from services.gateway.state import GatewayState
 
 log = logging.getLogger("conduit.gateway.tasks")
@@ -48,35 +51,56 @@ async def publish(state: GatewayState, topic: str, event: Envelope) -> None:
     await asyncio.wait_for(bus.publish(state.broker, topic, event), state.settings.gateway_publish_timeout_s)
 
 
-async def create_task(state: GatewayState, body: TaskCreate, traceparent: str | None,
+async def create_task(state: GatewayState, who: Principal, body: TaskCreate, traceparent: str | None,
                       idempotency_key: str | None = None) -> tuple[TaskCreated, bool]:
-    """Create a task (record, ``TaskAccepted``, ``QuestionAsked``); return ``(ids, replayed)``.
+    """Create a task of ``who`` (record, ``TaskAccepted``, ``QuestionAsked``); return ``(ids, replayed)``.
 
-    ``task_id`` is a uuid4 hex; ``session_id`` is the body's or a new uuid4 hex.
+    ``task_id`` is a uuid4 hex; ``session_id`` is the body's or a new uuid4 hex. Tenant and
+    user come from the credential; a body ``user_id`` must name the caller. A new session is
+    claimed for the caller before the question is published (``conduit.records.sessions``).
+    The task's tools are narrowed to its tenant's ``allowed_tools`` (``conduit.runtime.tenants``).
     With ``idempotency_key`` (the client's ``Idempotency-Key`` header), the first request
-    with that key (per tenant, for ``task_events_ttl_s`` seconds) creates the task and
+    with that key (per tenant and user, for ``task_events_ttl_s`` seconds) creates the task and
     later ones with the same body get the same ids back (``replayed`` True) and create
     nothing; a failed publish frees the key so a retry can create the task.
 
     Raises:
-        ApiError: 409 ``idempotency_key_reused`` when the key was used with another body;
+        ApiError: 403 ``user_mismatch`` (body ``user_id`` is someone else); 404
+            ``session_not_found`` (the ``session_id`` belongs to another user or tenant);
+            409 ``idempotency_key_reused`` when the key was used with another body;
+            429 ``too_many_running_tasks`` (running-task limits, ``services.gateway.ratelimit``);
             503 ``broker_unavailable`` when Kafka did not ack the publish
             (the task is then recorded ``failed`` and its log sealed).
         redis.RedisError: Redis failed (answered 503 ``store_unavailable``).
     """
+    if body.user_id is not None and body.user_id != who.user_id:
+        raise ApiError(403, "user_mismatch", "user_id must be the caller's own (or left out)")
     task_id = uuid.uuid4().hex
     session_id = body.session_id or uuid.uuid4().hex
-    tenant = state.settings.default_tenant
     claim = None
     if idempotency_key is not None:
-        claim = keys.idempotency(tenant, hashlib.sha256(idempotency_key.encode()).hexdigest())
+        owner = f"{who.user_id}\x00{idempotency_key}"  # per tenant and user: another user's key never replays
+        claim = keys.idempotency(who.tenant_id, hashlib.sha256(owner.encode()).hexdigest())
         earlier = await _claim(state, claim, body, task_id, session_id)
         if earlier is not None:
             return earlier, True
+    ttl = state.settings.task_events_ttl_s
+    if not await sessions.claim(state.redis, session_id, who.tenant_id, who.user_id, body.question, ttl):
+        if claim is not None:
+            await state.redis.delete(claim)
+        raise ApiError(404, "session_not_found", f"no session {session_id!r} (unknown, expired or not yours)")
+    try:
+        await admit_task(state, who.tenant_id, who.credential_id, task_id)
+    except ApiError:
+        if claim is not None:
+            await state.redis.delete(claim)
+        raise
     # one trace per task: continue the client's traceparent or start one (tracing off: a random id)
     with tracing.span("task create", traceparent, kind=tracing.SpanKind.SERVER, task_id=task_id) as tp:
         try:
-            return await _create_task(state, body, task_id, session_id, tp), False
+            created = await _create_task(state, who, body, task_id, session_id, tp)
+            await sessions.add_task(state.redis, session_id, who.tenant_id, who.user_id, task_id, ttl)
+            return created, False
         except ApiError:
             if claim is not None:
                 await state.redis.delete(claim)  # not queued: a retry with this key may create it
@@ -105,18 +129,19 @@ async def _claim(state: GatewayState, claim: str, body: TaskCreate, task_id: str
     return None
 
 
-async def _create_task(state: GatewayState, body: TaskCreate, task_id: str, session_id: str,
+async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, task_id: str, session_id: str,
                        traceparent: str) -> TaskCreated:
-    tenant = state.settings.default_tenant
-    view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=body.user_id,
+    tenant = who.tenant_id
+    view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                     status="accepted", question=body.question, created_at=utcnow())
     # record and first log entry are independent: both in flight at once, both done before the publish
     await asyncio.gather(
         state.store.save(view),
         state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question)))
-    asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=body.user_id,
+    asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                           traceparent=traceparent,
-                          payload=QuestionPayload(question=body.question, allowed_tools=body.allowed_tools))
+                          payload=QuestionPayload(question=body.question, allowed_tools=narrow_tools(
+                              body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
     try:
         await publish(state, topics.QUESTIONS, asked)
     except Exception as exc:  # noqa: BLE001 - any publish failure means the question was not queued
@@ -134,25 +159,27 @@ async def _create_task(state: GatewayState, body: TaskCreate, task_id: str, sess
     return TaskCreated(task_id=task_id, session_id=session_id, events_url=events_url(task_id))
 
 
-async def get_task(state: GatewayState, task_id: str) -> TaskView:
-    """Return the task record.
+async def get_task(state: GatewayState, who: Principal, task_id: str) -> TaskView:
+    """Return the task record when ``who`` may see it (scope rule 1: owner or tenant admin).
 
     Raises:
-        ApiError: 404 ``task_not_found`` when unknown or expired.
+        ApiError: 404 ``task_not_found`` when unknown, expired or not the caller's (the same
+            answer, so ids cannot be probed).
     """
     view = await state.store.get(task_id)
-    if view is None:
+    if view is None or not can_see(who, view.tenant_id, view.user_id):
         raise _not_found(task_id)
     return view
 
 
-async def require_task(state: GatewayState, task_id: str) -> None:
-    """Check that the task's record exists without reading it (the SSE route's check).
+async def require_task(state: GatewayState, who: Principal, task_id: str) -> None:
+    """``get_task``'s check without building the record (the SSE route's check: cheap per connect).
 
     Raises:
-        ApiError: 404 ``task_not_found`` when unknown or expired.
+        ApiError: 404 ``task_not_found`` when unknown, expired or not the caller's.
     """
-    if not await state.store.exists(task_id):
+    owner = await state.store.owner(task_id)
+    if owner is None or not can_see(who, owner.tenant_id, owner.user_id):
         raise _not_found(task_id)
 
 
@@ -160,7 +187,7 @@ def _not_found(task_id: str) -> ApiError:
     return ApiError(404, "task_not_found", f"no task {task_id!r} (unknown or expired)")
 
 
-async def cancel_task(state: GatewayState, task_id: str, traceparent: str | None) -> TaskView:
+async def cancel_task(state: GatewayState, who: Principal, task_id: str, traceparent: str | None) -> TaskView:
     """Ask the orchestrator to stop a task: publish ``TaskCancelled`` to ``topics.CONTROL``.
 
     The orchestrator appends the terminal ``TaskCancelledEvent``; this only requests it.
@@ -169,7 +196,7 @@ async def cancel_task(state: GatewayState, task_id: str, traceparent: str | None
         ApiError: 404 ``task_not_found``; 409 ``task_already_finished`` when the
             record is terminal or the log is sealed; 503 ``broker_unavailable``.
     """
-    view = await get_task(state, task_id)
+    view = await get_task(state, who, task_id)
     if view.status in TERMINAL_STATUSES or await state.events.is_sealed(task_id):
         raise ApiError(409, "task_already_finished", f"task {task_id!r} has already finished",
                        {"status": view.status})

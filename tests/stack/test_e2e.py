@@ -22,7 +22,7 @@ from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import FAULT, HOOKS, crash_env, restart, start_stack
+from conduit.testing.stack import FAULT, HOOKS, auth, crash_env, restart, start_stack
 from contracts import topics
 from contracts.events import DeadLetter
 
@@ -70,8 +70,8 @@ def restart_orchestrator(stack: Stack, **env: str) -> None:
 
 
 def run(stack: Stack, question: str = QUESTION, **extra) -> tuple[dict, list[SseEvent]]:
-    created = create_task(stack.gateway_url, question, **extra)
-    return created, list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=0))
+    created = create_task(stack.gateway_url, question, **extra, api_key=stack.admin_key)
+    return created, list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=0, api_key=stack.admin_key))
 
 
 def test_question_streams_a_cited_answer_and_resumes_with_last_event_id(stack, model):
@@ -103,11 +103,11 @@ def test_question_streams_a_cited_answer_and_resumes_with_last_event_id(stack, m
 
     # reconnect after event k: exactly the later events, in order
     k = events[3].id
-    replay = list(stream_task(stack.gateway_url, created["task_id"], last_event_id=k))
+    replay = list(stream_task(stack.gateway_url, created["task_id"], last_event_id=k, api_key=stack.admin_key))
     assert [e.id for e in replay] == [e.id for e in events if e.id > k]
     assert replay[-1].event == "task.completed"
 
-    view = httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}").json()
+    view = httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}", headers=auth(stack.admin_key)).json()
     assert view["status"] == "completed" and view["answer"] == done["answer"]
     assert any(s["kind"] == "tool" and s["tool"] == "kb_search" for s in view["steps"])
 
@@ -193,10 +193,10 @@ def test_orchestrator_crash_mid_handler_loses_no_question(stack, model):
     """At-least-once: the offset is committed only after the handler, so a crash redelivers."""
     restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], **crash_env("question"))
     model.push(Turn(content="崩溃之后仍然回答了。"))
-    created = create_task(stack.gateway_url, "崩溃测试：增值税法第十一条说了什么？")
+    created = create_task(stack.gateway_url, "崩溃测试：增值税法第十一条说了什么？", api_key=stack.admin_key)
     assert stack.procs["orchestrator"].wait_exit(30), "the fault-injected orchestrator should have exited mid-handler"
     restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], **crash_env("question"))
-    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90))
+    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, api_key=stack.admin_key))
     assert events[-1].event == "task.completed"
     assert [e.event for e in events].count("task.accepted") == 1
 

@@ -34,6 +34,7 @@ from conduit.testing.waits import until
 from contracts import topics
 from contracts.events import QuestionAsked, TaskCancelled
 from contracts.stream import AnswerDelta, TaskCompleted, TaskStreamEvent
+from conduit.testing.stack import auth, new_key
 from services.gateway.app import create_app
 
 parse_stream_event = TypeAdapter(TaskStreamEvent).validate_json
@@ -76,9 +77,11 @@ def run_gateway(settings: Settings) -> Iterator[RunningGateway]:
 
 
 def gateway_settings(bootstrap: str, redis_url: str, data_dir: Path, **extra: object) -> Settings:
-    """Settings for a test gateway: fast heartbeats and polls."""
+    """Settings for a test gateway: fast heartbeats and polls; no running-task limit (the test plays the
+    orchestrator and leaves most tasks running)."""
     return Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
-                    sse_heartbeat_s=0.3, gateway_sse_poll_ms=200, max_question_chars=200, **extra)
+                    sse_heartbeat_s=0.3, gateway_sse_poll_ms=200, max_question_chars=200, running_tasks_per_key=0,
+                    **extra)
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +91,15 @@ def gw(infra_stack, tmp_path_factory) -> Iterator[RunningGateway]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def headers(infra_stack) -> dict[str, str]:
+    """A member key of user u1 in the default tenant (the gateway's Redis)."""
+    return auth(new_key(infra_stack.redis_url, user="u1", role="member"))
+
+
 @pytest.fixture
-async def client(gw: RunningGateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+async def client(gw: RunningGateway, headers) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10, headers=headers) as c:
         yield c
 
 
@@ -418,7 +427,7 @@ async def test_health_and_ready(client):
     assert body["alive_services"].get("gateway", 0) >= 1
 
 
-async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path):
+async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path, headers):
     """With its Kafka gone, POST answers 503 and the task ends failed(broker_unavailable)."""
     kport = infra.free_port()
     tansu = infra.start_tansu(kport, tmp_path / "tansu.log")
@@ -426,7 +435,7 @@ async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path):
         s = gateway_settings(f"127.0.0.1:{kport}", infra_stack.redis_url, tmp_path / "data",
                              gateway_publish_timeout_s=1.0, gateway_ready_timeout_s=0.5)
         with run_gateway(s) as gw:
-            async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+            async with httpx.AsyncClient(base_url=gw.url, timeout=10, headers=headers) as c:
                 assert (await c.get("/readyz")).status_code == 200
                 tansu.kill()  # a crash (SIGTERM takes tansu ~5 s with open connections)
                 tansu.wait()
@@ -450,14 +459,14 @@ async def test_broker_down_fails_task_and_readyz(infra_stack, tmp_path):
         infra.stop(tansu)
 
 
-async def test_main_serves_and_ends_streams_on_sigterm(infra_stack, tmp_path):
+async def test_main_serves_and_ends_streams_on_sigterm(infra_stack, tmp_path, headers):
     """``conduit serve gateway`` (main): SIGTERM ends open SSE streams with a retry hint, then the process exits."""
     port = infra.free_port()
     env = settings_env(infra_stack.bootstrap, infra_stack.redis_url, tmp_path / "data",
                        CONDUIT_GATEWAY_PORT=str(port), CONDUIT_LOG_JSON="false")
     proc = ServiceProcess("gateway", env, tmp_path / "logs").start()
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10, headers=headers) as c:
             deadline = time.monotonic() + 60
             while True:
                 with contextlib.suppress(httpx.TransportError):
@@ -481,11 +490,11 @@ async def _drain(messages: AsyncIterator[dict[str, str]]) -> list[dict[str, str]
     return [m async for m in messages]
 
 
-async def test_stream_with_default_polling_survives_a_long_quiet_gap(infra_stack, tmp_path, log):
+async def test_stream_with_default_polling_survives_a_long_quiet_gap(infra_stack, tmp_path, log, headers):
     """A model that thinks for longer than redis-py's 5 s default read timeout must not cut the stream."""
     s = Settings(kafka_bootstrap_servers=infra_stack.bootstrap, redis_url=infra_stack.redis_url, data_dir=tmp_path)
     with run_gateway(s) as running:
-        async with httpx.AsyncClient(base_url=running.url, timeout=30) as c:
+        async with httpx.AsyncClient(base_url=running.url, timeout=30, headers=headers) as c:
             task_id = await new_task(c)
 
             async def slow_orchestrator() -> None:

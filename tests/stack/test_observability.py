@@ -16,7 +16,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
 
+from conduit.records import apikeys
 from conduit.runtime import bus, tracing
+from conduit.testing.stack import auth
 from conduit.testing.waits import until
 from contracts import topics
 from contracts.events import QuestionAsked
@@ -58,7 +60,8 @@ async def test_one_question_is_one_trace_and_metrics_move(settings, spans):
     try:
         await consumer_broker.start()
         async with app.router.lifespan_context(app):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw",
+                                         headers=auth((await apikeys.create(redis, "default", "u1"))[0])) as client:
                 resp = await client.post("/v1/tasks", json={"question": "增值税的标准税率是多少？"})
                 assert resp.status_code == 202
                 task_id = resp.json()["task_id"]

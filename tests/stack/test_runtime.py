@@ -26,7 +26,7 @@ from conduit.runtime.liveness import alive_key
 from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from conduit.testing.bus import agent_events_of, await_tool_result
 from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import FAULT, HOOKS, add_replica, orchestrator_crashing_once, restart, start_stack
+from conduit.testing.stack import FAULT, HOOKS, add_replica, auth, orchestrator_crashing_once, restart, start_stack
 from conduit.testing.waits import wait_until
 from contracts import topics
 from contracts.evidence import EvidenceItem
@@ -73,9 +73,9 @@ def tool_messages(body: dict) -> list[str]:
 
 
 def events_of(stack: Stack, question: str, on_event=None, **extra) -> tuple[str, list[SseEvent]]:
-    created = create_task(stack.gateway_url, question, **extra)
+    created = create_task(stack.gateway_url, question, **extra, api_key=stack.admin_key)
     seen: list[SseEvent] = []
-    for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=120, reconnects=2):
+    for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=120, reconnects=2, api_key=stack.admin_key):
         seen.append(ev)
         if on_event:
             on_event(created["task_id"], ev)
@@ -83,7 +83,7 @@ def events_of(stack: Stack, question: str, on_event=None, **extra) -> tuple[str,
 
 
 def decide(stack: Stack, task_id: str, call_id: str, **body) -> httpx.Response:
-    return httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/approvals/{call_id}", json=body, timeout=10)
+    return httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/approvals/{call_id}", json=body, timeout=10, headers=auth(stack.admin_key))
 
 
 def sandboxed_code_running() -> bool:
@@ -110,7 +110,7 @@ def test_approval_approve_runs_exactly_what_was_approved(stack, model):
 
     def on_event(task_id: str, ev: SseEvent) -> None:
         if ev.event == "tool.approval_required":
-            view = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}").json()
+            view = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}", headers=auth(stack.admin_key)).json()
             assert view["status"] == "waiting_approval" and view["pending_approvals"][0]["call_id"] == ev.data["call_id"]
             answers.append(decide(stack, task_id, ev.data["call_id"], decision="approve", arguments_digest="0" * 64))
             answers.append(decide(stack, task_id, ev.data["call_id"], decision="approve",
@@ -127,7 +127,7 @@ def test_approval_approve_runs_exactly_what_was_approved(stack, model):
     assert "沙箱" in sandbox_msg or "sandbox" in sandbox_msg
     if sandbox_status()[0]:  # isolation available: the approved code really ran
         assert "42" in sandbox_msg and "exit code 0" in sandbox_msg, sandbox_msg
-    trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace").json()["trace"]
+    trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace", headers=auth(stack.admin_key)).json()["trace"]
     assert any(x["phase"] == "approval" and x["decision"] == "approve" for x in trace)
     assert any(x["phase"] == "tool" and x["tool"] == "code_exec" for x in trace)
     # other teams see the approval on the public feed, between the request and the run
@@ -267,14 +267,14 @@ def test_cancel_stops_a_streaming_answer(stack, model):
     def on_event(task_id: str, ev: SseEvent) -> None:
         if ev.event == "answer.delta" and not getattr(on_event, "sent", False):
             on_event.sent = True  # type: ignore[attr-defined]
-            assert httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10).status_code == 202
+            assert httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10, headers=auth(stack.admin_key)).status_code == 202
 
     task_id, events = events_of(stack, "慢慢回答", on_event)
     assert events[-1].event == "task.cancelled"
     streamed = "".join(e.data["text"] for e in events if e.event == "answer.delta")
     assert len(streamed) < len("很长的回答。" * 60)  # the answer stopped before the model finished it
-    assert httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}").json()["status"] == "cancelled"
-    again = httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10)
+    assert httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}", headers=auth(stack.admin_key)).json()["status"] == "cancelled"
+    again = httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10, headers=auth(stack.admin_key))
     assert again.status_code == 409
 
 
@@ -283,32 +283,32 @@ def test_crash_between_saving_a_cancel_and_announcing_it_still_ends_the_stream(s
     that the dead replica saved but never told (a task waiting for approval holds no lease)."""
     with orchestrator_crashing_once(stack, "cancel") as proc:
         model.push(Turn(tool_calls=[code("print(1)")]))
-        created = create_task(stack.gateway_url, "取消时崩溃")
+        created = create_task(stack.gateway_url, "取消时崩溃", api_key=stack.admin_key)
         seen: list[str] = []
-        for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=30):
+        for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=30, api_key=stack.admin_key):
             seen.append(ev.event)
             if ev.event == "tool.approval_required":
                 break
         assert seen[-1] == "tool.approval_required"
-        assert httpx.post(f"{stack.gateway_url}/v1/tasks/{created['task_id']}/cancel", timeout=10).status_code == 202
+        assert httpx.post(f"{stack.gateway_url}/v1/tasks/{created['task_id']}/cancel", timeout=10, headers=auth(stack.admin_key)).status_code == 202
         assert proc.wait_exit(30), "the fault-injected orchestrator should have exited after saving the cancel"
         restart(stack, "orchestrator", drop=(FAULT, HOOKS))
-        events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
+        events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, api_key=stack.admin_key))
         assert events[-1].event == "task.cancelled" and types(events).count("task.cancelled") == 1
-        assert httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}").json()["status"] == "cancelled"
+        assert httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}", headers=auth(stack.admin_key)).json()["status"] == "cancelled"
 
 
 def test_disconnecting_client_does_not_stop_the_task(stack, model):
     model.push(Turn(content="客户端走了我也会写完。", chunks=10, chunk_delay_s=0.1))
-    created = create_task(stack.gateway_url, "断开测试")
-    with httpx.stream("GET", f"{stack.gateway_url}/v1/tasks/{created['task_id']}/events", timeout=10) as resp:
+    created = create_task(stack.gateway_url, "断开测试", api_key=stack.admin_key)
+    with httpx.stream("GET", f"{stack.gateway_url}/v1/tasks/{created['task_id']}/events", timeout=10, headers=auth(stack.admin_key)) as resp:
         for line in resp.iter_lines():
             if line.startswith("event:"):
                 break  # hang up after the first event
     view: dict = {}
 
     def completed() -> bool:
-        view.update(httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}").json())
+        view.update(httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}", headers=auth(stack.admin_key)).json())
         return view["status"] == "completed"
 
     assert wait_until(completed, 30), view
@@ -353,7 +353,7 @@ def test_sigkill_after_tool_request_runs_the_tool_once(stack, model):
     task_id, events = events_of(stack, "查征收率", on_event)
     assert events[-1].event == "task.completed" and events[-1].data["answer"] == "答案[1]。"
     assert types(events).count("tool.requested") == 1 and types(events).count("tool.completed") == 1
-    trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace").json()["trace"]
+    trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace", headers=auth(stack.admin_key)).json()["trace"]
     assert len([x for x in trace if x["phase"] == "tool"]) == 1
 
 
@@ -363,10 +363,10 @@ def test_crash_right_after_a_tool_result_is_saved_loses_none_of_its_events(stack
     with orchestrator_crashing_once(stack, "tool_result") as proc:
         model.push(Turn(tool_calls=[kb("小规模纳税人 征收率")]))
         model.default = lambda body: Turn(content="答案[1]。" if tool_messages(body) else "没有工具结果。")
-        created = create_task(stack.gateway_url, "查征收率")
+        created = create_task(stack.gateway_url, "查征收率", api_key=stack.admin_key)
         assert proc.wait_exit(30), "the fault-injected orchestrator should have exited after the save"
         restart(stack, "orchestrator", drop=(FAULT, HOOKS))
-        events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60))
+        events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, api_key=stack.admin_key))
         t = types(events)
         assert t.count("tool.requested") == 1 and t.count("tool.completed") == 1 and t.count("evidence") == 1
         assert t.index("tool.completed") < t.index("evidence") < t.index("answer.reset")
@@ -453,7 +453,7 @@ def test_cancel_stops_a_running_sandbox_call(stack, model):
                           arguments_digest=ev.data["arguments_digest"]).status_code == 202
             assert wait_until(sandboxed_code_running, 30), "the approved code never started in the sandbox"
             call["cancelled_at"] = time.monotonic()
-            r = httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10)
+            r = httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", timeout=10, headers=auth(stack.admin_key))
             assert r.status_code == 202, r.text
 
     task_id, events = events_of(stack, "等八秒再回答", on_event)

@@ -19,6 +19,7 @@ import uvicorn
 from conduit.ops import infra
 from conduit.runtime.settings import Settings
 from contracts.events import ToolRequested, ToolRequestPayload
+from conduit.testing.stack import auth, make_key
 from services.gateway.app import create_app
 from services.sandbox import isolation
 from services.sandbox.main import build_service, format_output
@@ -80,7 +81,9 @@ async def test_plot_and_csv_become_artifacts_served_to_the_owner_only(settings: 
     assert plot.url == f"/v1/artifacts/{plot.id}" and plot.bytes > 1000
     assert "plot.png (image/png" in (payload.output or "")  # the model is told about the files
 
-    owner = {"params": {"task_id": request.task_id}, "headers": {"X-User-Id": "alice"}}
+    alice, mallory = [auth(await make_key(settings.redis(), user=u, role="member")) for u in ("alice", "mallory")]
+    admin, stranger = auth(await make_key(settings.redis())), auth(await make_key(settings.redis(), tenant="other"))
+    owner = {"params": {"task_id": request.task_id}, "headers": alice}
     async with httpx.AsyncClient(base_url=gateway_url, timeout=10) as client:
         got = await client.get(plot.url, **owner)
         assert got.status_code == 200 and got.content.startswith(b"\x89PNG") and len(got.content) == plot.bytes
@@ -88,10 +91,13 @@ async def test_plot_and_csv_become_artifacts_served_to_the_owner_only(settings: 
         got = await client.get(csv.url, **owner)
         assert got.text.splitlines() == ["x,y", "1,1", "2,4", "3,9"]
         assert got.headers["content-disposition"].startswith("attachment")
-        for params, headers in [({"task_id": request.task_id}, {"X-User-Id": "mallory"}),  # someone else
-                                ({"task_id": request.task_id}, {}),                         # anonymous
-                                ({"task_id": str(uuid.uuid4())}, {"X-User-Id": "alice"}),   # another task
-                                ({}, {"X-User-Id": "alice"})]:                              # no task named
+        assert (await client.get(plot.url, params=owner["params"], headers=admin)).status_code == 200  # tenant admin
+        anonymous = await client.get(plot.url, params=owner["params"])
+        assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "unauthenticated"
+        for params, headers in [({"task_id": request.task_id}, mallory),            # someone else
+                                ({"task_id": request.task_id}, stranger),           # another tenant's admin
+                                ({"task_id": str(uuid.uuid4())}, alice),            # another task
+                                ({}, alice)]:                                       # no task named
             denied = await client.get(plot.url, params=params, headers=headers)
             assert denied.status_code == 404 and denied.json()["error"]["code"] == "artifact_not_found", (params, headers)
         unknown = await client.get("/v1/artifacts/nope", **owner)

@@ -1,0 +1,52 @@
+"""Per-tenant policy: allowed tools, model name, approval policies and limits.
+
+``CONDUIT_TENANTS`` is a JSON object ``{tenant_id: {...}}`` of ``TenantPolicy`` fields; a
+tenant without an entry (or a field left out) gets the process-wide setting. Enforced by the
+gateway: ``allowed_tools`` (a task's tools are narrowed to them, ``services.gateway.tasks``),
+``rate_limit_per_minute`` and ``running_tasks`` (``services.gateway.ratelimit``). ``model`` and
+``approval_policies`` are for the orchestrator (``policy(settings, tenant).model``).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from conduit.runtime.settings import Settings
+from contracts.tools import ToolName
+
+
+class TenantPolicy(BaseModel):
+    """One tenant's overrides (None = the process-wide setting)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowed_tools: list[ToolName] | None = Field(default=None, description="tools this tenant's tasks may use")
+    model: str | None = Field(default=None, description="chat model name for this tenant")
+    approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
+    rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
+    running_tasks: int | None = Field(default=None, ge=0, description="tasks running at once, all its users")
+
+
+def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
+    """The tenant's policy with every unset field filled from ``settings``.
+
+    Raises ``pydantic.ValidationError`` when the tenant's ``CONDUIT_TENANTS`` entry is malformed.
+    """
+    own = TenantPolicy.model_validate(settings.tenants.get(tenant_id, {}))
+    return TenantPolicy(
+        allowed_tools=own.allowed_tools,
+        model=own.model or settings.model,
+        approval_policies=own.approval_policies if own.approval_policies is not None else settings.approval_policies,
+        rate_limit_per_minute=(own.rate_limit_per_minute if own.rate_limit_per_minute is not None
+                               else settings.rate_limit_tenant_per_minute),
+        running_tasks=own.running_tasks if own.running_tasks is not None else settings.running_tasks_per_tenant,
+    )
+
+
+def narrow_tools(asked: list[str] | None, allowed: list[str] | None) -> list[str] | None:
+    """The tools a task may use: what it asked for (None = all) within what its tenant allows (None = all)."""
+    if allowed is None:
+        return asked
+    if asked is None:
+        return list(allowed)
+    return [t for t in asked if t in allowed]
