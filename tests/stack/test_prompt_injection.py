@@ -105,7 +105,8 @@ def stack(infra_stack, tmp_path_factory, site, model) -> Iterator[Stack]:
 def test_injected_question_is_rejected_before_any_model_call(stack: Stack, model: ScriptedModel,
                                                              question: str, category: str) -> None:
     before = len(model.requests)
-    r = httpx.post(f"{stack.gateway_url}/v1/tasks", json={"question": question}, timeout=10)
+    r = httpx.post(f"{stack.gateway_url}/v1/tasks", json={"question": question}, timeout=10,
+                   headers=auth(stack.admin_key))
     assert r.status_code == 422, r.text
     error = r.json()["error"]
     assert error["code"] == "input_rejected" and error["details"]["category"] == category
