@@ -51,7 +51,7 @@ _VERB_EN = r"(?:ignore|disregard|forget|override|bypass|skip|drop|abandon|discar
 _PRIOR_EN = r"(?:previous|prior|above|earlier|preceding|system|original|initial|all|your|those|these|any)"
 _VERB_ZH = r"(?:忽略|忽视|无视|忘记|忘掉|不要理会|别管|跳过|覆盖|抛开|抛弃|丢掉|放弃|不再遵守|停止遵守)"
 _PRIOR_ZH = r"(?:之前|以前|此前|上面|上述|先前|前面|原来|原有|原先|原始|初始|你的|您的|所有|全部|一切|系统)"
-_RULES_ZH = r"(?:指令|指示|提示词|系统提示|规则|设定|约束|限制|命令|要求|安全策略)"
+_RULES_ZH = r"(?:指令(?!性)|指示|提示词|系统提示|规则|设定|约束|限制|命令|要求|安全策略)"
 _REVEAL_ZH = r"(?:输出|打印|显示|告诉我|透露|泄露|重复|复述|给我看|展示|发给我|列出|说出|念出|贴出|导出|写出)"
 _SECRET_ZH = r"(?:系统提示词?(?!音)|系统指令|系统消息|隐藏(?:的)?(?:指令|提示)|初始(?:的)?(?:指令|提示)|内部(?:的)?(?:指令|提示词)|原始(?:的)?(?:指令|提示)|你的提示词|你的设定|你的指令|开发者消息|预设指令)"
 
@@ -66,9 +66,9 @@ PATTERNS: dict[str, list[tuple[str, re.Pattern[str]]]] = {
         ("en-no-longer", re.compile(r"\byou\s+are\s+no\s+longer\s+(?:an?\s+)?(?:assistant|conduit|bound|restricted|limited)", _I)),
         ("fake-role-marker", re.compile(r"(?:<\|im_start\|>\s*system|\[/?(?:system|INST)\]|^\s*#{2,}\s*system\b|^\s*system\s*(?:prompt|override|message)?\s*:|</?system>)", _I | re.MULTILINE)),
         ("en-system-override", re.compile(r"\b(?:system|admin|developer)\s+override\b", _I)),
-        ("zh-ignore", re.compile(rf"{_VERB_ZH}.{{0,6}}{_PRIOR_ZH}.{{0,10}}{_RULES_ZH}", _I)),
+        ("zh-ignore", re.compile(rf"(?<![我他她它们司])(?<!我们){_VERB_ZH}.{{0,6}}{_PRIOR_ZH}.{{0,10}}{_RULES_ZH}", _I)),
         ("zh-from-now-on", re.compile(r"(?:从现在(?:开始|起)|从此刻起|接下来)[，,\s]*你(?:就)?(?:是|将|必须|要|只能|只需|只会|不再)")),
-        ("zh-new-instructions", re.compile(r"(?:新的|最新|真正的|以下是新的)(?:系统)?(?:指令|规则|设定)\s*[:：]")),
+        ("zh-new-instructions", re.compile(r"(?:新的|最新的?|真正的)(?:系统)?(?:指令|设定)\s*[:：]|以下是(?:你的)?新的?(?:规则|指令|设定)")),
         ("zh-fake-system", re.compile(r"(?:【|\[|<)\s*(?:系统|system)\s*(?:消息|指令|通知)?\s*(?:】|\]|>)|系统(?:指令|消息)\s*[:：]")),
     ],
     "role_play": [
@@ -106,13 +106,17 @@ PATTERNS: dict[str, list[tuple[str, re.Pattern[str]]]] = {
     "privilege_escalation": [
         ("en-as-admin", re.compile(r"\bas\s+(?:an?\s+|the\s+)?(?:admin|administrator|root|superuser|super\s+user|sysadmin|operator|developer\s+of\s+this\s+system)\b[^.\n]{0,40}\b(?:call|run|execute|access|read|grant|give|show|delete|dump|list|open)\b", _I)),
         ("en-grant-me", re.compile(r"\b(?:grant|give|elevate|escalate)\s+(?:me|my\s+account|my\s+privileges?|privileges?)\b[^.\n]{0,30}\b(?:admin|root|superuser|full|elevated|higher|unrestricted)\b", _I)),
-        ("en-bypass-approval", re.compile(r"\b(?:bypass|skip|disable|turn\s+off|circumvent|without)\s+(?:the\s+|any\s+)?(?:human\s+)?(?:approval|authori[sz]ation|authentication|sandbox|guardrails?|safety\s+checks?|permission\s+checks?)\b", _I)),
+        ("en-bypass-approval", re.compile(
+            r"\b(?:run|execute|call|invoke)\b[^.\n]{0,40}\b(?:without|bypassing|skipping)\s+(?:the\s+|any\s+)?(?:human\s+)?(?:approval|authori[sz]ation|sandbox|confirmation)"
+            r"|\b(?:bypass|skip|circumvent)\s+(?:the\s+|your\s+|any\s+)?(?:human\s+)?(?:approval|sandbox|guardrails?|safety\s+checks?|permission\s+checks?|filters?)\b[^.\n]{0,30}\b(?:and|then|to)\s+(?:run|execute|call|show|give|answer|do)\b"
+            r"|\b(?:disable|turn\s+off|switch\s+off)\s+(?:the\s+|your\s+)?(?:guardrails?|safety\s+checks?|sandbox|filters?|content\s+filter)", _I)),
         ("en-secrets", re.compile(r"\b(?:print|show|reveal|dump|read|list|output|cat|leak|give\s+me)\b[^.\n]{0,30}\b(?:os\.environ|environment\s+variables|env\s+vars|/etc/(?:passwd|shadow)|api[\s_-]?keys?|secret\s+keys?|access\s+tokens?|credentials|passwords?\s+(?:of|for)\s+(?:the\s+)?(?:server|system|database|admin))", _I)),
         ("en-other-tenants", re.compile(r"\b(?:other|another|all)\s+(?:users?|tenants?|customers?)['’]?s?\s+(?:data|records|conversations|chats|questions|documents|sessions|history)\b[^.\n]{0,30}|\b(?:show|give|list|read|access|dump)\b[^.\n]{0,20}\b(?:other|another|all)\s+(?:users?|tenants?)['’]?s?\b", _I)),
         ("paths", re.compile(r"/etc/(?:passwd|shadow|sudoers)|~/\.ssh|id_rsa\b|\.env\b\s*(?:file|文件)?", _I)),
         ("zh-as-admin", re.compile(r"(?:以|用|作为)(?:管理员|超级用户|超级管理员|root|系统|开发者|运维)(?:的)?(?:身份|权限|账号|模式)?[^。\n]{0,12}(?:调用|执行|运行|读取|访问|查看|打开|删除|导出|获取)", _I)),
         ("zh-grant", re.compile(r"(?:授予|给|赋予|提升)(?:我|我的账号)[^。\n]{0,6}(?:管理员|root|最高|超级|全部|所有)(?:的)?权限", _I)),
-        ("zh-bypass", re.compile(r"(?:绕过|跳过|关闭|禁用|取消|无需|不经|不用)[^。\n]{0,4}(?:人工)?(?:审批|审核|批准|权限检查|权限校验|安全检查|沙箱|护栏|过滤|鉴权|认证)")),
+        ("zh-bypass", re.compile(r"(?:绕过|跳过|无需|不经|不用)[^。\n]{0,4}(?:人工)?(?:审批|审核|批准|权限检查|权限校验|安全检查|鉴权|认证)[，,\s]*(?:直接|马上|立刻|就)?(?:运行|执行|调用|读取|访问|打开|删除|给我|输出)"
+                            r"|(?:关闭|禁用|绕过|去掉)(?:你的)?(?:沙箱|护栏|过滤器?|安全检查|内容审查)")),
         ("zh-secrets", re.compile(r"(?:输出|打印|显示|告诉我|读取|列出|泄露|给我)[^。\n]{0,12}(?:环境变量|密钥|API\s*key|api_key|令牌|token|密码文件|服务器密码|数据库密码|凭据)", _I)),
         ("zh-other-tenants", re.compile(r"(?:其他|别的|所有)(?:用户|租户|客户|人)(?:的)?(?:数据|记录|对话|问题|文档|会话|聊天记录|历史)")),
     ],
