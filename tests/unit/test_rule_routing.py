@@ -107,3 +107,9 @@ async def test_router_fails_open(handler):
 async def test_router_is_not_called_without_a_router_model():
     assert await router.decide(settings(), "增值税税率是多少？", routing.Domain()) is None
     assert (await router.decide(settings(), "你好", routing.Domain())).rule == "greeting"
+
+
+async def test_an_empty_chitchat_answer_falls_back_to_the_fixed_reply():
+    sim = Sim(TestModel(Reply(content="")))
+    state = await sim.ask(question("谢谢"))
+    assert state.answer == routing.fixed_reply("谢谢", routing.Domain()) and sim.requests == []

@@ -239,7 +239,10 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
         asked = reply.content.strip()[len(prompt.NEEDS_INPUT):].strip()
         if asked:
             return step.then(endings.needs_input(state, asked, now))
-    if not reply.content.strip() and state.mode != "chitchat":
+    if not reply.content.strip() and state.mode == "chitchat":
+        fixed = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
+        return step.emit(AnswerDelta(text=fixed)).then(endings.complete(state, fixed, now))
+    if not reply.content.strip():
         if not state.forced_final:
             state.forced_final = True
             return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
