@@ -154,3 +154,12 @@ async def test_a_clarifying_question_ends_with_needs_input_and_the_reply_continu
     assert state.status == "completed" and [c.index for c in again.of("task.completed")[0].citations] == [1]
     tool_messages = [m["content"] for m in reply_model.calls[0][0] if m["role"] == "tool"]
     assert tool_messages and "《p1》" in tool_messages[0] and "<untrusted_content>" in tool_messages[0]
+
+
+async def test_an_approval_wait_ends_at_the_task_deadline():
+    call = {"name": "code_exec", "arguments": {"code": "print(1)", "reason": "算"}}
+    sim = Sim(TestModel(Reply(tool_calls=[call]), Reply(content="不应调用")), task_deadline_s=5, approval_ttl_s=300)
+    state = await sim.ask(question("算一下"))
+    assert state.status == "waiting_approval" and (state.pending[0].expires_at - state.created_at).total_seconds() == 5
+    await sim.wake(5)
+    assert sim.state.status == "completed" and sim.state.stop_reason == "deadline"

@@ -121,7 +121,8 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
     if policies.needs_approval(s.approval_policies, call.name, call.arguments):
         call.approval = "pending"
         call.arguments_digest = arguments_digest(call.arguments)
-        call.expires_at = now + timedelta(seconds=s.approval_ttl_s)
+        deadline = state.created_at + timedelta(seconds=s.task_deadline_s)  # rule E2: never past the task's deadline
+        call.expires_at = max(now, min(now + timedelta(seconds=s.approval_ttl_s), deadline))
     return None
 
 
