@@ -86,7 +86,7 @@ class TaskView(BaseModel):
 
 
 class ApprovalDecisionBody(BaseModel):
-    """``POST /v1/tasks/{id}/approvals/{call_id}`` body (seed 003, human in the loop).
+    """``POST /v1/tasks/{id}/approvals/{call_id}`` body (rules A7 and G2: human in the loop).
 
     ``approve`` runs exactly the arguments shown (``arguments_digest``, when given,
     must match); ``reject`` records a refusal; ``edit`` runs new ``arguments``

@@ -120,7 +120,7 @@ class ApprovalRequiredEvent(StreamEvent):
 
 
 class TraceEvent(StreamEvent):
-    """A timing/accounting fact of the task (seed 000: trace phase=llm|tool).
+    """A timing/accounting fact of the task (rule G3, docs/rules.md: trace phase=llm|tool).
 
     ``phase`` is ``llm`` (first_token_s, total_s, retries, prompt/completion tokens),
     ``tool`` (tool, call_id, queue_ms, run_ms, outcome) or ``route`` (the pre-router's

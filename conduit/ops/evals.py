@@ -1,4 +1,4 @@
-"""``conduit eval``: quality, fault-injection and security gates (seed 002's suites).
+"""``conduit eval``: quality, fault-injection and security gates (README "Evals and benchmarks").
 
 Suites (data in ``evals/``):
 - ``guardrails`` and ``routing``: offline, no stack (``conduit.ops.policy_evals``).

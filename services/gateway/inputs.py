@@ -100,7 +100,7 @@ IDEMPOTENCY_KEY_MAX = 255
 
 
 def idempotency_key(request: Request) -> str | None:
-    """The ``Idempotency-Key`` header (seed 003: a retried create must not run twice), or None.
+    """The ``Idempotency-Key`` header (rule G1, docs/rules.md: a retried create must not run twice), or None.
 
     Raises:
         ApiError: 422 ``invalid_request`` when it is empty, longer than ``IDEMPOTENCY_KEY_MAX``

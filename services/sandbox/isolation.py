@@ -1,6 +1,6 @@
 """How code_exec is isolated: the bubblewrap command line and the start-up probe.
 
-Seed 000 §5 and FIELD-NOTES "Sandbox isolation": ``bwrap --unshare-all`` (no network:
+Rule S1 (docs/rules.md): ``bwrap --unshare-all`` (no network:
 only a downed loopback exists), read-only system and interpreter, no project source,
 no ``.env``, a clean environment. The sandbox sees:
 

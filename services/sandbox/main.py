@@ -3,7 +3,7 @@
 Run as ``python -m conduit serve sandbox``. Consumes ``contracts.topics.TOOL_REQUESTS_SANDBOX``
 in group ``GROUP_SANDBOX``; the per-call deadline is ``sandbox_timeout_s + 5`` seconds so
 the runner's own wall-time limit fires first. The result is text in ``ToolOutput.output``
-(stdout, then stderr, exit code and notes) and never evidence (seed 000 §7).
+(stdout, then stderr, exit code and notes) and never evidence (rule S4, docs/rules.md).
 
 Without working bubblewrap every call fails with ``ToolFailure("sandbox_unavailable",
 kind="forbidden")`` carrying the reason, unless ``CONDUIT_SANDBOX_UNSAFE=true``.
