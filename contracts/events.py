@@ -122,7 +122,7 @@ class AgentEventPayload(Payload):
     """
 
     kind: Literal["task.started", "tool.requested", "tool.completed", "approval.requested", "approval.decided",
-                  "task.completed", "task.failed", "task.cancelled"]
+                  "task.completed", "task.failed", "task.cancelled", "task.needs_input"]
     tool: str | None = None
     outcome: str | None = None
     duration_ms: float | None = None

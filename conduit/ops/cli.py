@@ -236,7 +236,7 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
         elif ev.event == "evidence" and show_events:
             for item in d["items"]:
                 console.print(f"[dim][{item['index']}] {item['title']}{item.get('locator') or ''}[/dim]")
-        elif ev.event in ("task.completed", "task.failed", "task.cancelled"):
+        elif ev.event in ("task.completed", "task.failed", "task.cancelled", "task.needs_input"):
             final = ev
     out.print()
     if final is None:
@@ -326,11 +326,12 @@ def ingest(paths: list[Path] = typer.Argument(None, help="files or folders (txt,
 @app.command("eval")
 def eval_(fast: bool = typer.Option(False, "--fast", help="only the rows marked fast (what CI runs)"),
           url: str = typer.Option(None, help="run against this gateway instead of a private stack"),
-          suite: list[str] = typer.Option(None, help="golden | fault | security (repeatable; default all)")) -> None:
-    """Run the eval suites (golden questions, fault injection, security); exit 1 when a gate fails."""
-    from conduit.ops.evals import run
+          suite: list[str] = typer.Option(None, help="guardrails | routing | golden | fault | security (repeatable; default all)")) -> None:
+    """Run the eval suites (guardrail corpus, routing set, golden questions, fault injection, security);
+    exit 1 when a gate fails."""
+    from conduit.ops.evals import SUITES, run
 
-    gates = run(url, fast, tuple(suite) if suite else ("golden", "fault", "security"))
+    gates = run(url, fast, tuple(suite) if suite else SUITES)
     for g in gates:
         mark = "[green]PASS[/green]" if g.passed else "[red]FAIL[/red]"
         out.print(f"{mark} {g.suite:9} {g.name}  [dim]{g.detail}[/dim]")

@@ -7,7 +7,8 @@ writes the client events and the wake-up (the outbox); the step's other effects 
 then carried out in order (``carry_out``). One replica serves many tasks at once and
 any replica can resume any task.
 
-- ``on_question``: create the checkpoint with its lease, start a model step (``steps``).
+- ``on_question``: ask the pre-router (rule R1, ``router``: rules, then the router model when
+  configured; fail-open), create the checkpoint with its lease, start a model step (``steps``).
 - ``on_tool_result``: record a result; when the step's calls are all back the next
   model step starts.
 - ``on_control``: a cancel, or a person's decision on a call waiting for approval.
@@ -33,8 +34,8 @@ from conduit.runtime.settings import Settings
 from conduit.runtime.toolcatalog import available_tools, unavailable_tools
 from contracts.envelope import utcnow
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
-from services.orchestrator import sweeper
-from services.orchestrator.agent import approvals, endings, planning, recording, timers
+from services.orchestrator import router, sweeper
+from services.orchestrator.agent import approvals, endings, planning, recording, routing, timers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     Announce,
@@ -137,8 +138,9 @@ class Orchestrator:
         if existing is not None or sealed:
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
+        route = await router.decide(s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
         step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools, self.unavailable),
-                              turns)
+                              turns, route=route)
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:
