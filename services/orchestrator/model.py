@@ -61,11 +61,12 @@ class Model(Protocol):
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
                      should_stop: ShouldStop | None = None, max_tokens: int | None = None,
-                     on_thinking: OnDelta | None = None) -> ModelResponse:
+                     on_thinking: OnDelta | None = None, model: str | None = None) -> ModelResponse:
         """Run one call over ``messages`` (OpenAI chat format) offering ``tools`` (OpenAI tool
         schemas, None = no tools); await ``on_delta(text)`` per content piece and poll
         ``should_stop()`` between pieces (cancel); ``max_tokens`` caps the completion (None: the
-        endpoint's default); ``on_thinking(text)`` is awaited per reasoning piece when given.
+        endpoint's default); ``on_thinking(text)`` is awaited per reasoning piece when given;
+        ``model`` names the chat model (the tenant's, ``conduit.runtime.tenants``; None: the default).
         Raises ``ModelError`` when the model fails."""
         ...
 

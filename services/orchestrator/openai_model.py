@@ -67,7 +67,7 @@ class ModelClient:
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
                      should_stop: ShouldStop | None = None, max_tokens: int | None = None,
-                     on_thinking: OnDelta | None = None) -> ModelResponse:
+                     on_thinking: OnDelta | None = None, model: str | None = None) -> ModelResponse:
         """Run one streaming call; ``on_delta(text)`` is awaited for each content piece.
 
         Returns the assembled ``ModelResponse``. Raises ``ModelError`` when the
@@ -91,7 +91,7 @@ class ModelClient:
             ):
                 with attempt:
                     resp.retries = attempt.retry_state.attempt_number - 1
-                    await self._once(messages, tools, on_delta, should_stop, resp, started, max_tokens, on_thinking)
+                    await self._once(messages, tools, on_delta, should_stop, resp, started, max_tokens, on_thinking, model)
         except openai.OpenAIError as exc:
             raise ModelError(f"{type(exc).__name__}: {exc}"[:500], streamed=bool(resp.content)) from exc
         except httpx.HTTPError as exc:
@@ -100,9 +100,10 @@ class ModelClient:
         return resp
 
     async def _once(self, messages, tools, on_delta, should_stop, resp: ModelResponse, started: float,
-                    max_tokens: int | None = None, on_thinking: OnDelta | None = None) -> None:
+                    max_tokens: int | None = None, on_thinking: OnDelta | None = None,
+                    model: str | None = None) -> None:
         kwargs: dict[str, Any] = dict(
-            model=self.settings.model,
+            model=model or self.settings.model,
             messages=messages,
             stream=True,
             stream_options={"include_usage": True},

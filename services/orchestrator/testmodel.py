@@ -51,14 +51,16 @@ class FunctionModel:
         self.fn = fn
         self.calls: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = []
         self.max_tokens_seen: list[int | None] = []
+        self.models_seen: list[str | None] = []
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
                      should_stop: ShouldStop | None = None, max_tokens: int | None = None,
-                     on_thinking: OnDelta | None = None) -> ModelResponse:
+                     on_thinking: OnDelta | None = None, model: str | None = None) -> ModelResponse:
         """Stream the reply ``fn`` gives (see ``services.orchestrator.model.Model``); ``max_tokens``
-        is recorded in ``max_tokens_seen``."""
+        is recorded in ``max_tokens_seen``, ``model`` in ``models_seen``."""
         self.calls.append(([dict(m) for m in messages], tools))
         self.max_tokens_seen.append(max_tokens)
+        self.models_seen.append(model)
         reply = self.fn(messages, tools)
         resp = ModelResponse(usage=Usage(prompt_tokens=reply.tokens // 2, completion_tokens=reply.tokens - reply.tokens // 2,
                                          total_tokens=reply.tokens), first_token_s=0.0)

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from conduit.runtime import tenants
 from contracts.api import ApprovalRecord
 from contracts.events import ToolError
 from contracts.stream import ApprovalRequiredEvent, ToolCompletedEvent, ToolRequestedEvent
@@ -118,7 +119,7 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
                        "use another tool or answer with what you have")
     state.tool_calls_used += 1
     state.tool_counts[call.name] = state.tool_counts.get(call.name, 0) + 1
-    if policies.needs_approval(s.approval_policies, call.name, call.arguments):
+    if policies.needs_approval(tenants.policy(s, state.tenant_id).approval_policies or {}, call.name, call.arguments):
         call.approval = "pending"
         call.arguments_digest = arguments_digest(call.arguments)
         deadline = state.created_at + timedelta(seconds=s.task_deadline_s)  # rule E2: never past the task's deadline
