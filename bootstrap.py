@@ -5,13 +5,16 @@ Needs only Python 3.11+. Usage:
     python3 bootstrap.py demo       # install, ingest the law corpus once, start the stack, ask a question
     python3 bootstrap.py test       # install with test tools, run the test suite
     python3 bootstrap.py up|ask|ingest ...   # any other `conduit` command
-The install is skipped when .venv is up to date with uv.lock.
+The install is skipped when .venv is up to date with uv.lock. ``demo`` also installs
+bubblewrap (code_exec's isolation) when it runs as root with apt-get, and otherwise says in
+one line that code execution is off and which command turns it on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -56,6 +59,35 @@ def install(dev: bool) -> None:
     stamp_file.write_text(want)
 
 
+BWRAP_PATH = "/usr/bin:/bin:/usr/local/bin"
+"""Where the sandbox looks for ``bwrap`` (services/sandbox/isolation.py)."""
+
+
+def ensure_bubblewrap(is_root: bool | None = None, run=subprocess.run) -> str:
+    """Make code_exec's isolation available for ``demo``; return what was done (and print it unless present).
+
+    ``"present"`` when ``bwrap`` is found; ``"installed"`` after ``apt-get install -y bubblewrap``
+    (an ``apt-get update`` first when the package index is stale) as root; else ``"off"`` after
+    printing ``services.sandbox.isolation.off_message``: the same line the sandbox's readiness
+    and the code_exec tool error give. ``run`` runs a command (``subprocess.run``'s signature).
+    """
+    if shutil.which("bwrap", path=BWRAP_PATH):
+        return "present"
+    root = os.geteuid() == 0 if is_root is None else is_root
+    if root and shutil.which("apt-get"):
+        print("installing bubblewrap (the isolation of code_exec) with apt-get …", flush=True)
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        install = ["apt-get", "install", "-y", "-q", "bubblewrap"]
+        if run(install, **quiet).returncode == 0 or (
+                run(["apt-get", "update", "-q"], **quiet).returncode == 0 and run(install, **quiet).returncode == 0):
+            return "installed"
+    sys.path.insert(0, str(ROOT))
+    from services.sandbox.isolation import NOT_INSTALLED, off_message  # stdlib only: works before the install
+
+    print(off_message(NOT_INSTALLED), flush=True)
+    return "off"
+
+
 def main(argv: list[str]) -> int:
     """Install as needed, then run ``conduit ARGS`` (or pytest for ``test``)."""
     if not argv:
@@ -65,6 +97,8 @@ def main(argv: list[str]) -> int:
         install(dev=True)
         return subprocess.call([str(BIN / "python"), "-m", "pytest", *argv[1:]], cwd=ROOT)
     install(dev=False)
+    if argv[0] == "demo":
+        ensure_bubblewrap()
     return subprocess.call([str(BIN / "conduit"), *argv], cwd=ROOT)
 
 

@@ -432,9 +432,10 @@ stream; "back" means within {BASELINE_FRACTION:.0%} of it. The gateway's hub run
 2 s after its last stream ends (after a peak of ≥ 32 streams; skipped off glibc).
 
 **Why the allocator** (conduit/allocator.py): under CPython's own small-object allocator (`pymalloc`) what stays
-above the baseline is allocator high-water, not live objects. A gateway instrumented for it (`sys._debugmallocstats()`
-before the burst and 17 s after; `tracemalloc` started at the burst for the survivors) showed 43.9 MB of live small
-objects in 44 arenas before, and 41.6 MB in 77 arenas after, 34.6 MB of them in empty 16 KiB pools: pymalloc frees a
+above the baseline is allocator high-water, not live objects. A gateway instrumented for it by hand (`sys._debugmallocstats()`
+before the burst and 17 s after; `tracemalloc` started at the burst for the survivors; not a command here, so no
+figures) showed about as many live small objects after as before, in nearly twice the arenas, most of the growth
+in empty 16 KiB pools: pymalloc frees a
 1 MiB arena only when every block in it is free, and a few hundred blocks that outlive the burst (cancelled timers
 still in the event loop's heap, the Redis pool connections' state and last replies, uvicorn's date header) keep most
 of the burst's arenas alive. With `PYTHONMALLOC=malloc` every object goes to `malloc`, and jemalloc preloaded under it

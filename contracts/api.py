@@ -12,9 +12,9 @@ from contracts.stream import Usage
 from contracts.tools import ToolName
 
 TaskStatus = Literal[
-    "accepted", "running", "waiting_tool", "waiting_approval", "completed", "failed", "cancelled"
+    "accepted", "running", "waiting_tool", "waiting_approval", "completed", "failed", "cancelled", "needs_input"
 ]
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "needs_input"})
 
 
 class TaskCreate(BaseModel):
@@ -80,12 +80,13 @@ class TaskView(BaseModel):
     finished_at: datetime | None = None
     latency_ms: float | None = None
     stop_reason: str | None = None
+    confidence: float | None = None
     pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
     trace: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ApprovalDecisionBody(BaseModel):
-    """``POST /v1/tasks/{id}/approvals/{call_id}`` body (seed 003, human in the loop).
+    """``POST /v1/tasks/{id}/approvals/{call_id}`` body (rules A7 and G2: human in the loop).
 
     ``approve`` runs exactly the arguments shown (``arguments_digest``, when given,
     must match); ``reject`` records a refusal; ``edit`` runs new ``arguments``

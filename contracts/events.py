@@ -33,7 +33,7 @@ class QuestionPayload(Payload):
 class ToolRequestPayload(Payload):
     """A tool call the agent wants run.
 
-    ``idempotency_key`` is ``task_id:step:call_id`` (seed 003); a tool service
+    ``idempotency_key`` is ``task_id:step:call_id`` (rule T3, docs/rules.md); a tool service
     that sees the same key twice returns its stored result instead of re-running.
     ``deadline_at`` (UTC) is when the orchestrator stops waiting for the result.
     """
@@ -48,7 +48,7 @@ class ToolRequestPayload(Payload):
 
 
 class ToolError(Payload):
-    """A structured tool failure given back to the model (seed 003).
+    """A structured tool failure given back to the model (rule T4, docs/rules.md).
 
     ``kind``: ``transient`` (retry may help), ``bad_arguments``, ``forbidden`` or
     ``business`` (a valid answer that is a failure, e.g. nothing found).
@@ -122,7 +122,7 @@ class AgentEventPayload(Payload):
     """
 
     kind: Literal["task.started", "tool.requested", "tool.completed", "approval.requested", "approval.decided",
-                  "task.completed", "task.failed", "task.cancelled"]
+                  "task.completed", "task.failed", "task.cancelled", "task.needs_input"]
     tool: str | None = None
     outcome: str | None = None
     duration_ms: float | None = None

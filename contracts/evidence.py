@@ -1,6 +1,6 @@
 """Evidence items returned by tools and numbered by the task's evidence pool.
 
-Seed 000 §7: knowledge-base and web evidence share one numbering pool per task;
+Rule A10 (docs/architecture.md): knowledge-base and web evidence share one numbering pool per task;
 an index is assigned when the item enters the model's context and is deduplicated
 by ``chunk_id`` (knowledge base) or ``url`` (web). Sandbox output is computation,
 not evidence, and never enters the pool.
@@ -27,7 +27,7 @@ class EvidenceItem(BaseModel):
         locator: where inside the document, e.g. ``第十一条`` or ``第 3 页``.
         url: source URL for web evidence.
         score: dense cosine similarity in [-1, 1] for knowledge-base hits
-            (seed 000 thresholds apply to it); None when not scored.
+            (rule K1's floor applies to it); None when not scored.
         text: the passage text given to the model (at most CHUNK_MAX_CHARS chars).
         metadata: extra fields (law name, chapter, status, version date, page...).
     """
@@ -44,7 +44,7 @@ class EvidenceItem(BaseModel):
 
     @property
     def dedupe_key(self) -> str:
-        """Key used by the evidence pool (seed 000 §7: by chunk id or URL).
+        """Key used by the evidence pool (rule A10: by chunk id or URL).
 
         Knowledge-base items: the chunk id. Web items: ``url#n`` chunk ids, so the
         same passage of the same page enters once while several passages of one

@@ -73,6 +73,15 @@ class AnswerReset(StreamEvent):
     reason: str
 
 
+class ThinkingDelta(StreamEvent):
+    """A piece of the model's reasoning as it streams (``reasoning_content`` / ``reasoning``
+    deltas); sent only to tenants listed in ``CONDUIT_THINKING_TENANTS`` (off by default). It is
+    never part of the answer."""
+
+    type: Literal["thinking"] = "thinking"
+    text: str
+
+
 class ToolRequestedEvent(StreamEvent):
     """The agent asked for a tool call; ``reason`` is the model's one-line why."""
 
@@ -122,10 +131,12 @@ class ApprovalRequiredEvent(StreamEvent):
 
 
 class TraceEvent(StreamEvent):
-    """A timing/accounting fact of the task (seed 000: trace phase=llm|tool).
+    """A timing/accounting fact of the task (rule G3, docs/rules.md: trace phase=llm|tool).
 
-    ``phase`` is ``llm`` (first_token_s, total_s, retries, prompt/completion tokens)
-    or ``tool`` (tool, call_id, queue_ms, run_ms, outcome); ``data`` holds the fields.
+    ``phase`` is ``llm`` (first_token_s, total_s, retries, prompt/completion tokens),
+    ``tool`` (tool, call_id, queue_ms, run_ms, outcome) or ``route`` (the pre-router's
+    decision: route, calc_hint, source rules|model|none, scores, rule, latency_ms, error);
+    ``data`` holds the fields.
     """
 
     type: Literal["trace"] = "trace"
@@ -136,8 +147,12 @@ class TraceEvent(StreamEvent):
 class TaskCompleted(StreamEvent):
     """Terminal: the answer, its checked citations, token usage and latency (ms).
 
-    ``mode`` is ``agent`` (a model wrote it) or ``retrieval_only`` (no model, or
-    the model endpoint failed: ``fallback_reason`` says why).
+    ``mode`` is ``agent`` (a model wrote it), ``retrieval_only`` (no model, or
+    the model endpoint failed: ``fallback_reason`` says why), ``chitchat`` (the chit-chat
+    agent answered a greeting, thanks or a question about Conduit; no tools) or
+    ``out_of_scope`` (the pre-router found the question outside the tenant's domain).
+    ``confidence`` (0..1) is the share of the answer's sentences backed by a citation
+    (None when the answer makes no factual claims to back: chit-chat, out of scope).
     """
 
     type: Literal["task.completed"] = "task.completed"
@@ -145,9 +160,10 @@ class TaskCompleted(StreamEvent):
     citations: list[Citation] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     latency_ms: float
-    mode: Literal["agent", "retrieval_only"] = "agent"
+    mode: Literal["agent", "retrieval_only", "chitchat", "out_of_scope"] = "agent"
     fallback_reason: str | None = None
     stop_reason: str | None = None
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class TaskFailed(StreamEvent):
@@ -158,6 +174,16 @@ class TaskFailed(StreamEvent):
     message: str
 
 
+class TaskNeedsInput(StreamEvent):
+    """Terminal: the agent needs the user's answer to ``question`` before it can answer (the
+    question was ambiguous). The user's reply in the same session continues the work with the
+    evidence found so far (``evidence`` items, numbered as before)."""
+
+    type: Literal["task.needs_input"] = "task.needs_input"
+    question: str
+    evidence: int = 0
+
+
 class TaskCancelledEvent(StreamEvent):
     """Terminal: the task was cancelled."""
 
@@ -165,7 +191,7 @@ class TaskCancelledEvent(StreamEvent):
     reason: str = "cancelled"
 
 
-TERMINAL_TYPES = frozenset({"task.completed", "task.failed", "task.cancelled"})
+TERMINAL_TYPES = frozenset({"task.completed", "task.failed", "task.cancelled", "task.needs_input"})
 
 TaskStreamEvent = Annotated[
     Union[
@@ -173,6 +199,7 @@ TaskStreamEvent = Annotated[
         StepStarted,
         AnswerDelta,
         AnswerReset,
+        ThinkingDelta,
         ToolRequestedEvent,
         ToolCompletedEvent,
         EvidenceEvent,
@@ -181,6 +208,7 @@ TaskStreamEvent = Annotated[
         TaskCompleted,
         TaskFailed,
         TaskCancelledEvent,
+        TaskNeedsInput,
     ],
     Field(discriminator="type"),
 ]

@@ -1,7 +1,7 @@
 """Tool names, argument models and the JSON Schemas shown to the model.
 
-Seed 000 §5: every tool takes a ``reason`` (one sentence, shown to the user);
-tools whose backing service is not configured are not offered at all.
+Rule T1 (docs/rules.md): every tool takes a ``reason`` (one sentence, shown to the user);
+rule T2: tools whose backing service is not configured are not offered at all.
 The argument models are the single source of the JSON Schema passed to the
 chat-completions ``tools`` parameter (``openai_tool_schema``).
 """
@@ -42,7 +42,7 @@ class KbSearchArgs(ToolArgs):
 
 class WebSearchArgs(ToolArgs):
     """Arguments of ``web_search``: a web query plus up to two other phrasings searched at
-    the same time (seed 002: up to 3 queries at once)."""
+    the same time (rule W1: up to 3 queries at once)."""
 
     query: str = Field(min_length=1, max_length=300, description="web search query")
     more_queries: list[str] = Field(default_factory=list, max_length=2,
@@ -137,7 +137,7 @@ def _tool_schema(name: str) -> dict[str, Any]:
 def arguments_digest(arguments: dict[str, Any]) -> str:
     """SHA-256 hex digest of a tool call's exact arguments (canonical JSON).
 
-    Seed 003: an approval names this digest, so what runs is exactly what was approved.
+    Rule T5: an approval names this digest, so what runs is exactly what was approved.
     """
     raw = json.dumps(arguments, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()

@@ -7,6 +7,7 @@ behaves the same everywhere.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,22 @@ from redis.asyncio import Redis
 from conduit.ops import infra
 from conduit.runtime.settings import Settings
 from conduit.testing.scripted_model import ScriptedModel
+
+
+REQUIRE_SANDBOX = "CONDUIT_REQUIRE_SANDBOX"
+"""Set to 1 by ``.ci/run`` once it installed bubblewrap: a sandbox test that skips then fails."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Under ``CONDUIT_REQUIRE_SANDBOX=1`` turn the skip of a sandbox test into a failure with its reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get(REQUIRE_SANDBOX) == "1" and report.skipped and "sandbox" in item.nodeid.lower() + str(
+            report.longrepr).lower():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"{REQUIRE_SANDBOX}=1 (CI installed bubblewrap) but this sandbox test skipped: {reason}"
 
 
 @dataclass

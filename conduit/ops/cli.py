@@ -1,6 +1,6 @@
 """The ``conduit`` command line (typer + rich).
 
-Commands: ``demo`` (the README's first command), ``up``, ``ask``, ``ingest``, ``serve``, ``keys``.
+Commands: ``demo`` (the README's first command), ``up``, ``status``, ``ask``, ``ingest``, ``serve``, ``eval``, ``keys``.
 Commands that call the gateway send ``--key``, else ``CONDUIT_API_KEY``, else ``<data_dir>/admin.key``.
 """
 
@@ -10,8 +10,8 @@ import importlib
 import os
 import signal
 import sys
-import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import httpx
@@ -48,18 +48,85 @@ def _ensure_corpus(settings: Settings) -> None:
     console.print(f"[green]ingested[/green] {summary.render()}")
 
 
-def _start_stack(settings: Settings) -> "Stack":
-    """Start the embedded stack with a spinner; exit 1 with the reason if it cannot start."""
-    from conduit.ops.stack import Stack, StackError
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived (``signum``); raised in the main thread wherever it was."""
 
-    stack = Stack(settings)
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop_on_signals() -> None:
+    """Make SIGTERM and SIGINT raise ``Interrupted`` once; later ones only say a stop is under way
+    (every stop is bounded by the processes' stop budgets)."""
+
+    def again(signum: int, _frame: object) -> None:
+        console.print(f"[yellow]{signal.Signals(signum).name}: already stopping[/yellow]")
+
+    def first(signum: int, _frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, again)
+        raise Interrupted(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, first)
+
+
+def _after_ready(settings: Settings, stack: "Stack") -> None:
+    """Runs once every service checked in, before the banner (first-start steps go here)."""
+    _say_if_code_exec_is_off(stack)
+
+
+def _say_if_code_exec_is_off(stack: "Stack") -> None:
+    """Print the sandbox's one line (why, and the command that turns it on) when it cannot isolate code."""
+    if "sandbox" not in stack.procs:
+        return
+    from conduit.ops.probe import sandbox_isolation
+
+    status, reason = sandbox_isolation(stack.settings.redis())
+    if status != 0 and reason.startswith("sandbox_not_isolated: "):
+        console.print(f"[yellow]{reason.removeprefix('sandbox_not_isolated: ')}[/yellow]")
+
+
+def _run_stack(settings: Settings, ingest: bool, scale: dict[str, int], then: "Callable[[Stack], int]") -> int:
+    """Ingest if asked, start the stack, run ``then(stack)``, stop the stack; return the exit status.
+
+    Install ``_stop_on_signals`` first: a signal at any later moment (ingest, start-up,
+    running) stops what was started. Returns ``128 + signal`` when interrupted before the
+    stack was ready, 0 when interrupted after, 1 when it could not start or a process
+    crash-looped, else what ``then`` returned.
+    """
+    from conduit.ops.stack import Stack, StackError
+    from conduit.ops.supervisor import CrashLoop
+
+    stack: Stack | None = None
+    ready = False
     try:
+        stack = Stack(settings, scale=scale)
+        if ingest:
+            _ensure_corpus(settings)
         with console.status("starting broker, Redis and services…"):
             stack.start()
-    except StackError as exc:
+        ready = True
+        _after_ready(settings, stack)
+        return then(stack)
+    except Interrupted as exc:
+        console.print(f"{exc}: stopping{'' if ready else ' (the stack was not ready yet)'}…")
+        return 0 if ready else 128 + exc.signum
+    except (StackError, CrashLoop) as exc:
         console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
-    return stack
+        return 1
+    finally:
+        if stack is not None:
+            stack.stop()
+
+
+def _supervise(stack: "Stack") -> int:
+    """Restart what exits until a signal (``Interrupted``) or a crash loop (``CrashLoop``)."""
+    from conduit.ops.supervisor import Supervisor
+
+    Supervisor(stack, log=lambda line: console.print(f"[yellow]supervisor:[/yellow] {line}")).run()
+    return 0
 
 
 @app.command()
@@ -100,33 +167,43 @@ def _apply_allocator(choice: str) -> None:
 
 
 @app.command()
-def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if the knowledge base is empty")) -> None:
-    """Start the whole stack in the foreground (broker, Redis, every service); Ctrl-C stops it."""
-    settings = get_settings()
-    if ingest:
-        _ensure_corpus(settings)
-    stack = _start_stack(settings)
-    from conduit.ops.bootstrap import admin_key_path, login_link
+def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if the knowledge base is empty"),
+       scale: str = typer.Option(None, help="replicas per service, e.g. orchestrator=2,retriever=2")) -> None:
+    """Start the whole stack in the foreground and supervise it (restart what exits); Ctrl-C stops it."""
+    _stop_on_signals()  # before anything starts
+    from conduit.ops.stack import parse_scale
 
-    console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}  (logs: {stack.log_dir})")
-    console.print(f"open the page with this one-time login link (valid {settings.login_token_ttl_s // 60} minutes):")
-    console.print(login_link(settings, stack.gateway_url), soft_wrap=True, highlight=False)  # never wrapped
-    console.print(f"[dim]admin key: {admin_key_path(settings.data_dir)}[/dim]")
-    console.print(f"try: .venv/bin/conduit ask \"{SAMPLE_QUESTION}\"")
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     try:
-        while not stopping:
-            for name, proc in stack.procs.items():
-                if not proc.running:
-                    console.print(f"[red]{name} exited[/red]; see {proc.log_path}")
-                    stopping.append(1)
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        console.print("stopping…")
-        stack.stop()
+        replicas = parse_scale(scale)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+    def banner_then_supervise(stack: "Stack") -> int:
+        from conduit.ops.bootstrap import admin_key_path, login_link
+
+        settings = stack.settings
+        console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}  (logs: {stack.log_dir})")
+        console.print(f"open the page with this one-time login link (valid {settings.login_token_ttl_s // 60} minutes):")
+        console.print(login_link(settings, stack.gateway_url), soft_wrap=True, highlight=False)  # never wrapped
+        console.print(f"[dim]admin key: {admin_key_path(settings.data_dir)}[/dim]")
+        console.print(f"try: .venv/bin/conduit ask \"{SAMPLE_QUESTION}\"")
+        console.print("     .venv/bin/conduit status")
+        return _supervise(stack)
+
+    raise typer.Exit(_run_stack(get_settings(), ingest, replicas, banner_then_supervise))
+
+
+@app.command()
+def status() -> None:
+    """Show each process of the running `conduit up`: pid, uptime, restarts, ready, consumer lag, Redis file size."""
+    from conduit.ops.status import collect, render
+
+    report = collect(get_settings())
+    if report is None:
+        console.print(f"[red]no `conduit up` is running with data dir {get_settings().data_dir}[/red]")
+        raise typer.Exit(1)
+    out.print(render(report))
+    raise typer.Exit(0 if all(row["ready"] for row in report["rows"]) else 1)
 
 
 def _ask(base_url: str, question: str, session_id: str | None, show_events: bool, key: str | None = None) -> int:
@@ -159,7 +236,7 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
         elif ev.event == "evidence" and show_events:
             for item in d["items"]:
                 console.print(f"[dim][{item['index']}] {item['title']}{item.get('locator') or ''}[/dim]")
-        elif ev.event in ("task.completed", "task.failed", "task.cancelled"):
+        elif ev.event in ("task.completed", "task.failed", "task.cancelled", "task.needs_input"):
             final = ev
     out.print()
     if final is None:
@@ -211,24 +288,19 @@ def ask(question: str = typer.Argument(..., help="the question"),
 
 @app.command()
 def demo(question: str = typer.Argument(SAMPLE_QUESTION, help="question to ask"),
-         keep: bool = typer.Option(False, help="keep the stack running after the answer")) -> None:
+         keep: bool = typer.Option(False, help="keep the stack running (supervised) after the answer")) -> None:
     """Ingest the law corpus once, start the embedded stack, ask a question, stream the answer."""
-    settings = get_settings()
-    _ensure_corpus(settings)
-    stack = _start_stack(settings)
-    try:
+    _stop_on_signals()
+
+    def ask_then(stack: "Stack") -> int:
         console.print(f"[bold]Q:[/bold] {question}")
         code = _ask(stack.gateway_url, question, None, True, stack.admin_key)
         if keep:
             console.print(f"[green]stack running at {stack.gateway_url}[/green]; Ctrl-C to stop")
-            try:
-                while True:
-                    time.sleep(1)
-            except KeyboardInterrupt:
-                pass
-    finally:
-        stack.stop()
-    raise typer.Exit(code)
+            _supervise(stack)
+        return code
+
+    raise typer.Exit(_run_stack(get_settings(), True, {}, ask_then))
 
 
 @app.command()
@@ -254,11 +326,12 @@ def ingest(paths: list[Path] = typer.Argument(None, help="files or folders (txt,
 @app.command("eval")
 def eval_(fast: bool = typer.Option(False, "--fast", help="only the rows marked fast (what CI runs)"),
           url: str = typer.Option(None, help="run against this gateway instead of a private stack"),
-          suite: list[str] = typer.Option(None, help="golden | fault | security (repeatable; default all)")) -> None:
-    """Run the eval suites (golden questions, fault injection, security); exit 1 when a gate fails."""
-    from conduit.ops.evals import run
+          suite: list[str] = typer.Option(None, help="guardrails | routing | golden | fault | security (repeatable; default all)")) -> None:
+    """Run the eval suites (guardrail corpus, routing set, golden questions, fault injection, security);
+    exit 1 when a gate fails."""
+    from conduit.ops.evals import SUITES, run
 
-    gates = run(url, fast, tuple(suite) if suite else ("golden", "fault", "security"))
+    gates = run(url, fast, tuple(suite) if suite else SUITES)
     for g in gates:
         mark = "[green]PASS[/green]" if g.passed else "[red]FAIL[/red]"
         out.print(f"{mark} {g.suite:9} {g.name}  [dim]{g.detail}[/dim]")

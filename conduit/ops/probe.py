@@ -12,13 +12,16 @@ Usage (exit status 0 = healthy)::
     python -m conduit.ops.probe topics [--timeout SECONDS]   # init container
     python -m conduit.ops.probe corpus [--timeout SECONDS]   # init container of the retriever
 
-- ``ready``: 0 when Redis (``REDIS_URL``) answers and at least one liveness key
-  ``conduit:alive:SERVICE:*`` exists (``conduit.runtime.liveness.heartbeat`` refreshes it
-  every 2 s with a 6 s TTL, from the service's event loop); else 1.
-  For ``sandbox`` it also reads the isolation status keys ``conduit:sandbox:status:*``
-  (``services.sandbox.main.publish_status``) and fails with bubblewrap's reason when no
-  replica can isolate code and unsafe mode is off (``sandbox_not_isolated``).
-- ``live``: 1 only when Redis answers and no such key exists (the service's loop
+- ``ready``: 0 when Redis (``REDIS_URL``) answers and a liveness key of this pod
+  ``conduit:alive:SERVICE:HOST:*`` exists (HOST is this container's host name, the pod
+  name in Kubernetes; ``conduit.runtime.liveness.heartbeat`` refreshes the key every 2 s
+  with a 6 s TTL, from the service's event loop); else 1. Another replica's key does not
+  count: a hung pod is not kept alive by a healthy one.
+  For ``sandbox`` it also reads this pod's isolation status key ``conduit:sandbox:status:HOST:*``
+  (``services.sandbox.main.publish_status``) and fails with its message (why, and the
+  command that turns isolation on) when it cannot isolate code and unsafe mode is off
+  (``sandbox_not_isolated``).
+- ``live``: 1 only when Redis answers and no such key of this pod exists (its loop
   stopped beating). When Redis itself is unreachable it answers 0: a Redis outage
   must not make Kubernetes restart every pod at once; ``ready`` reports it instead.
 - ``topics``: waits until every topic of ``contracts.topics.ALL_TOPICS`` exists on
@@ -29,16 +32,14 @@ Usage (exit status 0 = healthy)::
   (``services.retriever.ingest.corpus_ready``; on Kubernetes the ``conduit-ingest-laws``
   Job loads it), so the retriever never starts on an empty store.
 
-Limitation: the key names the process id, and a container's main process is
-usually pid 1 in every replica, so the liveness keys of replicas of one service
-collide and ``ready``/``live`` tell "some replica of SERVICE beats", not "this pod
-beats". Exact per-pod checks need the key to carry the host name.
+``--host`` overrides the host name (tests; a sidecar checking another container).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -51,21 +52,26 @@ REDIS_TIMEOUT_S = 2.0
 
 
 
-def heartbeat_present(redis_url: str, service: str) -> bool:
-    """True when a liveness key of ``service`` exists. Raises ``redis.RedisError`` when Redis is unreachable."""
+def heartbeat_present(redis_url: str, service: str, host: str | None = None) -> bool:
+    """True when a liveness key of ``service`` on ``host`` (default: this host) exists.
+
+    Raises ``redis.RedisError`` when Redis is unreachable.
+    """
     import redis  # noqa: PLC0415 - keep ``--help`` instant
 
+    pattern = keys.alive_pattern(service, host or socket.gethostname())
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
     try:
-        for _ in client.scan_iter(match=keys.alive_pattern(service), count=500):
+        for _ in client.scan_iter(match=pattern, count=500):
             return True
         return False
     finally:
         client.close()
 
 
-def sandbox_isolation(redis_url: str) -> tuple[int, str]:
-    """``(0, how)`` when some sandbox replica isolates code (or runs in the logged unsafe mode), else ``(1, why not)``."""
+def sandbox_isolation(redis_url: str, host: str | None = None) -> tuple[int, str]:
+    """``(0, how)`` when the sandbox on ``host`` (default: this host) isolates code (or runs in the
+    logged unsafe mode), else ``(1, why not)``."""
     import json  # noqa: PLC0415
 
     import redis  # noqa: PLC0415
@@ -73,7 +79,7 @@ def sandbox_isolation(redis_url: str) -> tuple[int, str]:
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
     try:
         reasons = []
-        for k in client.scan_iter(match=keys.SANDBOX_STATUS_PATTERN, count=500):
+        for k in client.scan_iter(match=keys.sandbox_status_pattern(host or socket.gethostname()), count=500):
             raw = client.get(k)
             status = json.loads(raw) if raw else {}
             if status.get("isolated"):
@@ -88,21 +94,23 @@ def sandbox_isolation(redis_url: str) -> tuple[int, str]:
     return 1, "sandbox_not_isolated: " + reasons[0]
 
 
-def check(kind: str, service: str, redis_url: str) -> tuple[int, str]:
-    """Run one ``ready`` or ``live`` check; return ``(exit status, one-line reason)``."""
+def check(kind: str, service: str, redis_url: str, host: str | None = None) -> tuple[int, str]:
+    """Run one ``ready`` or ``live`` check of this pod (``host``, default this host name);
+    return ``(exit status, one-line reason)``."""
     import redis  # noqa: PLC0415
 
+    host = host or socket.gethostname()
     try:
-        present = heartbeat_present(redis_url, service)
+        present = heartbeat_present(redis_url, service, host)
     except redis.RedisError as exc:
         if kind == "live":
             return 0, f"redis unreachable ({type(exc).__name__}); not a reason to restart {service}"
         return 1, f"redis unreachable: {exc}"
     if present and kind == "ready" and service == "sandbox":
-        return sandbox_isolation(redis_url)
+        return sandbox_isolation(redis_url, host)
     if present:
-        return 0, f"{service} heartbeat present"
-    return 1, f"no heartbeat key {keys.alive_pattern(service)}"
+        return 0, f"{service} heartbeat present (host {host})"
+    return 1, f"no heartbeat key {keys.alive_pattern(service, host)}"
 
 
 async def missing_topics(bootstrap: str, wanted: tuple[str, ...]) -> list[str]:
@@ -169,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     for kind in ("ready", "live"):
         p = sub.add_parser(kind)
         p.add_argument("service", help="orchestrator | retriever | web | sandbox | gateway")
+        p.add_argument("--host", default=None, help="host name of the pod to check (default: this one)")
     for kind in ("topics", "corpus"):
         p = sub.add_parser(kind)
         p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
@@ -180,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.kind == "corpus":
         status, reason = wait_corpus(settings, args.timeout)
     else:
-        status, reason = check(args.kind, args.service, settings.redis())
+        status, reason = check(args.kind, args.service, settings.redis(), args.host)
     print(reason, file=sys.stderr if status else sys.stdout, flush=True)
     return status
 

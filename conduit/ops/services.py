@@ -3,18 +3,45 @@
 Each service package exposes ``services.<name>.main.main(settings)``, a blocking
 entry point that serves until SIGTERM. ``ServiceProcess`` runs one of them as
 ``python -m conduit serve NAME`` with its settings passed as environment variables.
+Each process gets SIGTERM from the kernel when the process that started it dies
+(``infra.die_with_parent``), so no service outlives a SIGKILLed ``conduit up``.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conduit.ops import infra
+from conduit.runtime.settings import Settings
 
 SERVICES = ("retriever", "web", "sandbox", "orchestrator", "gateway")
 """Every service, in start order (tool services before the orchestrator, gateway last)."""
+
+STOP_MARGIN_S = 5.0
+"""Seconds a stopper waits beyond a process's own shutdown budget before it sends SIGKILL."""
+
+
+def shutdown_budget_s(service: str, settings: Settings) -> float:
+    """Seconds ``service`` may take to stop cleanly after SIGTERM, from its own settings.
+
+    - gateway: uvicorn's graceful shutdown (``gateway_shutdown_grace_s``);
+    - orchestrator: running model steps (``shutdown_grace_s``) plus a handler in flight
+      (``tool_timeout_s``: the longest a handler waits on anything);
+    - retriever, web: a tool handler in flight (``tool_timeout_s + 5``, the FastStream deadline);
+    - sandbox: a run in flight (``sandbox_timeout_s + 5``).
+    Each stopper (``ServiceProcess.stop``, Kubernetes' ``terminationGracePeriodSeconds``)
+    waits this plus ``STOP_MARGIN_S``; tests/deploy checks the manifests agree.
+    """
+    if service == "gateway":
+        return settings.gateway_shutdown_grace_s
+    if service == "orchestrator":
+        return settings.shutdown_grace_s + settings.tool_timeout_s
+    if service == "sandbox":
+        return settings.sandbox_timeout_s + 5
+    return settings.tool_timeout_s + 5
 
 
 def settings_env(bootstrap: str, redis_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
@@ -31,32 +58,37 @@ def settings_env(bootstrap: str, redis_url: str, data_dir: Path, **extra: str) -
 
 
 class ServiceProcess:
-    """One service subprocess with its log file at ``<data_dir>/logs/<name>.log``.
+    """One service subprocess with its log file at ``<data_dir>/logs/<key>.log``.
 
     Args:
         name: one of ``SERVICES``.
         env: extra environment (see ``settings_env``).
         log_dir: folder for the log file.
+        key: this replica's name in a stack (default ``name``; ``orchestrator-2`` for a second replica).
+        stop_timeout_s: seconds ``stop`` waits after SIGTERM before SIGKILL
+            (default: ``shutdown_budget_s`` of the default settings plus ``STOP_MARGIN_S``).
     """
 
-    def __init__(self, name: str, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, name: str, env: dict[str, str], log_dir: Path, key: str | None = None,
+                 stop_timeout_s: float | None = None) -> None:
         if name not in SERVICES:
             raise ValueError(f"unknown service {name!r}; expected one of {SERVICES}")
         self.name = name
+        self.key = key or name
         self.env = env
-        self.log_path = log_dir / f"{name}.log"
+        self.log_path = log_dir / f"{self.key}.log"
         self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+        self.stop_timeout_s = stop_timeout_s if stop_timeout_s is not None else (
+            shutdown_budget_s(name, Settings()) + STOP_MARGIN_S)
 
     def start(self) -> "ServiceProcess":
         """Spawn the process (non-blocking)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conduit", "serve", self.name],
-            env=infra.env_for_children(self.env),
-            stdout=self.log_path.open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.proc = infra.popen([sys.executable, "-m", "conduit", "serve", self.name],
+                                env=infra.env_for_children(self.env), stdout=self.log_path.open("ab"),
+                                stderr=subprocess.STDOUT)
+        self.started_at = time.time()
         return self
 
     def kill(self) -> None:
@@ -66,9 +98,9 @@ class ServiceProcess:
             self.proc.wait()
 
     def stop(self) -> None:
-        """SIGTERM the process and wait for a clean exit."""
+        """SIGTERM the process and wait for a clean exit (SIGKILL after ``stop_timeout_s``)."""
         if self.proc:
-            infra.stop(self.proc)
+            infra.stop(self.proc, self.stop_timeout_s)
 
     def wait_exit(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` seconds for the process to exit by itself; True if it did."""
@@ -84,3 +116,8 @@ class ServiceProcess:
     def running(self) -> bool:
         """True while the process has not exited."""
         return bool(self.proc and self.proc.poll() is None)
+
+    @property
+    def pid(self) -> int | None:
+        """The process id (None before ``start``)."""
+        return self.proc.pid if self.proc else None

@@ -2,9 +2,15 @@
 
 ``Stack.start()`` starts what is not configured externally (tansu when
 ``KAFKA_BOOTSTRAP_SERVERS`` is unset, a private redis-server when ``REDIS_URL``
-is unset), creates the topics, starts each service with ``conduit serve NAME``
-and waits until the gateway is ready and every service has checked in.
-Logs go to ``<data_dir>/logs/``.
+is unset), waits until Redis has loaded its data, creates the topics, starts every
+service but the gateway with ``conduit serve NAME`` (``scale`` replicas each), waits
+until each has checked in, and only then starts the gateway: its ``/readyz`` never
+answers while a service it depends on has not checked in. Logs go to ``<data_dir>/logs/``.
+
+Each process is registered the moment it is spawned, so ``stop()`` (run on any
+failure or signal during ``start()``) reaches everything; and every child dies with
+this process anyway (``infra.die_with_parent``). ``conduit.ops.supervisor`` restarts
+children that exit.
 """
 
 from __future__ import annotations
@@ -12,20 +18,87 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import httpx
 import redis as redis_sync
 
-from conduit.runtime import bus
 from conduit.ops import bootstrap, infra
+from conduit.ops.services import SERVICES, STOP_MARGIN_S, ServiceProcess, settings_env, shutdown_budget_s
+from conduit.runtime import bus
 from conduit.runtime.liveness import alive_key
-from conduit.ops.services import SERVICES, ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
+
+READY_POLL_S = 0.2
+"""How often ``wait_ready`` looks at the liveness keys (seconds)."""
 
 
 class StackError(RuntimeError):
     """The stack could not start; the message says which part and where its log is."""
+
+
+class InfraProcess:
+    """tansu or the embedded redis-server, startable again by the supervisor.
+
+    Args:
+        name: ``tansu`` or ``redis``.
+        spawn: starts the process (does not wait).
+        ready: blocks until the spawned process serves (raises RuntimeError otherwise).
+        log_path: its log file.
+        stop_timeout_s: seconds ``stop`` waits after SIGTERM before SIGKILL.
+    """
+
+    def __init__(self, name: str, spawn: Callable[[], subprocess.Popen], ready: Callable[[subprocess.Popen], None],
+                 log_path: Path, stop_timeout_s: float = 10.0) -> None:
+        self.name = self.key = name
+        self._spawn, self._ready = spawn, ready
+        self.log_path = log_path
+        self.stop_timeout_s = stop_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+
+    def start(self) -> "InfraProcess":
+        """Spawn the process and wait until it serves."""
+        self.proc = self._spawn()
+        self.started_at = time.time()
+        self._ready(self.proc)
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after ``stop_timeout_s`` seconds."""
+        if self.proc:
+            infra.stop(self.proc, self.stop_timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL the process (crash simulation)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    @property
+    def running(self) -> bool:
+        """True while the process has not exited."""
+        return bool(self.proc and self.proc.poll() is None)
+
+    @property
+    def pid(self) -> int | None:
+        """The process id (None before ``start``)."""
+        return self.proc.pid if self.proc else None
+
+
+def parse_scale(spec: str | None) -> dict[str, int]:
+    """``"orchestrator=2,retriever=2"`` -> ``{"orchestrator": 2, "retriever": 2}``.
+
+    Raises ValueError on an unknown service or a count below 1.
+    """
+    scale: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in (spec or "").split(","))):
+        name, _, count = part.partition("=")
+        if name not in SERVICES or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"bad --scale item {part!r}: expected SERVICE=N with N >= 1, SERVICE one of {', '.join(SERVICES)}")
+        scale[name] = int(count)
+    return scale
 
 
 class Stack:
@@ -35,15 +108,23 @@ class Stack:
         settings: where things listen (ports, data dir, external addresses).
         services: which services to run (default: all of them).
         extra_env: extra environment for every service process (e.g. model endpoint).
+        scale: replicas per service (default 1); replica 2 of ``orchestrator`` is keyed ``orchestrator-2``.
+
+    Raises StackError for retriever replicas without a Qdrant server (``QDRANT_URL``).
     """
 
-    def __init__(self, settings: Settings, services: tuple[str, ...] = SERVICES, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, settings: Settings, services: tuple[str, ...] = SERVICES, extra_env: dict[str, str] | None = None,
+                 scale: dict[str, int] | None = None) -> None:
         self.settings = settings
         self.services = services
         self.extra_env = extra_env or {}
+        self.scale = scale or {}
+        if self.scale.get("retriever", 1) > 1 and not settings.qdrant_url:
+            raise StackError("the embedded Qdrant Edge store opens in one process only: more than one retriever "
+                             "needs a Qdrant server (set QDRANT_URL)")
         self.data_dir = Path(settings.data_dir).resolve()
         self.log_dir = self.data_dir / "logs"
-        self.infra_procs: list[tuple[str, subprocess.Popen]] = []
+        self.infra: dict[str, InfraProcess] = {}
         self.procs: dict[str, ServiceProcess] = {}
         self.admin_key: str | None = None
         """The tenant admin's API key (``<data_dir>/admin.key``), set by ``start()``."""
@@ -53,47 +134,103 @@ class Stack:
         """Base URL of the gateway."""
         return f"http://{self.settings.gateway_host}:{self.settings.gateway_port}"
 
+    @property
+    def infra_procs(self) -> list[tuple[str, subprocess.Popen]]:
+        """``[(name, process)]`` of the embedded broker and Redis that were started."""
+        return [(name, p.proc) for name, p in self.infra.items() if p.proc is not None]
+
+    def children(self) -> dict[str, InfraProcess | ServiceProcess]:
+        """Every process this stack started, by key, in start order (infrastructure first)."""
+        return {**self.infra, **self.procs}
+
+    def check_ports(self) -> None:
+        """Raise StackError naming the processes (pids) that hold a port this stack needs."""
+        s = self.settings
+        wanted = []
+        if not s.kafka_bootstrap_servers:
+            wanted.append(("127.0.0.1", s.embedded_kafka_port, "embedded Kafka broker", "CONDUIT_EMBEDDED_KAFKA_PORT"))
+        if not s.redis_url:
+            wanted.append(("127.0.0.1", s.embedded_redis_port, "embedded Redis", "CONDUIT_EMBEDDED_REDIS_PORT"))
+        if "gateway" in self.services and s.gateway_port:
+            wanted.append((s.gateway_host, s.gateway_port, "gateway", "CONDUIT_GATEWAY_PORT"))
+        busy = [infra.busy_port_message(p, what, env) for host, p, what, env in wanted if infra.port_open(p, host)]
+        if busy:
+            raise StackError(" ".join(busy))
+
     def start_infra(self) -> None:
-        """Start the embedded broker and Redis unless external ones are configured."""
+        """Start the embedded broker and Redis unless external ones are configured; create the topics."""
         s = self.settings
         if not s.kafka_bootstrap_servers:
-            if infra.port_open(s.embedded_kafka_port):
-                raise StackError(f"port {s.embedded_kafka_port} is busy: is another Conduit stack running? "
-                                 "Stop it or set CONDUIT_EMBEDDED_KAFKA_PORT.")
-            self.infra_procs.append(("tansu", infra.start_tansu(s.embedded_kafka_port, self.log_dir / "tansu.log")))
+            self.infra["tansu"] = self._tansu(s.embedded_kafka_port)
+            self.infra["tansu"].start()
         if not s.redis_url:
-            if infra.port_open(s.embedded_redis_port):
-                raise StackError(f"port {s.embedded_redis_port} is busy: is another Conduit stack running? "
-                                 "Stop it or set CONDUIT_EMBEDDED_REDIS_PORT.")
-            self.infra_procs.append(("redis", infra.start_redis(s.embedded_redis_port, self.data_dir / "redis", self.log_dir / "redis.log")))
-        asyncio.run(bus.ensure_topics(s))
+            self.infra["redis"] = self._redis(s.embedded_redis_port, s.redis())
+            self.infra["redis"].start()
+        else:
+            infra.wait_redis_loaded(s.redis(), timeout_s=s.stack_ready_timeout_s)
+        self.ensure_topics()
 
-    def start_services(self, timeout_s: float | None = None) -> None:
-        """Start every service process and wait until all are ready (``stack_ready_timeout_s``)."""
+    def _tansu(self, port: int) -> InfraProcess:
+        log = self.log_dir / "tansu.log"
+        return InfraProcess("tansu", lambda: infra.spawn_tansu(port, log), lambda proc: infra.wait_port(port, proc=proc),
+                            log, stop_timeout_s=5.0)
+
+    def _redis(self, port: int, url: str) -> InfraProcess:
+        log = self.log_dir / "redis.log"
+        return InfraProcess("redis", lambda: infra.spawn_redis(port, self.data_dir / "redis", log),
+                            lambda proc: (infra.wait_port(port, proc=proc), infra.wait_redis_loaded(url, proc=proc)), log)
+
+    def ensure_topics(self) -> None:
+        """Create every topic that is missing (after a broker start: tansu keeps topics in memory)."""
+        asyncio.run(bus.ensure_topics(self.settings))
+
+    def service_env(self) -> dict[str, str]:
+        """The environment every service process of this stack gets."""
         s = self.settings
         env = settings_env(s.bootstrap_servers(), s.redis(), self.data_dir, **self.extra_env)
         env["CONDUIT_GATEWAY_HOST"] = s.gateway_host
         env["CONDUIT_GATEWAY_PORT"] = str(s.gateway_port)
-        if s.gateway_port and "gateway" in self.services and infra.port_open(s.gateway_port, s.gateway_host):
-            raise StackError(f"port {s.gateway_port} is busy: set CONDUIT_GATEWAY_PORT to a free port.")
-        for name in self.services:
-            self.procs[name] = ServiceProcess(name, env, self.log_dir).start()
-        self.wait_ready(timeout_s or self.settings.stack_ready_timeout_s)
+        return env
+
+    def new_process(self, name: str, replica: int = 1) -> ServiceProcess:
+        """A (not started) process of service ``name``; replica N > 1 is keyed ``name-N``."""
+        key = name if replica == 1 else f"{name}-{replica}"
+        return ServiceProcess(name, self.service_env(), self.log_dir, key=key,
+                              stop_timeout_s=shutdown_budget_s(name, self.settings) + STOP_MARGIN_S)
+
+    def _start_all(self, names: Iterable[str]) -> None:
+        for name in names:
+            for replica in range(1, self.scale.get(name, 1) + 1):
+                proc = self.new_process(name, replica)
+                self.procs[proc.key] = proc
+                proc.start()
+
+    def start_services(self, timeout_s: float | None = None) -> None:
+        """Start every service process and wait until all are ready (``stack_ready_timeout_s``):
+        first all but the gateway, then, once they checked in, the gateway."""
+        timeout_s = timeout_s or self.settings.stack_ready_timeout_s
+        deadline = time.monotonic() + timeout_s
+        self._start_all(n for n in self.services if n != "gateway")
+        self.wait_ready(timeout_s)
+        if "gateway" in self.services:
+            self._start_all(["gateway"])
+            self.wait_ready(max(1.0, deadline - time.monotonic()))
 
     def wait_ready(self, timeout_s: float) -> None:
         """Block until every service process checked in (its own liveness key, set once its
         consumer joined its group) and the gateway answers /readyz; raises StackError."""
         r = redis_sync.Redis.from_url(self.settings.redis())
         deadline = time.monotonic() + timeout_s
+        missing: list[str] = []
         try:
             while time.monotonic() < deadline:
-                for name, proc in self.procs.items():
+                for key, proc in self.procs.items():
                     if not proc.running:
-                        raise StackError(f"service {name} exited early; see {proc.log_path}")
-                missing = [n for n, p in self.procs.items() if not r.exists(alive_key(n, p.proc.pid))]
-                if not missing and ("gateway" not in self.services or self._gateway_ready()):
+                        raise StackError(f"service {key} exited early (status {proc.proc.returncode}); see {proc.log_path}")
+                missing = [k for k, p in self.procs.items() if not r.exists(alive_key(p.name, p.pid))]
+                if not missing and ("gateway" not in self.procs or self._gateway_ready()):
                     return
-                time.sleep(0.2)
+                time.sleep(READY_POLL_S)
         finally:
             r.close()
         raise StackError(f"services not ready after {timeout_s:.0f} s: {missing}; logs in {self.log_dir}")
@@ -105,9 +242,15 @@ class Stack:
             return False
 
     def start(self) -> "Stack":
-        """Start infrastructure and services; stops what started if anything fails."""
+        """Check the ports, start infrastructure and services; stops what started if anything fails
+        (an exception from a signal handler included)."""
         try:
-            self.start_infra()
+            self.check_ports()
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.start_infra()
+            except RuntimeError as exc:
+                raise StackError(f"{exc}; logs in {self.log_dir}") from exc
             self.admin_key = bootstrap.ensure_admin_key(self.settings)
             self.start_services()
         except BaseException:
@@ -116,10 +259,21 @@ class Stack:
         return self
 
     def stop(self) -> None:
-        """Stop services (gateway first), then Redis and the broker."""
-        for name in reversed(list(self.procs)):
-            self.procs[name].stop()
-        for _, proc in reversed(self.infra_procs):
-            infra.stop(proc)
+        """Stop the gateway first, then the other services together, then Redis and the broker.
+
+        Each process gets SIGTERM and its stop budget (``services.shutdown_budget_s``) before SIGKILL.
+        """
+        gateways = [p for p in self.procs.values() if p.name == "gateway"]
+        for proc in gateways:
+            proc.stop()
+        rest = [p for p in self.procs.values() if p.name != "gateway"]
+        for proc in rest:
+            if proc.running:
+                proc.proc.terminate()
+        for proc in rest:
+            if proc.proc is not None:
+                infra.wait_or_kill(proc.proc, proc.stop_timeout_s)
+        for child in reversed(list(self.infra.values())):
+            child.stop()
         self.procs.clear()
-        self.infra_procs.clear()
+        self.infra.clear()

@@ -190,9 +190,14 @@ def alive(service: str, host: str, pid: int) -> str:
     return f"{PREFIX}:alive:{service}:{host}:{pid}"
 
 
-def alive_pattern(service: str = "*") -> str:
-    """SCAN pattern of the liveness marks of ``service`` (default: every service)."""
-    return f"{PREFIX}:alive:{service}:*"
+def alive_pattern(service: str = "*", host: str = "*") -> str:
+    """SCAN pattern of the liveness marks of ``service`` on ``host`` (default: every service, every host)."""
+    return f"{PREFIX}:alive:{service}:{host}:*"
+
+
+def sandbox_status_pattern(host: str = "*") -> str:
+    """SCAN pattern of the isolation statuses of the sandbox processes on ``host`` (default: every host)."""
+    return f"{PREFIX}:sandbox:status:{host}:*"
 
 
 def sandbox_status(host: str, pid: int) -> str:

@@ -60,17 +60,22 @@ class TaskStore:
         """True while the record exists (one ``EXISTS``; nothing is parsed)."""
         return bool(await self.redis.exists(self.key(task_id)))
 
-    async def add_turn(self, session_id: str, question: str, answer: str, max_turns: int = 50) -> None:
-        """Append one finished (question, answer) turn to a session's history."""
+    async def add_turn(self, session_id: str, question: str, answer: str, max_turns: int = 50,
+                       evidence: list[dict] | None = None) -> None:
+        """Append one finished (question, answer) turn to a session's history; ``evidence`` (numbered
+        evidence as JSON) when the turn ended asking the user a question (the reply continues with it)."""
         key = keys.session_turns(session_id)
+        turn: dict = {"question": question, "answer": answer}
+        if evidence:
+            turn["evidence"] = evidence
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
-            pipe.rpush(key, json.dumps({"question": question, "answer": answer}, ensure_ascii=False))
+            pipe.rpush(key, json.dumps(turn, ensure_ascii=False))
             pipe.ltrim(key, -max_turns, -1)
             pipe.expire(key, self.ttl_s)
             await pipe.execute()
 
-    async def turns(self, session_id: str, last: int) -> list[dict[str, str]]:
-        """Return the session's last ``last`` turns, oldest first: ``[{question, answer}]``."""
+    async def turns(self, session_id: str, last: int) -> list[dict]:
+        """Return the session's last ``last`` turns, oldest first: ``[{question, answer, evidence?}]``."""
         if last <= 0:
             return []
         raw = await self.redis.lrange(keys.session_turns(session_id), -last, -1)

@@ -4,7 +4,8 @@
 tenant without an entry (or a field left out) gets the process-wide setting. Enforced by the
 gateway: ``allowed_tools`` (a task's tools are narrowed to them, ``services.gateway.tasks``),
 ``rate_limit_per_minute`` and ``running_tasks`` (``services.gateway.ratelimit``). ``model`` and
-``approval_policies`` are for the orchestrator (``policy(settings, tenant).model``).
+``approval_policies`` by the orchestrator (``services.orchestrator.steps`` names the tenant's
+model in each call; ``services.orchestrator.agent.vetting`` applies its approval policies).
 """
 
 from __future__ import annotations

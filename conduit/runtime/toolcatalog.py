@@ -1,20 +1,48 @@
-"""Which tools the model is offered (seed 000 §5: an unconfigured tool disappears)."""
+"""Which tools the model is offered (rule T2, docs/rules.md: an unconfigured tool disappears, and a
+tool that cannot run, such as code_exec without isolation, is not shown)."""
 
 from __future__ import annotations
 
+import json
+
+from redis.asyncio import Redis
+
+from conduit.records import keys
 from conduit.runtime.settings import Settings
 from contracts.tools import ALL_TOOLS
 
 
-def available_tools(settings: Settings, allowed: list[str] | None = None) -> list[str]:
+
+def available_tools(settings: Settings, allowed: list[str] | None = None,
+                    unavailable: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """Tools offered for a task, in a stable order.
 
-    ``kb_search`` and ``code_exec`` are always served; ``web_search`` and
-    ``web_fetch`` only when a search provider is configured (SearXNG URL or
-    Tavily key). ``allowed`` (from the request) narrows the set further.
+    ``kb_search`` and ``code_exec`` are served; ``web_search`` and ``web_fetch`` only
+    when a search provider is configured (SearXNG URL or Tavily key). ``unavailable``
+    (from ``unavailable_tools``: e.g. ``code_exec`` while no sandbox can isolate code)
+    is left out. ``allowed`` (from the request) narrows the set further.
     """
     web = bool(settings.searxng_url or settings.tavily_api_key)
-    tools = [t for t in ALL_TOOLS if web or not t.startswith("web_")]
+    tools = [t for t in ALL_TOOLS if (web or not t.startswith("web_")) and t not in unavailable]
     if allowed is not None:
         tools = [t for t in tools if t in allowed]
     return tools
+
+
+async def unavailable_tools(redis: Redis) -> frozenset[str]:
+    """Tools that cannot run right now: ``{"code_exec"}`` when sandbox replicas reported their
+    status and none of them isolates code (or runs in the logged unsafe mode), else empty.
+
+    No report at all (no sandbox started yet) hides nothing: the request then waits in its
+    topic for a sandbox. One SCAN plus one GET per replica; Redis errors propagate.
+    """
+    statuses = []
+    # each sandbox replica keeps its status (JSON {"isolated", "unsafe", "reason"}, a TTL of seconds)
+    # under keys.sandbox_status(host, pid) (services.sandbox.main.publish_status)
+    async for key in redis.scan_iter(match=keys.SANDBOX_STATUS_PATTERN, count=500):
+        raw = await redis.get(key)
+        if raw:
+            statuses.append(json.loads(raw))
+    if statuses and not any(s.get("isolated") or s.get("unsafe") for s in statuses):
+        return frozenset({"code_exec"})
+    return frozenset()

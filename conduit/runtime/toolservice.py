@@ -4,7 +4,7 @@ A tool service (retriever, web, sandbox) registers tool functions with
 ``ToolService``. For each ``ToolRequested`` on its topic the runtime:
 
 1. returns the stored result when the ``idempotency_key`` was already run
-   (seed 003: idempotent tools; results kept ``RESULT_TTL_S`` seconds; transient
+   (rule T3, docs/rules.md: idempotent tools; results kept ``RESULT_TTL_S`` seconds; transient
    failures and timeouts are not stored, so a retry runs the tool again);
 2. validates the arguments with the tool's contract model (``bad_arguments`` error);
 3. runs the tool under its deadline (``timeout`` outcome);
@@ -66,7 +66,7 @@ class ToolOutput:
 
 class ToolFailure(Exception):
     """A structured tool error: ``error_code``, ``message``, ``hint`` and ``kind``
-    (transient, bad_arguments, forbidden, business; seed 003)."""
+    (transient, bad_arguments, forbidden, business; rule T4)."""
 
     def __init__(self, error_code: str, message: str, hint: str | None = None, kind: str = "transient") -> None:
         super().__init__(message)
@@ -219,7 +219,7 @@ class ToolService:
             payload = await self.execute(request)
             metrics.tool_call(payload.tool, payload.outcome, (payload.duration_ms or 0) / 1000)
             transient = payload.outcome == "timeout" or (payload.error is not None and payload.error.kind == "transient")
-            if not transient:  # a retry of a transient failure must run the tool again (seed 003)
+            if not transient:  # a retry of a transient failure must run the tool again (rule T3)
                 # stored and published at once: a crash in between only means a redelivery runs it again
                 await asyncio.gather(
                     self.redis.set(key, payload.model_dump_json(), ex=RESULT_TTL_S),

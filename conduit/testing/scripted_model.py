@@ -7,7 +7,8 @@ real streaming wire format (``data: {chunk}`` lines, ``data: [DONE]``), so the
 
 Turn fields: ``content`` (text streamed in ``chunks`` pieces), ``tool_calls``
 (``[{"name", "arguments"}]``), ``delay_s`` before the first chunk,
-``chunk_delay_s`` between chunks, ``status`` (answer with that HTTP error instead).
+``chunk_delay_s`` between chunks, ``status`` (answer with that HTTP error instead), ``reasoning``
+(streamed first as ``reasoning_content`` deltas, as DeepSeek, Qwen and vLLM send them).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Turn:
     chunk_delay_s: float = 0.0
     status: int | None = None
     retry_after_s: float | None = None
+    reasoning: str = ""
 
 
 TurnSource = Turn | Callable[[dict[str, Any]], Turn]
@@ -115,6 +117,11 @@ class ScriptedModel:
             if turn.delay_s:
                 await asyncio.sleep(turn.delay_s)
             yield chunk({"role": "assistant", "content": ""})
+            if turn.reasoning:
+                half = len(turn.reasoning) // 2 or 1
+                for part in (turn.reasoning[:half], turn.reasoning[half:]):
+                    if part:
+                        yield chunk({"reasoning_content": part})
             text = turn.content
             if text:
                 n = max(1, min(turn.chunks, len(text)))

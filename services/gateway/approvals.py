@@ -1,4 +1,5 @@
-"""Human approval and trace routes (seed 003: human in the loop; seed 000: trace).
+"""Human approval and trace routes (rules G2 and A7: one decision per held call; rule G3: the trace;
+docs/rules.md).
 
 - ``POST /v1/tasks/{id}/approvals/{call_id}`` body ``ApprovalDecisionBody`` -> 202;
   validated against the pending record (404 ``approval_not_found``, 409

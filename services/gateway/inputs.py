@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from conduit.runtime.settings import Settings
+from conduit.policy import guardrails
 from contracts.api import TaskCreate
 from services.gateway.errors import ApiError
 
@@ -39,7 +40,9 @@ async def read_task_create(request: Request, settings: Settings) -> TaskCreate:
     Raises:
         RequestValidationError: malformed JSON or invalid fields (-> 422 ``invalid_request``).
         ApiError: 413 ``question_too_large`` when the body exceeds ``max_body_bytes``
-            or the question exceeds ``settings.max_question_chars`` characters.
+            or the question exceeds ``settings.max_question_chars`` characters; 422
+            ``input_rejected`` (details ``{category, rule}``) when the input guardrail (rule G1,
+            ``conduit.policy.guardrails``) finds a prompt injection: nothing is queued, no model runs.
     """
     limit = max_body_bytes(settings)
     declared = request.headers.get("content-length", "")
@@ -62,6 +65,10 @@ async def read_task_create(request: Request, settings: Settings) -> TaskCreate:
     if not body.question.strip():
         raise RequestValidationError([{"type": "string_too_short", "loc": ("body", "question"),
                                        "msg": "the question is blank"}])
+    rejected = guardrails.check(body.question)
+    if rejected is not None:
+        raise ApiError(422, "input_rejected", rejected.message(body.question),
+                       {"category": rejected.category, "rule": rejected.rule})
     return body
 
 
@@ -93,7 +100,7 @@ IDEMPOTENCY_KEY_MAX = 255
 
 
 def idempotency_key(request: Request) -> str | None:
-    """The ``Idempotency-Key`` header (seed 003: a retried create must not run twice), or None.
+    """The ``Idempotency-Key`` header (rule G1, docs/rules.md: a retried create must not run twice), or None.
 
     Raises:
         ApiError: 422 ``invalid_request`` when it is empty, longer than ``IDEMPOTENCY_KEY_MAX``

@@ -48,7 +48,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     # topics and message model: what contracts.channels says the orchestrator's group reads
     bus.subscribe(broker, settings, redis, handler=dispatch, group_id=topics.GROUP_ORCHESTRATOR,
                   consumer_name="orchestrator")
-    await serve_process("orchestrator", settings, broker, redis, background=[orch.run_sweeper], drain=drain, stop=stop)
+    await serve_process("orchestrator", settings, broker, redis, background=[orch.run_sweeper, orch.watch_tool_availability], drain=drain, stop=stop)
 
 
 def main(settings: Settings) -> None:

@@ -60,10 +60,14 @@ class Model(Protocol):
     """A streaming chat model with tool calling."""
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
-                     should_stop: ShouldStop | None = None) -> ModelResponse:
+                     should_stop: ShouldStop | None = None, max_tokens: int | None = None,
+                     on_thinking: OnDelta | None = None, model: str | None = None) -> ModelResponse:
         """Run one call over ``messages`` (OpenAI chat format) offering ``tools`` (OpenAI tool
         schemas, None = no tools); await ``on_delta(text)`` per content piece and poll
-        ``should_stop()`` between pieces (cancel). Raises ``ModelError`` when the model fails."""
+        ``should_stop()`` between pieces (cancel); ``max_tokens`` caps the completion (None: the
+        endpoint's default); ``on_thinking(text)`` is awaited per reasoning piece when given;
+        ``model`` names the chat model (the tenant's, ``conduit.runtime.tenants``; None: the default).
+        Raises ``ModelError`` when the model fails."""
         ...
 
 

@@ -33,6 +33,7 @@ __all__ = ["ModelClient", "ModelError", "ModelResponse", "ToolCallRequest"]
 
 
 def _retryable(exc: BaseException) -> bool:
+    """Rule A12: 429, 5xx and connection errors are transient; 401 and 403 never are (rule E9)."""
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code == 429 or exc.status_code >= 500
     return isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError, httpx.TransportError))
@@ -65,7 +66,8 @@ class ModelClient:
         )
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
-                     should_stop: ShouldStop | None = None) -> ModelResponse:
+                     should_stop: ShouldStop | None = None, max_tokens: int | None = None,
+                     on_thinking: OnDelta | None = None, model: str | None = None) -> ModelResponse:
         """Run one streaming call; ``on_delta(text)`` is awaited for each content piece.
 
         Returns the assembled ``ModelResponse``. Raises ``ModelError`` when the
@@ -89,7 +91,7 @@ class ModelClient:
             ):
                 with attempt:
                     resp.retries = attempt.retry_state.attempt_number - 1
-                    await self._once(messages, tools, on_delta, should_stop, resp, started)
+                    await self._once(messages, tools, on_delta, should_stop, resp, started, max_tokens, on_thinking, model)
         except openai.OpenAIError as exc:
             raise ModelError(f"{type(exc).__name__}: {exc}"[:500], streamed=bool(resp.content)) from exc
         except httpx.HTTPError as exc:
@@ -97,14 +99,18 @@ class ModelClient:
         resp.total_s = time.perf_counter() - started
         return resp
 
-    async def _once(self, messages, tools, on_delta, should_stop, resp: ModelResponse, started: float) -> None:
+    async def _once(self, messages, tools, on_delta, should_stop, resp: ModelResponse, started: float,
+                    max_tokens: int | None = None, on_thinking: OnDelta | None = None,
+                    model: str | None = None) -> None:
         kwargs: dict[str, Any] = dict(
-            model=self.settings.model,
+            model=model or self.settings.model,
             messages=messages,
             stream=True,
             stream_options={"include_usage": True},
             temperature=self.settings.model_temperature,
         )
+        if max_tokens:
+            kwargs["max_tokens"] = max_tokens
         if tools:
             kwargs["tools"] = tools
             kwargs["tool_choice"] = "auto"
@@ -122,6 +128,9 @@ class ModelClient:
                 delta = choice.delta
                 if delta is None:
                     continue
+                thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+                if thought and on_thinking is not None and isinstance(thought, str):
+                    await on_thinking(thought)
                 if delta.content:
                     if resp.first_token_s is None:
                         resp.first_token_s = time.perf_counter() - started

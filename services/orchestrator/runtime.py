@@ -7,7 +7,8 @@ writes the client events and the wake-up (the outbox); the step's other effects 
 then carried out in order (``carry_out``). One replica serves many tasks at once and
 any replica can resume any task.
 
-- ``on_question``: create the checkpoint with its lease, start a model step (``steps``).
+- ``on_question``: ask the pre-router (rule R1, ``router``: rules, then the router model when
+  configured; fail-open), create the checkpoint with its lease, start a model step (``steps``).
 - ``on_tool_result``: record a result; when the step's calls are all back the next
   model step starts.
 - ``on_control``: a cancel, or a person's decision on a call waiting for approval.
@@ -30,11 +31,11 @@ from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
-from conduit.runtime.toolcatalog import available_tools
+from conduit.runtime.toolcatalog import available_tools, unavailable_tools
 from contracts.envelope import utcnow
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
-from services.orchestrator import sweeper
-from services.orchestrator.agent import approvals, endings, planning, recording, timers
+from services.orchestrator import router, sweeper
+from services.orchestrator.agent import approvals, endings, planning, recording, routing, timers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     Announce,
@@ -62,6 +63,9 @@ from services.orchestrator.steps import ModelSteps
 from services.orchestrator.store import SAVE_RETRIES, StaleState, StateStore, Transition
 
 log = structlog.get_logger("conduit.orchestrator")
+
+TOOL_AVAILABILITY_EVERY_S = 2.0
+"""Seconds between two reads of the tool services' availability (sandbox status keys live 30 s)."""
 
 
 def model_from_settings(settings: Settings) -> Model | None:
@@ -109,6 +113,9 @@ class Orchestrator:
         self.hooks: Hooks = hooks or NoHooks()
         self.steps = ModelSteps(self)
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
+        self.unavailable: frozenset[str] = frozenset()
+        """Tools that cannot run now (e.g. ``code_exec`` without isolation), refreshed by
+        ``watch_tool_availability``; left out of every new task's tool list (rule T2)."""
 
     @property
     def running(self) -> dict[str, asyncio.Task[None]]:
@@ -131,7 +138,9 @@ class Orchestrator:
         if existing is not None or sealed:
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
-        step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools), turns)
+        route = await router.decide(s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
+        step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools, self.unavailable),
+                              turns, route=route)
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:
@@ -169,6 +178,16 @@ class Orchestrator:
         """Forever: ``sweep`` every ``every_s`` seconds."""
         await sweeper.run(self, every_s)
 
+    async def watch_tool_availability(self, every_s: float = TOOL_AVAILABILITY_EVERY_S) -> None:
+        """Forever: refresh ``self.unavailable`` from the tool services' status keys every
+        ``every_s`` seconds (one SCAN off the question path; a Redis error keeps the last value)."""
+        while True:
+            try:
+                self.unavailable = await unavailable_tools(self.redis)
+            except Exception:  # noqa: BLE001 - availability is advisory: the tool error says why
+                log.warning("tool availability check failed", exc_info=True)
+            await asyncio.sleep(every_s)
+
     # ================================================================ one transition
     async def apply(self, task_id: str, fn: Transition, *, loaded: TaskState | None = None,
                     attempts: int = SAVE_RETRIES, new_task: bool = False) -> Step | None:
@@ -190,10 +209,14 @@ class Orchestrator:
             await self.carry_out(step, new_task=new_task)
         return step
 
-    async def _before_save(self, effects: list[Effect]) -> None:
-        for e in effects:
+    async def _before_save(self, step: Step) -> None:
+        new_approval = False
+        for e in step.effects:
             if isinstance(e, SaveApproval):  # the record goes first: if the save loses, it expires unused
                 await self.out.save_approval(e.record)
+                new_approval = True
+        if new_approval:  # a client that reads the task on tool.approval_required sees it waiting
+            await self.out.write_view(step.state)
 
     async def carry_out(self, step: Step, new_task: bool = False) -> None:
         """Carry out ``step``'s effects in order; then mark the requests it sent as sent."""

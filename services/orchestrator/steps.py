@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from conduit.runtime import metrics
+from conduit.runtime import metrics, tenants
 from contracts.envelope import utcnow
-from contracts.stream import AnswerDelta, AnswerReset
+from contracts.stream import AnswerDelta, AnswerReset, ThinkingDelta
 from services.orchestrator.agent import endings, planning
 from services.orchestrator.agent.planning import StepPlan
 from services.orchestrator.agent.state import TaskState
@@ -106,6 +106,11 @@ class ModelSteps:
                              loaded=state, attempts=1)
             return
         plan = planning.plan_step(deps, state, utcnow())
+        if plan.stop is not None:  # rules E2-E4: no call may run; the task ends with a wrap-up
+            await orch.out.emit(task_id, plan.started)
+            stop = plan.stop
+            await orch.apply(task_id, lambda st: endings.wrap_up(st, stop, utcnow()), loaded=state, attempts=1)
+            return
         if not plan.use_model or orch.model is None:
             await orch.out.emit(task_id, plan.started)
             await orch.apply(task_id, lambda st: planning.retrieval_only_step(deps, st, utcnow()),
@@ -120,6 +125,16 @@ class ModelSteps:
         cancelled = await orch.store.cancel_requested(task_id)
         await orch.apply(task_id, lambda st: planning.on_reply(deps, st, plan, reply, utcnow(), cancelled),
                          loaded=state, attempts=1)
+
+    def _thinking_writer(self, state: TaskState, started: "asyncio.Future[None]") -> DeltaWriter | None:
+        """A writer of ``thinking`` events when the task's tenant is in ``thinking_tenants`` (else None)."""
+        if state.tenant_id not in self.orch.settings.thinking_tenants:
+            return None
+        orch, task_id = self.orch, state.task_id
+
+        async def emit_thought(text: str) -> None:
+            await orch.out.emit(task_id, ThinkingDelta(text=text))
+        return DeltaWriter(emit_thought, after=started)
 
     async def _call_model(self, state: TaskState, plan: StepPlan) -> ModelResponse | ModelError:
         """Stream one model call; feeds the model breaker and metrics. Returns the reply or the error."""
@@ -142,9 +157,32 @@ class ModelSteps:
             last_check[0] = now
             return await orch.store.cancel_requested(task_id)
 
+        streamed = [False]
+        thinking = self._thinking_writer(state, started)
+
+        async def on_delta(text: str) -> None:
+            if thinking is not None and not streamed[0]:
+                await thinking.flush()  # the reasoning so far lands before the first answer text
+            streamed[0] = True
+            await deltas.add(text)
+
+        async def call() -> ModelResponse:
+            assert orch.model is not None
+            try:
+                return await orch.model.stream(plan.messages, plan.tools, on_delta, should_stop, max_tokens=plan.max_tokens,
+                                               on_thinking=thinking.add if thinking is not None else None,
+                                               model=tenants.policy(orch.settings, state.tenant_id).model)
+            finally:
+                if thinking is not None:
+                    await thinking.flush()
+
         t0 = time.perf_counter()
-        try:
-            resp = await orch.model.stream(plan.messages, plan.tools, deltas.add, should_stop)
+        try:  # rules E1, E2: the whole call is bounded by the hard cap and the time left
+            resp = await asyncio.wait_for(call(), plan.timeout_s)
+        except TimeoutError:
+            await deltas.flush()
+            metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
+            return ModelError(f"model call exceeded its {plan.timeout_s:.1f} s limit", streamed=streamed[0])
         except ModelError as exc:
             await deltas.flush()
             orch.deps.model_breaker.failure(utcnow().timestamp())

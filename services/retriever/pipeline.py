@@ -1,29 +1,29 @@
-"""``kb_search``: the knowledge-base search pipeline of seed 000 §5.
+"""``kb_search``: the knowledge-base search pipeline (rules K1-K6, docs/rules.md).
 
-For one query and tenant (numbers are settings; defaults from seed 000):
+For one query and tenant (numbers are settings; the defaults are given):
 
-1. hybrid search with the query as given: ONE Qdrant query fusing by RRF (k=60) a
+1. (rule K1) hybrid search with the query as given: ONE Qdrant query fusing by RRF (k=60) a
    dense branch for the question as asked, a dense branch for its expansion
    (``expansion.py``; both embedded in one backend call; without expansion the
    question's vector twice, ``DENSE_BRANCHES``) and a BM25 sparse branch for the expansion; keep hits
    whose DENSE COSINE (the better of the two query vectors) is >= ``retrieval_min_score``
-   (0.30, RETRIEVAL_MIN_SCORE; a hit without a dense score passes, as in the seed).
+   (0.30; a hit without a dense score passes).
    Files are stored as small child chunks (<= 800 chars) and long law articles also
    as item chunks (one per paragraph/enumerated item): hits are merged by their
    parent (``payload.parent_id``, the evidence ``chunk_id``: the parent chunk, or the
    article's point) keeping the best child's fused and dense scores, and the parent's
    text (the article; a file's 3,500-4,000-char section) is what gets packed;
-2. if nothing is kept or the best dense cosine is < ``retrieval_retry_below`` (0.50),
+2. (rule K2) if nothing is kept or the best dense cosine is < ``retrieval_retry_below`` (0.50),
    search once more with a locally compressed query (question words, fillers and
    punctuation removed, no model call) and merge by chunk id keeping the higher score;
-3. if the query names several topics (tax kinds, social insurance, housing fund,
+3. (rule K3) if the query names several topics (tax kinds, social insurance, housing fund,
    invoices) and a topic is in no kept hit, search once for that topic (simple
    version; TODO(later issue): smarter sub-queries per topic);
-4. keep the top ``retrieval_top_k`` (6, RETRIEVAL_TOP_K) in fused (RRF) order, and
-   pack their text: at most ``chunk_max_chars`` (2000, CHUNK_MAX_CHARS) per item and
-   ``context_max_chars`` (12000, CONTEXT_MAX_CHARS) in total; a longer text keeps
-   its paragraphs with the most query character bigrams (seed 000 step 5);
-5. return ``EvidenceItem``s; the orchestrator's evidence pool numbers them (step 6).
+4. (rule K4) keep the top ``retrieval_top_k`` (6) in fused (RRF) order, and
+   pack their text: at most ``chunk_max_chars`` (2000) per item and
+   ``context_max_chars`` (12000) in total; a longer text keeps
+   its paragraphs with the most query character bigrams;
+5. return ``EvidenceItem``s; the orchestrator's evidence pool numbers them (rule A10).
 
 The tenant sees its own chunks and the public corpus (``tenant_id`` in
 ``[tenant, "_public"]``).
@@ -51,7 +51,7 @@ QUESTION_FILLERS = frozenset(
     的 的话 了 是 和 与 及 以及 还有 分别 麻烦 谢谢 你好 您好 具体 到底 究竟
     """.split()
 )
-"""Tokens dropped by ``compress_query`` (question words and colloquial filler; seed 000 step 2)."""
+"""Tokens dropped by ``compress_query`` (question words and colloquial filler; rule K2)."""
 
 TOPICS: dict[str, tuple[str, ...]] = {
     "增值税": ("增值税",),
@@ -63,7 +63,7 @@ TOPICS: dict[str, tuple[str, ...]] = {
     "住房公积金": ("住房公积金", "公积金"),
     "发票": ("发票",),
 }
-"""Topics of seed 000 step 3 (税种/社保/公积金/发票): canonical name -> words that name it."""
+"""Topics of rule K3 (税种/社保/公积金/发票): canonical name -> words that name it."""
 
 DENSE_BRANCHES = 2
 """Dense prefetches per round (against one sparse): the question as asked and its expansion;
@@ -240,7 +240,7 @@ class KbSearcher:
     Args:
         settings: retrieval settings (``retrieval_*``, ``chunk_max_chars``,
             ``context_max_chars``, ``retrieval_candidates``).
-        embedder, store: see ``embeddings.py`` / ``store.py``.
+        embedder, store: see ``embeddings.py`` / ``store``.
         encoder: sparse query encoder (default ``SparseEncoder()``).
     """
 
@@ -266,7 +266,7 @@ class KbSearcher:
         )
         kept = [h for h in hits if h.dense_score is None or h.dense_score >= s.retrieval_min_score]
         for h in kept:
-            h.id = h.payload.get("parent_id") or h.id  # a child/item hit stands for its parent (seed 000 §5)
+            h.id = h.payload.get("parent_id") or h.id  # a child/item hit stands for its parent (rule K5)
             old = merged.get(h.id)
             if old is None:
                 merged[h.id] = h
@@ -304,7 +304,7 @@ class KbSearcher:
                 self._round("compressed", compressed, flt, merged, attempts)
 
         wanted = topics_in(query)
-        if len(wanted) > 1:  # seed 000 step 3 (simple version; TODO(later issue): per-topic sub-questions)
+        if len(wanted) > 1:  # rule K3 (simple version; TODO(later issue): per-topic sub-questions)
             # covered = named in what the model would get (the top k), not in any candidate
             covered = " ".join(f"{h.payload.get('title', '')} {_text(h)}" for h in self._ranked(merged))
             rest = compress_query(query) if compressed is None else compressed

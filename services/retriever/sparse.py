@@ -10,11 +10,11 @@ this corpus size (~10^5 distinct tokens in 2^32 ids) and only merge two terms.
 
 Weights:
 - document side: BM25 term-frequency saturation with length normalisation,
-  ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len))``; FIELD-NOTES measured
-  raw tf at hit@5 .38 against .78 for this weighting on the law corpus;
+  ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len))``; raw tf measured
+  hit@5 .38 against .78 for this weighting on the law corpus (docs/retrieval.md);
 - query side: every distinct token has weight 1;
 - IDF is applied by Qdrant at query time (``Modifier.Idf`` on the sparse vector
-  config, see ``store.py``), so it follows the live corpus.
+  config, see ``store``), so it follows the live corpus.
 """
 
 from __future__ import annotations

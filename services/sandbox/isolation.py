@@ -1,6 +1,6 @@
 """How code_exec is isolated: the bubblewrap command line and the start-up probe.
 
-Seed 000 §5 and FIELD-NOTES "Sandbox isolation": ``bwrap --unshare-all`` (no network:
+Rule S1 (docs/rules.md): ``bwrap --unshare-all`` (no network:
 only a downed loopback exists), read-only system and interpreter, no project source,
 no ``.env``, a clean environment. The sandbox sees:
 
@@ -196,6 +196,23 @@ def _probe(plan: Plan) -> str | None:
     return None
 
 
+NOT_INSTALLED = "bubblewrap is not installed"
+"""The reason ``find_setup`` gives when no ``bwrap`` binary is found."""
+
+
+def enable_command() -> str:
+    """The command that installs bubblewrap on Debian or Ubuntu (``sudo`` unless we are root)."""
+    return ("" if os.geteuid() == 0 else "sudo ") + "apt-get install -y bubblewrap"
+
+
+def off_message(reason: str) -> str:
+    """The one line every place says while code execution is off (``bootstrap.py demo``, the
+    sandbox's readiness, the ``code_exec`` tool error): why, and what turns it on."""
+    how = (f"turn it on with: {enable_command()}" if reason.startswith(NOT_INSTALLED)
+           else "see docs/deploy.md, \"The sandbox's isolation\"")
+    return f"code execution is off ({reason}); {how}"
+
+
 Setup = tuple[Plan | None, str]
 """``(plan, description)`` when isolation works, ``(None, reason)`` when it does not."""
 
@@ -208,7 +225,7 @@ def find_setup(bwrap: str | None = None, run_as: list[int | None] | None = None)
     """
     bwrap = bwrap or shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
     if not bwrap or not Path(bwrap).exists():
-        return None, "bubblewrap is not installed (apt-get install -y bubblewrap)"
+        return None, NOT_INSTALLED
     if not Path(PRLIMIT).exists():
         return None, f"{PRLIMIT} is missing (util-linux)"
     site = _site_packages()

@@ -3,10 +3,12 @@
 Run as ``python -m conduit serve sandbox``. Consumes ``contracts.topics.TOOL_REQUESTS_SANDBOX``
 in group ``GROUP_SANDBOX``; the per-call deadline is ``sandbox_timeout_s + 5`` seconds so
 the runner's own wall-time limit fires first. The result is text in ``ToolOutput.output``
-(stdout, then stderr, exit code and notes) and never evidence (seed 000 §7).
+(stdout, then stderr, exit code and notes) and never evidence (rule S4, docs/rules.md).
 
 Without working bubblewrap every call fails with ``ToolFailure("sandbox_unavailable",
-kind="forbidden")`` carrying the reason, unless ``CONDUIT_SANDBOX_UNSAFE=true``.
+kind="forbidden")`` carrying ``isolation.off_message`` (the reason and the command that turns
+it on), unless ``CONDUIT_SANDBOX_UNSAFE=true``; and the model is not offered ``code_exec``
+(``conduit.runtime.toolcatalog.unavailable_tools`` reads the status below).
 
 Files the code leaves in ``/tmp/out`` (``./out``) are stored as artifacts
 (``conduit.records.artifacts.ArtifactStore``: Redis, TTL ``sandbox_artifact_ttl_s``) owned by the
@@ -39,7 +41,7 @@ from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import CodeExecArgs
-from services.sandbox.isolation import Setup, sandbox_status
+from services.sandbox.isolation import Setup, off_message, sandbox_status
 from services.sandbox.runner import Limits, RunResult, SandboxUnavailable, run_code
 
 log = logging.getLogger("conduit.sandbox")
@@ -82,8 +84,12 @@ def status_key() -> str:
 
 
 async def publish_status(service: ToolService, setup: Setup | None = None) -> None:
-    """Keep this replica's isolation status in Redis (JSON ``{"isolated", "unsafe", "reason"}``) until cancelled."""
+    """Keep this replica's isolation status in Redis (JSON ``{"isolated", "unsafe", "reason"}``) until cancelled.
+
+    Without isolation the reason is ``isolation.off_message``: why, and the command that turns it on.
+    """
     ok, reason = (setup[0] is not None, setup[1]) if setup is not None else sandbox_status()
+    reason = reason if ok else off_message(reason)
     body = json.dumps({"isolated": ok, "unsafe": service.settings.sandbox_unsafe, "reason": reason})
     while True:
         try:
@@ -105,7 +111,7 @@ def build_service(settings: Settings, setup: Setup | None = None) -> ToolService
         try:
             result = await run_code(args.code, limits, allow_unsafe=settings.sandbox_unsafe, setup=setup)
         except SandboxUnavailable as exc:
-            raise ToolFailure("sandbox_unavailable", f"code execution is disabled: {exc}",
+            raise ToolFailure("sandbox_unavailable", off_message(str(exc)),
                               hint="compute without code_exec", kind="forbidden") from exc
         store = ArtifactStore(service.redis, settings.sandbox_artifact_ttl_s)
         refs = [(await store.save(name, data, task_id=request.task_id, tenant_id=request.tenant_id,
@@ -131,6 +137,6 @@ def main(settings: Settings) -> None:
     elif settings.sandbox_unsafe:
         log.warning("SANDBOX UNSAFE: no isolation (%s); code runs as a plain subprocess", reason)
     else:
-        log.error("sandbox unavailable, code_exec will be refused: %s", reason)
+        log.error("sandbox unavailable, code_exec will be refused and not offered: %s", off_message(reason))
     service = build_service(settings)
     asyncio.run(service.serve(background=[lambda: publish_status(service)]))

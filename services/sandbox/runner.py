@@ -7,7 +7,7 @@ Isolation comes from ``isolation`` (bubblewrap). Limits, all enforced per run:
   process count (``max_procs``) and no core dumps via ``prlimit`` around the interpreter;
 - resident memory: a watchdog polls the process tree every ``poll_s`` (50 ms) and kills it
   once the summed RSS passes ``memory_mb`` (settings.sandbox_memory_mb); no address-space
-  limit (seed 000: it breaks numpy);
+  limit (rule S2, docs/rules.md: it breaks numpy);
 - the watchdog also kills a tree larger than ``max_procs`` (``RLIMIT_NPROC`` does not bind
   host root, so this is the backstop when bwrap has to run as root);
 - output: stdout + stderr together are kept up to ``output_bytes`` (settings.sandbox_output_bytes);

@@ -1,6 +1,6 @@
 """Process-tree accounting from ``/proc``: who descends from a pid, and how much memory they hold.
 
-Seed 000 §5: memory is watched as resident set size (RSS), not limited with an
+Rule S2 (docs/rules.md): memory is watched as resident set size (RSS), not limited with an
 address-space rlimit (``prlimit --as`` makes numpy fail at import). The kernel here
 has no ``/proc/PID/task/TID/children``, so the tree is rebuilt from every
 ``/proc/PID/stat`` parent field; a scan costs about a millisecond per few hundred processes.

@@ -1,9 +1,9 @@
-"""Page text extraction, chunking and TF-IDF reranking (seed 002 pipeline steps).
+"""Page text extraction, chunking and TF-IDF reranking (rule W2, docs/rules.md).
 
 - ``extract_html(html, url) -> Extracted``: main text with trafilatura; when it finds
   nothing (or far less than the page holds), a plain tag strip.
-- ``chunk(text, size=600, overlap=100)``: seed 002 "切片（600 字，重叠 100）".
-- ``rerank(query, chunks, top=5)``: seed 002 "TF-IDF 余弦重排，取前 5 段", with
+- ``chunk(text, size=600, overlap=100)``: 600-character chunks, 100 shared by neighbours (rule W2).
+- ``rerank(query, chunks, top=5)``: TF-IDF cosine against the query, the best 5 kept (rule W2), with
   character 2-3-grams so Chinese (no spaces) and English both work.
 """
 
@@ -18,11 +18,11 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics.pairwise import linear_kernel
 
 CHUNK_SIZE = 600
-"""Characters per chunk (seed 002)."""
+"""Characters per chunk (rule W2)."""
 CHUNK_OVERLAP = 100
-"""Characters shared by consecutive chunks (seed 002)."""
+"""Characters shared by consecutive chunks (rule W2)."""
 TOP_CHUNKS = 5
-"""Chunks kept after reranking (seed 002)."""
+"""Chunks kept after reranking (rule W2)."""
 SHORT_TEXT = 1000
 """Below this many characters trafilatura's text is checked against a plain tag strip."""
 MAX_TEXT_CHARS = 60_000

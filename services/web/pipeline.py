@@ -1,12 +1,12 @@
-"""The web tools' pipelines: ``web_search`` (seed 002) and ``web_fetch``.
+"""The web tools' pipelines: ``web_search`` (rules W1-W4, docs/rules.md) and ``web_fetch``.
 
 web_search(query):
     provider search (``N_RESULTS`` = 5 hits) -> URL dedupe -> fetch the first
     ``MAX_PAGES`` (6) pages concurrently through ``safefetch`` -> first come, first
-    served within ``budget_s`` (seed 002: 6 s total; pages not back in time are
+    served within ``budget_s`` (rule W1: 6 s total; pages not back in time are
     dropped) -> extract main text -> chunk (600/100) -> TF-IDF rerank against the
     query -> the ``TOP_CHUNKS`` (5) best chunks as evidence. When no page yields
-    text, the provider's snippets are returned instead (seed 002: never return
+    text, the provider's snippets are returned instead (rule W3: never return
     nothing just because fetching failed).
 
 web_fetch(url, reason):
@@ -16,7 +16,7 @@ web_fetch(url, reason):
 Evidence shape: ``EvidenceItem(kind="web", chunk_id="URL#n", url=URL, title=page title,
 locator=URL host, text=chunk)``. The text is untrusted page content kept raw;
 ``metadata["untrusted"] = True`` tells the orchestrator to render it inside its
-untrusted-content wrapper. ``score`` stays ``None`` (seed 000's thresholds are for
+untrusted-content wrapper. ``score`` stays ``None`` (rule W4: the rule K1 floor is for the
 dense cosine, not TF-IDF); the TF-IDF cosine is in ``metadata["rerank_score"]``.
 """
 
@@ -36,13 +36,13 @@ from services.web.providers import SearchHit, SearchProvider
 log = logging.getLogger("conduit.web.pipeline")
 
 N_RESULTS = 5
-"""Search hits asked of the provider (seed 002: 5 per query)."""
+"""Search hits asked of the provider (rule W1: 5 per query)."""
 MAX_QUERIES = 3
-"""Queries searched at once (seed 002)."""
+"""Queries searched at once (rule W1)."""
 MAX_PAGES = 6
-"""Pages fetched per search (seed 002: first 6 URLs)."""
+"""Pages fetched per search (rule W1: the first 6 URLs)."""
 BUDGET_S = 6.0
-"""Total seconds for fetching and extracting the pages of one search (seed 002)."""
+"""Total seconds for fetching and extracting the pages of one search (rule W1)."""
 FETCH_TIMEOUT_S = 10.0
 """Deadline of a single ``web_fetch`` page (seconds)."""
 TOP_CHUNKS = extract.TOP_CHUNKS
@@ -155,7 +155,7 @@ async def web_search(query: str, provider: SearchProvider, policy: safefetch.Add
                      more_queries: list[str] | tuple[str, ...] = (),
                      n_results: int = N_RESULTS, max_pages: int = MAX_PAGES, budget_s: float = BUDGET_S,
                      top: int = TOP_CHUNKS) -> list[EvidenceItem]:
-    """Run the seed 002 search pipeline for ``query`` (plus up to 2 ``more_queries``, searched
+    """Run the search pipeline (rule W1) for ``query`` (plus up to 2 ``more_queries``, searched
     concurrently, ``n_results`` each, URLs deduplicated); return at most ``top`` evidence items.
 
     Raises ``ToolFailure``: ``no_results`` (business) when the provider finds nothing

@@ -16,7 +16,9 @@ untrusted and only ever fetched through ``safefetch``.
 ``configured_provider(settings)`` picks SearXNG when ``searxng_url`` is set, else
 Tavily when ``tavily_api_key`` is set, else ``None`` (web tools are not offered).
 Errors: ``ToolFailure("search_failed", kind="transient")`` for network errors,
-HTTP errors and malformed answers.
+HTTP errors and malformed answers; ``401`` and ``403`` (a wrong or revoked key, rule E9 in
+docs/agent-rules.md) are ``ToolFailure("search_unauthorized", kind="forbidden")``: never retried,
+never counted as transient.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ async def _call(request: httpx.Request, provider: str) -> Any:
             response.raise_for_status()
             return response.json()
     except httpx.HTTPStatusError as exc:
+        if exc.response.status_code in (401, 403):  # rule E9: a key problem does not heal by retrying
+            raise ToolFailure("search_unauthorized", f"{provider} refused the credentials (HTTP {exc.response.status_code})",
+                              hint="web search is not available; answer without it", kind="forbidden") from exc
         raise ToolFailure("search_failed", f"{provider} answered HTTP {exc.response.status_code}",
                           hint="try again later", kind="transient") from exc
     except (httpx.HTTPError, ValueError) as exc:

@@ -59,7 +59,8 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("e2e-data"),
                      ("retriever", "orchestrator", "gateway"),
                      {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
-                      "CONDUIT_TOOL_TIMEOUT_S": "20"}, laws=LAWS)
+                      "CONDUIT_TOOL_TIMEOUT_S": "20",
+                      "CONDUIT_TENANTS": '{"default": {"model": "scripted-default-tenant"}}'}, laws=LAWS)
     yield st
     st.stop()
 
@@ -120,7 +121,9 @@ def test_follow_up_in_same_session_sees_earlier_turns(stack, model):
     _, events2 = run(stack, "那一般纳税人呢？", session_id=first["session_id"])
     assert events2[-1].event == "task.completed"
     contents = [m.get("content") for m in model.requests[-1]["messages"]]
-    assert "增值税征收率是多少？" in contents and "第一轮回答：征收率为百分之三。" in contents
+    assert model.requests[-1]["model"] == "scripted-default-tenant"  # the tenant's model (CONDUIT_TENANTS)
+    # the earlier answer as the user saw it (its uncited claim marked, rule O1)
+    assert "增值税征收率是多少？" in contents and "第一轮回答：征收率为百分之三[低置信度]。" in contents
 
 
 def test_model_errors_fall_back_to_cited_passages(stack, model):

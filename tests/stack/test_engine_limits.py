@@ -49,7 +49,7 @@ async def test_a_made_up_tool_name_is_refused_and_keeps_its_own_name_in_the_log(
         orch = Orchestrator(settings, redis, broker, model=model)
         q = _question()
         state = await _run(orch, q)
-        assert state.status == "completed" and state.answer == "没有这个工具。"
+        assert state.status == "completed" and state.answer == "没有这个工具[低置信度]。"
         assert "tool_not_available" in [m for m in state.messages if m["role"] == "tool"][0]["content"]
         logged = await orch.events.read(q.task_id)
         tool_events = [json.loads(e.data) for e in logged if e.type.startswith("tool.")]
@@ -58,7 +58,7 @@ async def test_a_made_up_tool_name_is_refused_and_keeps_its_own_name_in_the_log(
         assert tool_events[1]["error_code"] == "tool_not_available"
         assert [e.type for e in logged][-1] == "task.completed"
         view = await orch.tasks.get(q.task_id)
-        assert view is not None and view.status == "completed" and view.answer == "没有这个工具。"
+        assert view is not None and view.status == "completed" and view.answer == "没有这个工具[低置信度]。"
         assert len(model.calls) == 2 and model.calls[1][1] is not None  # tools were offered again
     finally:
         await broker.stop()

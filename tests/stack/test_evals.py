@@ -11,9 +11,9 @@ def test_fast_eval_suites_pass(settings):
     failed = [g for g in gates if not g.passed]
     assert not failed, failed
     suites = {g.suite for g in gates}
-    assert suites == {"golden", "fault", "security"}
+    assert suites == {"guardrails", "routing", "golden", "fault", "security"}
     names = {g.name for g in gates}
-    assert "malformed-event-dead-lettered" in names and "oversized-413" in names
+    assert "malformed-event-dead-lettered" in names and "oversized-413" in names and "corpus" in names
     assert any(n.startswith("model-down:") for n in names) and any(n.startswith("ssrf:") for n in names)
 
 

@@ -111,7 +111,8 @@ def test_another_users_session_is_404_and_never_reaches_the_model(stack: Stack, 
     assert session not in [s["session_id"] for s in bobs] and mark not in str(bobs)
     detail = httpx.get(f"{stack.gateway_url}/v1/sessions/{session}", headers=auth(alice)).json()
     assert [t["task_id"] for t in detail["turns"]] == [task1, second.json()["task_id"]]
-    assert detail["turns"][0]["answer"] == f"answer to {secret}" and detail["turns"][0]["status"] == "completed"
+    # the answer as the user saw it: its uncited claim is marked (rule O1, docs/agent-rules.md)
+    assert detail["turns"][0]["answer"] == f"answer to {secret} [low confidence]" and detail["turns"][0]["status"] == "completed"
     assert httpx.get(f"{stack.gateway_url}/v1/sessions/{session}", headers=auth(bob)).status_code == 404
 
     # delete: history, records and logs go; the same id later starts empty

@@ -7,6 +7,7 @@ a free port) and, for ``topics``, against the session's tansu broker.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from conduit.runtime.settings import Settings
 from contracts import topics
 
 ROOT = Path(__file__).resolve().parents[2]
+HOST = socket.gethostname()
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +50,17 @@ def test_ready_and_live_follow_the_heartbeat_key(redis_url: str, monkeypatch: py
     client.delete(*client.keys("conduit:alive:*") or ["none"])
     assert _main(monkeypatch, "ready", "web", REDIS_URL=redis_url) == 1
     assert _main(monkeypatch, "live", "web", REDIS_URL=redis_url) == 1
-    client.set("conduit:alive:web:1", "1", ex=30)  # what conduit.runtime.liveness.heartbeat writes
+    client.set("conduit:alive:web:other-pod:1", "1", ex=30)
+    assert _main(monkeypatch, "ready", "web", REDIS_URL=redis_url) == 1, "another pod's key does not count"
+    assert _main(monkeypatch, "live", "web", REDIS_URL=redis_url) == 1, "a healthy replica keeps no hung pod alive"
+    assert _main(monkeypatch, "ready", "web", "--host", "other-pod", REDIS_URL=redis_url) == 0
+    client.set(f"conduit:alive:web:{HOST}:1", "1", ex=30)  # what conduit.runtime.liveness.heartbeat writes
     assert _main(monkeypatch, "ready", "web", REDIS_URL=redis_url) == 0
     assert _main(monkeypatch, "live", "web", REDIS_URL=redis_url) == 0
     assert _main(monkeypatch, "ready", "sandbox", REDIS_URL=redis_url) == 1, "another service's key does not count"
     # CONDUIT_REDIS_URL works too: the probe reads conduit.runtime.settings like the services
     assert _main(monkeypatch, "ready", "web", CONDUIT_REDIS_URL=redis_url) == 0
-    client.delete("conduit:alive:web:1")
+    client.delete(f"conduit:alive:web:{HOST}:1", "conduit:alive:web:other-pod:1")
 
 
 def test_the_command_line_exit_status(redis_url: str) -> None:
@@ -62,12 +68,12 @@ def test_the_command_line_exit_status(redis_url: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONDUIT_", "REDIS_URL", "KAFKA_"))}
     env["REDIS_URL"] = redis_url
     client = redis.Redis.from_url(redis_url)
-    client.set("conduit:alive:orchestrator:1", "1", ex=60)
+    client.set(f"conduit:alive:orchestrator:{HOST}:1", "1", ex=60)
     try:
         done = subprocess.run([sys.executable, "-m", "conduit.ops.probe", "ready", "orchestrator"],
                               capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     finally:
-        client.delete("conduit:alive:orchestrator:1")
+        client.delete(f"conduit:alive:orchestrator:{HOST}:1")
     assert done.returncode == 0, done.stderr
     assert "heartbeat present" in done.stdout
 

@@ -179,7 +179,8 @@ async def test_refuses_without_isolation_unless_unsafe(settings: Settings, monke
     payload = await build_service(settings, setup=missing).execute(_request("print(1)"))
     assert payload.outcome == "error" and payload.error is not None
     assert (payload.error.error_code, payload.error.kind) == ("sandbox_unavailable", "forbidden")
-    assert "not installed" in payload.error.message
+    assert payload.error.message == isolation.off_message("bubblewrap is not installed (test)")
+    assert isolation.enable_command() in payload.error.message and "code execution is off" in payload.error.message
     monkeypatch.setenv("SECRET", "hunter2-fake-secret")
     unsafe = await run_code("import os\nprint(6 * 7, sorted(os.environ))", LIMITS, setup=missing, allow_unsafe=True)
     assert unsafe.stdout.startswith("42") and "SECRET" not in unsafe.stdout
@@ -253,8 +254,8 @@ async def test_readiness_reports_why_isolation_is_missing(infra_stack, settings:
             await service.redis.flushdb()
             await service.redis.aclose()
         assert code == expected and "not installed (test)" in reason, (unsafe, reason)
-        if not unsafe:
-            assert reason.startswith("sandbox_not_isolated")
+        if not unsafe:  # the same line as the tool error and `bootstrap.py demo`
+            assert reason == "sandbox_not_isolated: " + isolation.off_message("bubblewrap is not installed (test)")
         else:
             assert "UNSAFE" in reason
 

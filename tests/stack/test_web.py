@@ -1,4 +1,4 @@
-"""Web service: SSRF-safe fetch, extraction, the seed 002 search pipeline and one bus round trip.
+"""Web service: SSRF-safe fetch, extraction, the search pipeline (rules W1-W4) and one bus round trip.
 
 A real threading HTTP server on 127.0.0.2 serves HTML pages, a SearXNG-compatible
 ``/search?format=json`` stub and a Tavily-compatible stub. 127.0.0.2 (not 127.0.0.1)

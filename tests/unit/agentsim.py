@@ -19,7 +19,7 @@ from typing import Any
 from conduit.runtime.settings import Settings
 from contracts.events import QuestionAsked, QuestionPayload, ToolResultPayload
 from contracts.evidence import EvidenceItem
-from contracts.stream import AnswerDelta, StreamEvent
+from contracts.stream import AnswerDelta, StreamEvent, ThinkingDelta
 from services.orchestrator.agent import endings, planning, recording, timers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
@@ -32,6 +32,7 @@ from services.orchestrator.agent.effects import (
     Step,
     UpdateApproval,
 )
+from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import PendingCall, TaskState
 from services.orchestrator.model import ModelError
 from services.orchestrator.testmodel import Reply, TestModel
@@ -91,12 +92,15 @@ class Sim:
         self.requests: list[PendingCall] = []
         self.approvals: dict[str, dict[str, Any]] = {}
         self.due_steps = 0
+        self.model_seconds: list[float] = []  # simulated duration of the next model calls (seconds)
 
     # ------------------------------------------------------------------ driving
-    async def ask(self, q: QuestionAsked | None = None) -> TaskState:
-        """Start a task and run it until it ends or waits for people or silent tools."""
+    async def ask(self, q: QuestionAsked | None = None, turns: list[dict[str, str]] | None = None,
+                  route: RouteDecision | None = None) -> TaskState:
+        """Start a task (earlier ``turns`` of the session, the pre-router's ``route``) and run it
+        until it ends or waits for people or silent tools."""
         q = q or question(occurred_at=self.now)
-        await self.run(planning.start(self.deps, q, list(self.allowed), []))
+        await self.run(planning.start(self.deps, q, list(self.allowed), turns or [], route=route))
         assert self.state is not None
         return self.state
 
@@ -120,14 +124,27 @@ class Sim:
         assert state is not None
         plan = planning.plan_step(self.deps, state, self.now)
         self.events.append(plan.started)
+        if plan.stop is not None:
+            return endings.wrap_up(state, plan.stop, self.now)
         if not plan.use_model or self.model is None:
             return planning.retrieval_only_step(self.deps, state, self.now)
 
         async def on_delta(text: str) -> None:
             self.events.append(AnswerDelta(text=text))
 
+        async def on_thinking(text: str) -> None:
+            self.events.append(ThinkingDelta(text=text))
+
         try:
-            reply = await self.model.stream(plan.messages, plan.tools, on_delta)
+            reply = await self.model.stream(plan.messages, plan.tools, on_delta, max_tokens=plan.max_tokens,
+                                            on_thinking=on_thinking if state.tenant_id in self.deps.settings.thinking_tenants
+                                            else None)
+            if self.model_seconds:  # a slow model: the call takes this long (the step's limit applies)
+                took = self.model_seconds.pop(0)
+                if plan.timeout_s is not None and took > plan.timeout_s:
+                    self.now += timedelta(seconds=plan.timeout_s)
+                    raise ModelError(f"model call exceeded its {plan.timeout_s:.1f} s limit", streamed=bool(reply.content))
+                self.now += timedelta(seconds=took)
         except ModelError as exc:
             self.deps.model_breaker.failure(self.now.timestamp())
             return planning.on_model_failed(self.deps, state, str(exc), exc.streamed, self.now)

@@ -99,3 +99,13 @@ async def test_approval_expiry_runs_nothing():
     assert sim.approvals[call_id]["status"] == "expired"
     assert ("approval.decided", "expired") in [(p.kind, p.fields.get("outcome")) for p in sim.publics]
     assert await _decide(sim, call_id, "approve") is None  # too late
+
+
+async def test_a_tenants_own_approval_policy_replaces_the_default():
+    """``CONDUIT_TENANTS`` ``approval_policies`` (conduit.runtime.tenants) decide for that tenant only."""
+    relaxed = _sim(Reply(tool_calls=[code("print(2)")]), tenants={"default": {"approval_policies": {"code_exec": "never"}}})
+    await relaxed.ask()
+    assert relaxed.state.pending_approvals() == [] and [r.arguments["code"] for r in relaxed.requests] == ["print(2)"]
+    other = _sim(Reply(tool_calls=[code("print(3)")]), tenants={"acme": {"approval_policies": {"code_exec": "never"}}})
+    await other.ask()
+    assert len(other.state.pending_approvals()) == 1 and other.requests == []  # the default policy: always ask

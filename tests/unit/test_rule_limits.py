@@ -1,4 +1,5 @@
-"""Planning rules: hard limits force one final call without tools, the soft limit warns,
+"""Planning rules: hard limits force one final call without tools, the deadline and the token budget stop
+without a call (a wrap-up), the soft limit warns,
 the window cuts history, tool schemas are offered only on non-final calls (in process)."""
 
 from __future__ import annotations
@@ -37,23 +38,23 @@ async def test_tool_call_budget_refuses_extra_calls_then_forces_the_final_answer
     assert len(sim.requests) == 5 and model.calls[-1][1] is None
 
 
-async def test_deadline_forces_a_final_call_without_tools():
+async def test_past_the_deadline_no_model_call_runs_and_the_task_wraps_up():
     model = TestModel(Reply(content="时间到了，直接回答。"))
     sim = Sim(model, task_deadline_s=300)
-    state = await sim.ask(question(occurred_at=T0 - timedelta(seconds=301)))
+    state = await sim.ask(question("增值税税率是多少？", occurred_at=T0 - timedelta(seconds=301)))
     assert state.status == "completed" and state.stop_reason == "deadline"
-    assert model.calls[-1][1] is None and prompt.LIMIT_NOTE in _system_notes(model)
+    assert model.calls == [] and "回答时间已到" in state.answer
 
 
-async def test_token_budget_forces_a_final_call_without_tools():
-    # the first call uses 60 tokens (over 50) and asks for a tool that is not offered (answered at once)
+async def test_token_budget_is_checked_before_a_step_by_its_estimated_cost():
+    # the first call fits (about 1,000 tokens estimated), uses 1,500 and asks for a tool that is not offered;
+    # the next step's estimate (1,500 used + ~1,000) no longer fits 2,000: no second call, a wrap-up
     model = TestModel(Reply(tool_calls=[{"name": "web_fetch", "arguments": {"url": "https://example.org", "reason": "r"}}],
-                            tokens=60), Reply(content="预算用完，直接回答。"))
-    sim = Sim(model, max_tokens=50)
+                            tokens=1500), Reply(content="不应调用。"))
+    sim = Sim(model, max_tokens=2000)
     state = await sim.ask()
     assert state.status == "completed" and state.stop_reason == "max_tokens"
-    assert state.usage.total_tokens >= 50 and model.calls[-1][1] is None
-    assert "tool_not_available" in sim.tool_messages()[0]
+    assert len(model.calls) == 1 and planning.estimate_tokens(model.calls[0][0], None) + 0 < 2000
 
 
 async def test_soft_limit_note_two_rounds_before_the_hard_limit():
@@ -71,13 +72,16 @@ def test_hard_limit_names_the_first_limit_reached():
     s = sim.deps.settings
     state = planning.start(sim.deps, question(), ["kb_search"], []).state
     assert planning.hard_limit(sim.deps, state, T0) is None
+    state.rounds = s.max_rounds
     state.tool_calls_used = s.max_tool_calls
-    state.usage.total_tokens = s.max_tokens
+    assert planning.hard_limit(sim.deps, state, T0) == "max_rounds"
+    state.rounds = 0
     assert planning.hard_limit(sim.deps, state, T0) == "max_tool_calls"
     state.tool_calls_used = 0
-    assert planning.hard_limit(sim.deps, state, T0) == "max_tokens"
-    state.usage.total_tokens = 0
-    assert planning.hard_limit(sim.deps, state, T0 + timedelta(seconds=s.task_deadline_s)) == "deadline"
+    assert planning.stop_before(sim.deps, state, state.messages, T0) is None
+    assert planning.stop_before(sim.deps, state, state.messages, T0 + timedelta(seconds=s.task_deadline_s)) == "deadline"
+    state.usage.total_tokens = s.max_tokens
+    assert planning.stop_before(sim.deps, state, state.messages, T0) == "max_tokens"
 
 
 def test_tool_schemas_offer_the_allowed_tools_only():

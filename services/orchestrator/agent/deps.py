@@ -25,7 +25,7 @@ class Deps:
             retries, approval policies and TTL.
         model_configured: a model endpoint is configured (else retrieval-only mode).
         model_breaker / tool_breakers: replica-local breakers (``breaker.CircuitBreaker``).
-        rng: jitter source for retry backoff (seed it in tests).
+        rng: jitter source for retry backoff (tests pass ``random.Random(<fixed int>)``).
         new_call_id: id of a tool call the agent makes itself (retrieval-only ``kb_search``).
     """
 

@@ -1,11 +1,13 @@
-"""Endings: complete (with the citation check), the loop report, fail, cancel, and the
+"""Endings: complete (with the citation check), the wrap-up, fail, cancel, and the
 two views of an ended task: its terminal stream event and its record.
 
 Rules:
 - Citation check (rule A10, docs/architecture.md): every ``[n]`` in the answer must name an item of the
   task's evidence pool; others are removed (and listed in the trace).
-- Loop detected (rule A6, ``vetting`` check 4): the task completes with a report of the
-  calls tried most often (at most ``LOOP_REPORT_LINES``), replacing any streamed text.
+- Loop detected (rule A6, ``vetting`` check 4; A<->B oscillation, rule E7): the task completes
+  with a wrap-up (rule E8, ``answers.wrap_up``), replacing any streamed text.
+- Output (rules O1-O3, ``answers``): uncited claims are marked, ``confidence`` is the share of
+  backed claims, secrets are redacted from the answer.
 - A failed or cancelled task keeps why (``state.failure`` / ``state.cancellation``).
 """
 
@@ -15,37 +17,59 @@ from datetime import datetime
 
 from contracts.api import TaskView
 from contracts.evidence import Citation
-from contracts.stream import AnswerDelta, AnswerReset, StreamEvent, TaskCancelledEvent, TaskCompleted, TaskFailed
+from contracts.stream import (
+    AnswerDelta,
+    AnswerReset,
+    StreamEvent,
+    TaskCancelledEvent,
+    TaskCompleted,
+    TaskFailed,
+    TaskNeedsInput,
+)
+from conduit.policy.redaction import redact
+from services.orchestrator.agent import answers
 from services.orchestrator.agent.effects import Announce, FaultPoint, Step
 from services.orchestrator.agent.evidence import EvidencePool
 from services.orchestrator.agent.state import Cancellation, Failure, Phase, TaskState
-
-LOOP_REPORT_LINES = 10
-"""Call signatures listed in a loop report."""
-
 
 def _end(state: TaskState, status: str, now: datetime) -> None:
     state.status, state.phase, state.finished_at = status, Phase.DONE, now  # type: ignore[assignment]
 
 
-def complete(state: TaskState, content: str, now: datetime) -> Step:
-    """Complete with ``content`` as the answer, after the citation check."""
-    answer, citations, removed = EvidencePool(state.evidence).check_citations(content)
+def complete(state: TaskState, content: str, now: datetime, mark: bool = True) -> Step:
+    """Complete with ``content`` as the answer: secrets redacted (rule O3), the citation check
+    (rule A10), then, for an agent's answer with ``mark``, uncited claims marked and the
+    confidence computed (rules O1, O2)."""
+    answer, citations, removed = EvidencePool(state.evidence).check_citations(redact(content))
     if removed:
         state.trace.append({"phase": "citations", "removed": removed})
+    if mark and state.mode in ("agent", "retrieval_only"):
+        answer, state.confidence = answers.mark_uncited(answer, state.question)
     _end(state, "completed", now)
     state.answer = answer
     return Step(state, [Announce(citations)])
 
 
+def wrap_up(state: TaskState, reason: str, now: datetime) -> Step:
+    """Rule E8: end a task stopped for ``reason`` with a wrap-up for the user (what was found,
+    with its citations; why it stopped; what to try next), replacing any streamed text."""
+    state.stop_reason = reason
+    text = answers.wrap_up(state.question, reason, state.evidence)
+    step = Step(state).emit(AnswerReset(reason=f"stopped: {reason}"), AnswerDelta(text=text))
+    return step.then(complete(state, text, now, mark=False))
+
+
 def finish_loop(state: TaskState, now: datetime) -> Step:
-    """End a task whose model keeps repeating a call, with a report of what was tried."""
-    tried = sorted(state.signatures.items(), key=lambda kv: -kv[1])
-    lines = [f"- {sig} ×{n}" for sig, n in tried[:LOOP_REPORT_LINES]]
-    report = "The agent stopped because it kept repeating the same tool call. What was tried:\n" + "\n".join(lines)
-    state.stop_reason = "loop_detected"
-    step = Step(state).emit(AnswerReset(reason="loop detected"), AnswerDelta(text=report))
-    return step.then(complete(state, report, now))
+    """End a task whose model keeps repeating a call (rule A6) or oscillates (rule E7), with a wrap-up."""
+    return wrap_up(state, "loop_detected", now)
+
+
+def needs_input(state: TaskState, question: str, now: datetime) -> Step:
+    """Rule E10: the model asks the user ``question`` instead of answering; the task ends with
+    ``task.needs_input`` and the session's next turn continues with this task's evidence."""
+    _end(state, "needs_input", now)
+    state.answer, state.stop_reason = question, "needs_input"
+    return Step(state).emit(AnswerReset(reason="the agent asks a question")).then(Step(state, [Announce()]))
 
 
 def fail(state: TaskState, code: str, message: str, now: datetime) -> Step:
@@ -79,7 +103,10 @@ def terminal_event(state: TaskState, now: datetime, citations: list[Citation] | 
     if state.status == "completed":
         return TaskCompleted(answer=state.answer or "", citations=citations if citations is not None else citations_of(state),
                              usage=state.usage, latency_ms=latency_ms(state, now), mode=state.mode,
-                             fallback_reason=state.fallback_reason, stop_reason=state.stop_reason or "answered")
+                             fallback_reason=state.fallback_reason, stop_reason=state.stop_reason or "answered",
+                             confidence=state.confidence)
+    if state.status == "needs_input":
+        return TaskNeedsInput(question=state.answer or "", evidence=len(state.evidence))
     if state.status == "cancelled":
         return TaskCancelledEvent(reason=state.cancellation.reason if state.cancellation else "cancelled")
     failure = state.failure or Failure(code="failed", message="the task failed")
@@ -97,7 +124,7 @@ def record_view(state: TaskState, latency: float | None = None, citations: list[
         status=state.status, question=state.question, answer=state.answer,
         citations=citations if citations is not None else citations_of(state), steps=state.steps,
         usage=state.usage, mode=state.mode, error=error, created_at=state.created_at, finished_at=state.finished_at,
-        latency_ms=latency, stop_reason=state.stop_reason, trace=state.trace,
+        latency_ms=latency, stop_reason=state.stop_reason, trace=state.trace, confidence=state.confidence,
         pending_approvals=[{"call_id": c.call_id, "tool": c.name, "arguments": c.arguments, "reason": c.reason,
                             "arguments_digest": c.arguments_digest,
                             "expires_at": c.expires_at.isoformat() if c.expires_at else None}

@@ -3,9 +3,14 @@ and what its reply (or its failure) does.
 
 Rules:
 - Hard limits (rule A2, docs/architecture.md): the step that would reach ``max_rounds``, or a
-  task that has used ``max_tool_calls`` tool calls, ``max_tokens`` tokens or
-  ``task_deadline_s`` seconds, gets one final call without tools, told to answer now
-  (``prompt.LIMIT_NOTE``); the limit is the task's ``stop_reason``.
+  task that has used ``max_tool_calls`` tool calls, gets one final call without tools, told to
+  answer now (``prompt.LIMIT_NOTE``); the limit is the task's ``stop_reason``.
+- Stops without a call (rules E2-E4, docs/agent-rules.md): past ``task_deadline_s``, when the
+  step's estimated cost does not fit ``max_tokens``, or after ``max_failed_steps`` failed steps
+  in a row, the task ends with a wrap-up (``endings.wrap_up``). Each call is bounded by
+  ``model_call_cap_s`` and by the time left (rule E1, E2).
+- Empty answer (rule E4): one forced final call without tools, then a wrap-up.
+- Pre-router (rule R1): ``start`` applies the route (``routing``).
 - Soft limit (rule A3): two rounds or two tool calls before a hard limit the model is told to
   finish soon (``prompt.SOFT_LIMIT_NOTE``).
 - Window (rule A4): the history sent is cut to ``context_window_chars`` (``window.window``).
@@ -21,13 +26,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from conduit.policy import guardrails
 from contracts.api import StepRecord
 from contracts.events import QuestionAsked
+from contracts.evidence import NumberedEvidence
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import openai_tool_schema
-from services.orchestrator.agent import endings, fallback, prompt, vetting
+from services.orchestrator.agent import endings, fallback, prompt, routing, vetting
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import HoldLease, Public, RunModelStep, Step, WriteView
+from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import Phase, TaskState
 from services.orchestrator.agent.window import window
 from services.orchestrator.model import ModelResponse, parse_arguments
@@ -36,11 +44,15 @@ SOFT_LIMIT_MARGIN = 2
 """Rounds or tool calls before a hard limit at which the soft-limit note is added."""
 
 
-def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, str]]) -> Step:
+def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
+          route: RouteDecision | None = None) -> Step:
     """A new task from ``event`` with the session's earlier ``turns`` as history.
 
     Effects: the lease is taken in the save (a crash after it is resumed by the sweeper),
-    then the first model step, the record and the public ``task.started``.
+    then the first model step, the record and the public ``task.started``. A question the
+    input guardrail rejects (rule G1; the gateway checks it first, this guards the bus) fails
+    at once with ``input_rejected``, before any model call. ``route`` is the pre-router's
+    decision (rule R1; None: the rules of ``routing.by_rules`` are applied here).
     """
     model = deps.model_configured
     state = TaskState(
@@ -51,28 +63,108 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
                   {"role": "user", "content": event.payload.question}],
     )
-    return Step(state, [HoldLease(), RunModelStep(), WriteView(), Public("task.started")])
+    _continue_with_earlier_evidence(state, turns)
+    rejected = guardrails.check(state.question)
+    if rejected is not None:
+        state.trace.append({"phase": "guardrail", "category": rejected.category, "rule": rejected.rule})
+        return Step(state, [Public("task.started")]).then(
+            endings.fail(state, "input_rejected", rejected.message(state.question), event.occurred_at))
+    route = route or routing.by_rules(state.question)
+    step = Step(state, [Public("task.started")])
+    if route is not None:
+        state.trace.append({"phase": "route", **route.trace()})
+        step.emit(TraceEvent(phase="route", data=route.trace()))
+        routed = _routed(deps, state, route, turns, event.occurred_at)
+        if routed is not None:
+            return step.then(routed)
+    return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
+
+
+def _continue_with_earlier_evidence(state: TaskState, turns: list[dict[str, Any]]) -> None:
+    """Rule E10: when the session's last turn ended asking the user a question, the reply continues
+    with that turn's evidence: same numbers in the pool, shown to the model as a (wrapped) tool result
+    before the reply."""
+    earlier = [NumberedEvidence.model_validate(e) for e in (turns[-1].get("evidence") or [])] if turns else []
+    if not earlier:
+        return
+    state.evidence = earlier
+    call = {"id": "call_earlier_evidence", "type": "function", "function": {"name": "kb_search", "arguments": "{}"}}
+    state.messages[-1:-1] = [{"role": "assistant", "content": None, "tool_calls": [call]},
+                             {"role": "tool", "tool_call_id": call["id"], "content": prompt.render_evidence(earlier)}]
+
+
+def _routed(deps: Deps, state: TaskState, route: RouteDecision, turns: list[dict[str, Any]],
+            now: datetime) -> Step | None:
+    """Rule R1's routes: out of scope and chit-chat without a model answer at once; chit-chat with a
+    model gets its own agent (prompt, history, no tools); a calculation gets the ``code_exec`` hint.
+    None: the normal agent's first step follows."""
+    domain = routing.domain_for(deps.settings.tenant_domains, state.tenant_id)
+    if route.route == "out_of_scope" or (route.route == "chitchat" and not deps.model_configured):
+        state.mode, state.fallback_reason, state.allowed_tools = route.route, None, []
+        reply = (routing.out_of_scope_reply if route.route == "out_of_scope" else routing.fixed_reply)(
+            state.question, domain)
+        return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
+    if route.route == "chitchat":
+        state.mode, state.fallback_reason, state.allowed_tools = "chitchat", None, []
+        state.messages = routing.chitchat_messages(domain, prompt.history_messages(turns), state.question)
+        return Step(state, [HoldLease(), RunModelStep(), WriteView()])
+    if route.calc_hint and "code_exec" in state.allowed_tools:
+        state.messages.insert(-1, {"role": "system", "content": routing.CALC_HINT})
+    return None
 
 
 @dataclass
 class StepPlan:
     """One model step as planned: its ``step.started`` event, whether it is the final call
-    (a hard limit hit), whether the model is called at all, and what it is sent."""
+    (a hard limit hit), whether the model is called at all, what it is sent, its completion
+    cap (tokens, None: the endpoint's), its time limit (seconds) and ``stop``: a reason to end
+    with a wrap-up instead of calling the model (rule E2-E4)."""
 
     started: StepStarted
     final: bool
     use_model: bool
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
+    max_tokens: int | None = None
+    timeout_s: float | None = None
+    stop: str | None = None
+
+
+COMPLETION_RESERVE_TOKENS = 1000
+"""Tokens reserved for the completion when a step's cost is estimated (rule E4)."""
+
+
+def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+    """A step's estimated cost in tokens: about 2 characters per token (Chinese ~1, English ~4)
+    over the messages and tool schemas, plus ``COMPLETION_RESERVE_TOKENS``."""
+    chars = sum(len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) for m in messages)
+    return chars // 2 + len(str(tools or "")) // 2 + COMPLETION_RESERVE_TOKENS
+
+
+def time_left_s(deps: Deps, state: TaskState, now: datetime) -> float:
+    """Seconds until the task's deadline (``task_deadline_s`` after the question; negative once past)."""
+    return deps.settings.task_deadline_s - (now - state.created_at).total_seconds()
+
+
+def stop_before(deps: Deps, state: TaskState, messages: list[dict[str, Any]], now: datetime) -> str | None:
+    """Why no model call may run now (it ends with a wrap-up): the deadline is past (rule E2), the
+    estimated cost does not fit the token budget (rule E4), or ``max_failed_steps`` steps in a row
+    failed (rule E3). None: the call may run."""
+    s = deps.settings
+    if time_left_s(deps, state, now) <= 0:
+        return "deadline"
+    if state.usage.total_tokens + estimate_tokens(messages, None) > s.max_tokens:
+        return "max_tokens"
+    if state.failed_steps >= s.max_failed_steps:
+        return "failed_steps"
+    return None
 
 
 def hard_limit(deps: Deps, state: TaskState, now: datetime) -> str | None:
-    """The first hard limit this step reaches (``max_rounds`` | ``max_tool_calls`` |
-    ``max_tokens`` | ``deadline``), or None."""
+    """The first hard limit this step reaches (``max_rounds`` | ``max_tool_calls``), or None; the
+    deadline and the token budget stop without a call (``stop_before``)."""
     s = deps.settings
-    elapsed_s = (now - state.created_at).total_seconds()
-    limits = {"max_rounds": state.rounds + 1 >= s.max_rounds, "max_tool_calls": state.tool_calls_used >= s.max_tool_calls,
-              "max_tokens": state.usage.total_tokens >= s.max_tokens, "deadline": elapsed_s >= s.task_deadline_s}
+    limits = {"max_rounds": state.rounds + 1 >= s.max_rounds, "max_tool_calls": state.tool_calls_used >= s.max_tool_calls}
     return next((name for name, reached in limits.items() if reached), None)
 
 
@@ -87,12 +179,11 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     """Count the step (``state.step``, ``state.rounds``), apply the limits and choose the mode.
 
     Changes ``state`` in place: the stop reason of a hard limit, and retrieval-only mode when
-    the model breaker refuses the call (``model_circuit_open``). Time ``now`` is UTC.
+    the model breaker refuses the call (``model_circuit_open``). Time ``now`` is UTC. The call's
+    time limit is ``model_call_cap_s`` (rule E1) or the time left before the deadline (rule E2).
     """
-    hit = hard_limit(deps, state, now)
+    hit = None if state.mode == "chitchat" else (hard_limit(deps, state, now) or ("empty_answer" if state.forced_final else None))
     soft = hit is None and soft_limit(deps, state)
-    if hit is not None:
-        state.stop_reason = hit
     state.step += 1
     state.rounds += 1
     started = StepStarted(step=state.step, phase="final" if hit else "model")
@@ -101,20 +192,30 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         state.mode, state.fallback_reason, use_model = "retrieval_only", "model_circuit_open", False
     if not use_model:
         return StepPlan(started, hit is not None, False, [], None)
+    timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
+    if state.mode == "chitchat":  # rule R1: its own prompt and history, no tools, a small cap
+        return StepPlan(started, True, True, list(state.messages), None, routing.CHITCHAT_MAX_TOKENS, timeout)
     messages = window(state.messages, deps.settings.context_window_chars)
+    stop = stop_before(deps, state, messages, now)
+    if stop is not None:
+        state.stop_reason = stop
+        return StepPlan(started, True, False, [], None, stop=stop)
+    if hit is not None and hit != "empty_answer":
+        state.stop_reason = hit
     if hit:
-        messages.append({"role": "system", "content": prompt.LIMIT_NOTE})
+        messages.append({"role": "system", "content": prompt.EMPTY_NOTE if hit == "empty_answer" else prompt.LIMIT_NOTE})
     elif soft:
         messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
     tools = None if hit or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
-    return StepPlan(started, hit is not None, True, messages, tools)
+    return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout)
 
 
 def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse, now: datetime,
              cancelled: bool = False) -> Step:
     """The model answered: record usage and timing, then end the task (``cancelled``: a
     cancel came during the call), request its tool calls, or complete with its text.
-    Tool calls of a final call are ignored (the text is the answer)."""
+    Tool calls of a final call are ignored (the text is the answer). An empty answer gets one
+    forced final call without tools, then a wrap-up (rule E4)."""
     state.usage = state.usage.add(reply.usage)
     llm = {"step": state.step, "first_token_s": reply.first_token_s, "total_s": round(reply.total_s, 4),
            "retries": reply.retries, "prompt_tokens": reply.usage.prompt_tokens,
@@ -134,22 +235,45 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
         })
         calls = [(c.id, c.name, parse_arguments(c.arguments)) for c in reply.tool_calls]
         return step.then(vetting.request_tools(deps, state, calls, now))
+    if reply.content.strip().startswith(prompt.NEEDS_INPUT) and state.mode == "agent":  # rule E10
+        asked = reply.content.strip()[len(prompt.NEEDS_INPUT):].strip()
+        if asked:
+            return step.then(endings.needs_input(state, asked, now))
+    if not reply.content.strip() and state.mode == "chitchat":
+        fixed = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
+        return step.emit(AnswerDelta(text=fixed)).then(endings.complete(state, fixed, now))
+    if not reply.content.strip():
+        if not state.forced_final:
+            state.forced_final = True
+            return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
+        return step.then(endings.wrap_up(state, state.stop_reason or "empty_answer", now))
     return step.then(endings.complete(state, reply.content, now))
 
 
 def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, now: datetime) -> Step:
-    """The model call failed (after its own retries): switch to retrieval-only mode; text
-    already streamed is withdrawn with ``answer.reset``."""
+    """The model call failed (after its own retries): past the deadline the task ends with a
+    wrap-up (rule E2); the chit-chat agent gives its fixed reply; otherwise switch to
+    retrieval-only mode. Text already streamed is withdrawn with ``answer.reset``."""
     step = Step(state)
     if streamed:
         step.emit(AnswerReset(reason="the model call failed; answering from the knowledge base"))
-    state.mode, state.fallback_reason = "retrieval_only", f"model_unavailable: {error}"[:300]
     state.trace.append({"phase": "llm", "error": error[:300]})
+    if time_left_s(deps, state, now) <= 0:
+        state.stop_reason = "deadline"
+        return step.then(endings.wrap_up(state, "deadline", now))
+    if state.mode == "chitchat":
+        reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
+        return step.emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
+    state.mode, state.fallback_reason = "retrieval_only", f"model_unavailable: {error}"[:300]
     return step.then(retrieval_only_step(deps, state, now))
 
 
 def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
-    """No model: one real ``kb_search`` for the question, then an answer from the evidence."""
+    """No model: one real ``kb_search`` for the question, then an answer from the evidence
+    (the chit-chat agent's fixed reply for a chit-chat task)."""
+    if state.mode == "chitchat":
+        reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
+        return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
     searched = any(r.kind == "tool" and r.tool == "kb_search" for r in state.steps)
     if not searched and not state.evidence:
         call_id = deps.new_call_id()

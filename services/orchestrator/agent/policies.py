@@ -20,6 +20,18 @@ LOOP_WARN_AT = 3
 LOOP_STOP_AT = 4
 """Identical calls at which the task ends with a report of what was tried (rule A6)."""
 
+OSCILLATION_WINDOW = 4
+"""Last call signatures kept for the A<->B check (rule E7)."""
+
+
+def oscillating(recent: list[str]) -> bool:
+    """Rule E7: the last ``OSCILLATION_WINDOW`` calls alternate between two different calls
+    (A, B, A, B): the model is going back and forth without progress."""
+    if len(recent) < OSCILLATION_WINDOW:
+        return False
+    a, b, c, d = recent[-4:]
+    return a == c and b == d and a != b
+
 
 def canonical(value: Any) -> Any:
     """Normalise for comparison: strings trimmed and case-folded, dict keys sorted (recursively)."""

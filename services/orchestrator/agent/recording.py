@@ -10,7 +10,8 @@ Rules:
   uniform(0, ``tool_retry_base_s`` × 2^attempt) seconds.
 - When all of a step's calls are in, their evidence is numbered into the task's pool
   (``evidence.EvidencePool``, rule A10) in call order, each result becomes a ``tool``
-  message, and the next model step starts.
+  message, and the next model step starts. A step whose every call failed or was refused
+  counts towards ``max_failed_steps`` (rule E3, docs/agent-rules.md); one ok result resets it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from conduit.policy.redaction import redact
 from contracts.api import StepRecord
 from contracts.events import ToolResultPayload
 from contracts.stream import OUTPUT_MAX_CHARS, EvidenceEvent, ToolCompletedEvent, TraceEvent
@@ -135,6 +137,8 @@ def advance(state: TaskState, now: datetime) -> Step:
     message per call (in call order), and start the next model step (lease taken in the save)."""
     pool = EvidencePool(state.evidence)
     new_evidence = []
+    failed = bool(state.pending) and all(c.result is not None and c.result.outcome != "ok" for c in state.pending)
+    state.failed_steps = state.failed_steps + 1 if failed else 0  # rule E3
     for call in state.pending:
         assert call.result is not None
         ok = isinstance(call.result, ToolResultPayload) and call.result.outcome == "ok"
@@ -145,8 +149,8 @@ def advance(state: TaskState, now: datetime) -> Step:
     state.pending = []
     state.phase, state.status = Phase.MODEL, "running"
     step = Step(state)
-    if new_evidence:
-        step.emit(EvidenceEvent(items=new_evidence))
+    if new_evidence:  # what clients see of tool output has its secrets redacted (rule O3)
+        step.emit(EvidenceEvent(items=[e.model_copy(update={"text": redact(e.text)}) for e in new_evidence]))
     step.effects += [HoldLease(), ClearWake(), WriteView(), RunModelStep()]
     return step
 

@@ -133,20 +133,26 @@ class TaskState(BaseModel):
     steps: list[StepRecord] = Field(default_factory=list)
     signatures: dict[str, int] = Field(default_factory=dict)  # loop detection: call signature -> count
     rejected: list[str] = Field(default_factory=list)  # signatures a person rejected (never retried)
+    recent_calls: list[str] = Field(default_factory=list)  # last call signatures in order (A<->B oscillation, rule E7)
+    tool_counts: dict[str, int] = Field(default_factory=dict)  # calls that ran, per tool (quotas, rule E5)
+    bad_arguments: dict[str, int] = Field(default_factory=dict)  # calls refused for bad arguments, per tool (rule E6)
+    failed_steps: int = 0  # consecutive steps whose every tool call failed or was refused (rule E3)
+    forced_final: bool = False  # the model gave an empty answer; one final call without tools follows (rule E4)
     trace: list[dict[str, Any]] = Field(default_factory=list)
-    mode: Literal["agent", "retrieval_only"] = "agent"
+    mode: Literal["agent", "retrieval_only", "chitchat", "out_of_scope"] = "agent"
     fallback_reason: str | None = None
-    stop_reason: str | None = None  # max_rounds | max_tool_calls | max_tokens | deadline | loop_detected
+    stop_reason: str | None = None  # max_rounds | max_tool_calls | max_tokens | deadline | loop_detected | failed_steps | empty_answer
     failure: Failure | None = None
     cancellation: Cancellation | None = None
     created_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
     answer: str | None = None
+    confidence: float | None = None  # share of the answer's claims backed by a citation (rule O2)
 
     @property
     def terminal(self) -> bool:
-        """True once completed, failed or cancelled."""
-        return self.status in ("completed", "failed", "cancelled")
+        """True once completed, failed, cancelled or waiting for the user's input (``needs_input``)."""
+        return self.status in ("completed", "failed", "cancelled", "needs_input")
 
     def envelope_fields(self) -> dict[str, Any]:
         """Envelope header fields of every event this task sends (task, session, tenant, user, trace)."""

@@ -4,12 +4,14 @@ Each call is checked in this order (the first that applies answers it, and a
 refused call never runs; its ``Refusal`` is shown to the model as an error):
 
 1. the tool is offered to this task (an unknown name is refused too: ``tool_not_available``);
-2. its arguments are a JSON object matching the tool's schema (``bad_arguments``);
+2. its arguments are a JSON object matching the tool's schema (``bad_arguments``); after
+   ``max_bad_arguments`` retries the tool is withdrawn for the task (rule E6);
 3. a person rejected this exact call earlier in the task (``rejected_by_user``);
 4. loop detection (rule A6, ``policies.LOOP_WARN_AT`` / ``LOOP_STOP_AT``): the 3rd
    identical call is answered "you already have that result" (``repeated_call``),
-   the 4th ends the task with a report of what was tried;
-5. the tool-call budget ``max_tool_calls`` (``tool_budget_exhausted``);
+   the 4th ends the task with a wrap-up; so does A<->B oscillation (rule E7, ``policies.oscillating``);
+5. the tool-call budget ``max_tool_calls`` (``tool_budget_exhausted``), then the per-tool quota
+   ``tool_quotas`` for one question (``TOOL_CALL_LIMIT_REACHED``, rule E5);
 6. the tool's circuit breaker (``circuit_open``; half-open lets one trial call through);
 7. the approval policy (``policies.needs_approval``): the call waits for a person.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from conduit.runtime import tenants
 from contracts.api import ApprovalRecord
 from contracts.events import ToolError
 from contracts.stream import ApprovalRequiredEvent, ToolCompletedEvent, ToolRequestedEvent
@@ -63,6 +66,18 @@ def check_arguments(state: TaskState, name: str, args: dict[str, Any] | None) ->
     return None
 
 
+def _bad_arguments(deps: Deps, state: TaskState, name: str, refusal: Refusal) -> Refusal:
+    """Rule E6: a call refused for bad arguments may be retried ``max_bad_arguments`` times; after
+    that the tool is withdrawn for the rest of the task (no longer offered) and the model is told."""
+    if refusal.error.error_code != "bad_arguments" or name not in state.allowed_tools:
+        return refusal
+    count = state.bad_arguments[name] = state.bad_arguments.get(name, 0) + 1
+    if count > deps.settings.max_bad_arguments:
+        state.allowed_tools = [t for t in state.allowed_tools if t != name]
+        refusal.error.hint = f"{name} is withdrawn after {count} calls with bad arguments; answer without it"
+    return refusal
+
+
 def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | None,
         now: datetime) -> Refusal | str | None:
     """Apply checks 1-7 to ``call`` with the model's ``args`` (None: not a JSON object),
@@ -74,9 +89,12 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
     s = deps.settings
     refusal = check_arguments(state, call.name, args)
     if refusal is not None:
-        return refusal
+        return _bad_arguments(deps, state, call.name, refusal)
     sig = policies.signature(call.name, call.arguments)
     count = state.signatures[sig] = state.signatures.get(sig, 0) + 1
+    state.recent_calls = [*state.recent_calls, sig][-policies.OSCILLATION_WINDOW:]
+    if policies.oscillating(state.recent_calls):
+        return LOOP_STOP
     if sig in state.rejected:
         return _refuse("rejected_by_user", "forbidden", "a person rejected this exact call earlier in this task",
                        "do not ask for it again; answer with what you have or do something else")
@@ -89,28 +107,37 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
     if state.tool_calls_used >= s.max_tool_calls:
         return _refuse("tool_budget_exhausted", "forbidden", "the tool-call budget is used up",
                        "answer with the evidence you have")
+    quota = s.tool_quotas.get(call.name)
+    if quota is not None and state.tool_counts.get(call.name, 0) >= quota:  # rule E5
+        return _refuse("TOOL_CALL_LIMIT_REACHED", "business",
+                       f"{call.name} may run at most {quota} times for one question and has run that often",
+                       "answer with the results you already have")
     breaker = deps.tool_breakers.get(call.name)
     if breaker is not None and not breaker.allow(now.timestamp()):
         return _refuse("circuit_open", "transient",
                        f"{call.name} failed repeatedly and is paused for {s.tool_breaker_cooldown_s:.0f} s",
                        "use another tool or answer with what you have")
     state.tool_calls_used += 1
-    if policies.needs_approval(s.approval_policies, call.name, call.arguments):
+    state.tool_counts[call.name] = state.tool_counts.get(call.name, 0) + 1
+    if policies.needs_approval(tenants.policy(s, state.tenant_id).approval_policies or {}, call.name, call.arguments):
         call.approval = "pending"
         call.arguments_digest = arguments_digest(call.arguments)
-        call.expires_at = now + timedelta(seconds=s.approval_ttl_s)
+        deadline = state.created_at + timedelta(seconds=s.task_deadline_s)  # rule E2: never past the task's deadline
+        call.expires_at = max(now, min(now + timedelta(seconds=s.approval_ttl_s), deadline))
     return None
 
 
 def new_call(deps: Deps, state: TaskState, call_id: str, name: str, args: dict[str, Any] | None,
              now: datetime) -> PendingCall:
     """A ``PendingCall`` for the model's call (``tool`` None for a name that is no known tool;
-    unparsable arguments are kept as ``{}`` and refused by ``vet``)."""
+    unparsable arguments are kept as ``{}`` and refused by ``vet``). Its result deadline is
+    ``tool_timeout_s`` away, and never after the task's deadline (rule E2)."""
+    task_deadline = state.created_at + timedelta(seconds=deps.settings.task_deadline_s)
     return PendingCall(
         call_id=call_id, name=name, tool=name if name in TOOL_SPECS else None, arguments=args or {},
         reason=str((args or {}).get("reason", ""))[:500], step=state.step,
         idempotency_key=f"{state.task_id}:{state.step}:{call_id}", requested_at=now,
-        deadline_at=now + timedelta(seconds=deps.settings.tool_timeout_s))
+        deadline_at=max(now, min(now + timedelta(seconds=deps.settings.tool_timeout_s), task_deadline)))
 
 
 def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict[str, Any] | None]],

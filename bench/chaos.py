@@ -1,0 +1,390 @@
+"""Chaos suite: tasks keep their promises while processes of the embedded stack are killed.
+
+A supervised embedded stack (tansu, Redis with its append-only file, two orchestrator
+replicas, two web tool service replicas, the gateway; ``conduit.ops.supervisor``) answers tasks
+through the scripted model: each task fetches one page with ``web_fetch`` (from a local
+site; every ``APPROVAL_EVERY``-th task's URL needs approval) and streams a scripted answer;
+tasks belong to several sessions. Meanwhile SIGKILLs land at random moments on the
+orchestrator and web replicas and the gateway (clients reconnect with
+``Last-Event-ID``, as browsers do), plus one Redis kill and one broker kill; the supervisor
+starts each again (a new broker gets its topics again). Counted:
+
+- tasks whose log does not hold exactly one terminal event, or whose client did not get one;
+- tool executions per idempotency key, counted where the tool meets the world: page
+  requests per task at the local site (each task's one call has its own key);
+- answers that differ from the script's;
+- time from each kill to recovery (the new process checked in), and restarts done.
+
+Usage::
+
+    python -m bench.chaos                 # 100 tasks, 50 kills; writes docs/benchmarks.md
+    python -m bench.chaos --tasks 20 --kills 10 --no-write   # the CI form (tests/stack/test_chaos.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import redis as redis_sync
+
+from bench.common import machine, pct, write_section
+from conduit.ops import infra
+from conduit.ops.client import bearer, create_task, stream_task
+from conduit.ops.stack import Stack
+from conduit.ops.supervisor import Supervisor
+from conduit.records.taskstream import TaskEventLog
+from conduit.runtime.liveness import alive_key
+from conduit.runtime.settings import Settings
+from conduit.testing.scripted_model import ScriptedModel, Turn
+from contracts.stream import TERMINAL_TYPES
+
+APPROVAL_EVERY = 7
+"""Every 7th task's page URL contains ``approve``: the policy ``if:url~approve`` asks a person."""
+SESSIONS = 6
+TARGETS = ("orchestrator", "orchestrator-2", "web", "web-2", "gateway")
+"""Processes the SIGKILLs are spread over; Redis and the broker get one kill each on top."""
+RECOVERY_TIMEOUT_S = 120.0
+SETTLE_S = 120.0
+"""After the last kill, tasks get this long to finish; then the clients give up and the task counts as stuck."""
+KILL_EVERY_S = 2.0
+"""Mean seconds between two kills; tasks start spread over the whole kill schedule."""
+
+
+def needs_approval(n: int) -> bool:
+    """Every ``APPROVAL_EVERY``-th measured task (numbers from ``SESSIONS`` on) needs approval."""
+    return n >= SESSIONS and n % APPROVAL_EVERY == 0
+
+
+def answer_for(n: int) -> str:
+    """The scripted answer of task ``n`` (what the client must end up with)."""
+    return f"第{n}号任务的答案：小规模纳税人征收率为百分之三[1]。"
+
+
+class Site(ThreadingHTTPServer):
+    """A local web site; ``hits`` counts GETs per path (one path per task)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Page)
+        self.base = f"http://127.0.0.1:{self.server_address[1]}"
+        self.hits: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+
+class _Page(BaseHTTPRequestHandler):
+    server: Site
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        with self.server.lock:
+            self.server.hits[self.path] += 1
+        body = ("<html><head><title>征收率</title></head><body><article><h1>小规模纳税人征收率</h1>"
+                + "<p>小规模纳税人适用简易计税方法，征收率为百分之三。</p>" * 6 + "</article></body></html>").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def script(site: Site):  # noqa: ANN201 - a TurnSource
+    """The model: first a ``web_fetch`` of the task's page, then (with the tool result) its answer."""
+
+    def turn(body: dict) -> Turn:
+        messages = body["messages"]
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        n = int(re.search(r"chaos-(\d+)", str(messages[last_user]["content"])).group(1))
+        if any(m["role"] == "tool" for m in messages[last_user:]):
+            return Turn(content=answer_for(n), chunks=12, chunk_delay_s=0.03)
+        path = f"/doc/{n}" + ("-approve" if needs_approval(n) else "")
+        return Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": site.base + path, "reason": "查征收率"}}])
+
+    return turn
+
+
+@dataclass
+class TaskOutcome:
+    """What one client saw: terminal events received, the answer, replayed duplicates."""
+
+    n: int
+    task_id: str = ""
+    terminals: list[str] = field(default_factory=list)
+    answer: str | None = None
+    duplicates: int = 0
+    error: str | None = None
+    last_event: str | None = None
+    tools: list[str] = field(default_factory=list)
+
+
+def _retry(call, attempts: int = 300):  # noqa: ANN001, ANN202
+    """Call ``call()`` until it returns without a transport error or a 5xx (gateway restarting)."""
+    for attempt in range(attempts):
+        try:
+            resp = call()
+            if resp.status_code < 500:
+                return resp
+        except httpx.TransportError:
+            pass
+        time.sleep(min(1.0, 0.1 * (attempt + 1)))
+    raise RuntimeError("gateway did not come back")
+
+
+def run_client(base: str, key: str, n: int, session_id: str | None, abandon: threading.Event) -> TaskOutcome:
+    """One task from a client's side: create it, follow its stream across gateway kills, approve;
+    give up (``error="abandoned"``) once ``abandon`` is set and the connection drops."""
+    out = TaskOutcome(n)
+    created = None
+    for attempt in range(300):
+        if abandon.is_set():
+            break
+        try:
+            created = create_task(base, f"chaos-{n}：小规模纳税人的征收率是多少？", session_id, attempts=1, api_key=key)
+            break
+        except (httpx.TransportError, httpx.HTTPStatusError):
+            time.sleep(min(1.0, 0.1 * (attempt + 1)))
+    if created is None:
+        out.error = "could not create"
+        return out
+    out.task_id = created["task_id"]
+    last: int | None = None
+    while not out.terminals:
+        if abandon.is_set():
+            out.error = "abandoned"
+            return out
+        try:
+            for ev in stream_task(base, out.task_id, last_event_id=last, reconnects=0, read_timeout_s=60, api_key=key):
+                if ev.id is not None:
+                    out.duplicates += last is not None and ev.id <= last
+                    last = ev.id
+                out.last_event = ev.event
+                if ev.event == "tool.completed":
+                    out.tools.append(str(ev.data.get("outcome")) + ":" + str((ev.data.get("error") or {}).get("error_code", "")))
+                if ev.event == "tool.approval_required":
+                    url = f"{base}/v1/tasks/{out.task_id}/approvals/{ev.data['call_id']}"
+                    body = {"decision": "approve", "arguments_digest": ev.data["arguments_digest"]}
+                    _retry(lambda: httpx.post(url, json=body, timeout=10, headers=bearer(key)))  # noqa: B023
+                elif ev.event in TERMINAL_TYPES:
+                    out.terminals.append(ev.event)
+                    out.answer = ev.data.get("answer")
+        except httpx.TransportError:
+            time.sleep(0.2)
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code < 500:
+                out.error = f"stream {exc.response.status_code}"
+                return out
+            time.sleep(0.2)
+    return out
+
+
+class Chaos:
+    """The stack, its supervisor, the site, the model, and the kill schedule of one run."""
+
+    def __init__(self, tasks: int, kills: int, seed: int, infra_kills: tuple[str, ...] = ("redis", "tansu")) -> None:
+        self.tasks, self.kills = tasks, kills
+        self.infra_kills = infra_kills
+        self.rng = random.Random(seed)
+        self.site = Site()
+        threading.Thread(target=self.site.serve_forever, daemon=True).start()
+        self.model = ScriptedModel(default=script(self.site)).start()
+        self.data_dir = Path(tempfile.mkdtemp(prefix="conduit-chaos-"))
+        self.settings = Settings(data_dir=self.data_dir, embedded_kafka_port=infra.free_port(),
+                                 embedded_redis_port=infra.free_port(), gateway_port=infra.free_port(),
+                                 supervisor_max_restarts=1000, supervisor_backoff_base_s=0.2)
+        env = {"OPENAI_BASE_URL": self.model.base_url, "OPENAI_API_KEY": "chaos", "CONDUIT_MODEL": "scripted",
+               "CONDUIT_SEARXNG_URL": self.site.base, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
+               "CONDUIT_APPROVAL_POLICIES": '{"web_fetch": "if:url~approve", "code_exec": "always"}',
+               "CONDUIT_LEASE_TTL_S": "5", "CONDUIT_LOG_LEVEL": "WARNING"}
+        self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
+                           scale={"orchestrator": 2, "web": 2})
+        self.recoveries: list[float] = []
+        self.killed: Counter[str] = Counter()
+        self.log: list[str] = []
+
+    def recovered(self, key: str, old_pid: int | None) -> bool:
+        """True once ``key`` runs as a new process that serves (checked in / answers)."""
+        child = self.stack.children()[key]
+        if not child.running or child.pid == old_pid:
+            return False
+        if key == "redis":
+            try:
+                return bool(redis_sync.Redis.from_url(self.settings.redis(), socket_timeout=1).ping())
+            except redis_sync.RedisError:
+                return False
+        if key == "tansu":
+            return infra.port_open(self.settings.embedded_kafka_port)
+        with redis_sync.Redis.from_url(self.settings.redis(), socket_timeout=1) as r:
+            try:
+                return bool(r.exists(alive_key(child.name, child.pid)))
+            except redis_sync.RedisError:
+                return False
+
+    def kill_one(self, key: str) -> None:
+        """SIGKILL ``key`` and wait until the supervisor brought it back; record the time."""
+        child = self.stack.children()[key]
+        old = child.pid
+        killed_at = time.monotonic()
+        child.proc.kill()
+        self.killed[key] += 1
+        self.log.append(f"{time.strftime('%H:%M:%S')} killed {key} (pid {old})")
+        while not self.recovered(key, old):
+            if time.monotonic() - killed_at > RECOVERY_TIMEOUT_S:
+                self.log.append(f"{key} did not recover within {RECOVERY_TIMEOUT_S:.0f} s")
+                return
+            time.sleep(0.05)
+        self.recoveries.append(time.monotonic() - killed_at)
+
+    def killer(self) -> None:
+        """The kill schedule: ``kills`` SIGKILLs over ``TARGETS`` at random moments (mean ``KILL_EVERY_S``
+        apart, never a process still recovering), plus one of Redis and one of the broker."""
+        specials = {(i + 1) * self.kills // (len(self.infra_kills) + 1): key for i, key in enumerate(self.infra_kills)}
+        recovering: dict[str, threading.Thread] = {}
+        for i in range(self.kills):
+            time.sleep(self.rng.uniform(0.3, 2 * KILL_EVERY_S - 0.3))
+            free = [t for t in TARGETS if t not in recovering or not recovering[t].is_alive()]
+            while not free:
+                time.sleep(0.1)
+                free = [t for t in TARGETS if not recovering[t].is_alive()]
+            for key in [self.rng.choice(free)] + ([specials[i]] if i in specials else []):
+                recovering[key] = threading.Thread(target=self.kill_one, args=(key,), daemon=True)
+                recovering[key].start()
+        for t in recovering.values():
+            t.join()
+
+    def run(self) -> dict:
+        """Start, run the tasks under the kill schedule, stop; return the figures."""
+        self.stack.start()
+        sup = Supervisor(self.stack, log=self.log.append)
+        stopping = threading.Event()
+        supervising = threading.Thread(target=sup.run, args=(stopping.is_set,), daemon=True)
+        supervising.start()
+        killing = threading.Thread(target=self.killer, daemon=True)
+        started = time.monotonic()
+        pool: ThreadPoolExecutor | None = None
+        futures: list = []
+        try:
+            key = self.stack.admin_key
+            sessions = [create_task(self.stack.gateway_url, f"chaos-{s}：开场", None, api_key=key)["session_id"]
+                        for s in range(SESSIONS)]
+            killing.start()
+            spacing = self.kills * KILL_EVERY_S / max(1, self.tasks)  # tasks run all through the kill schedule
+            abandon = threading.Event()
+            pool = ThreadPoolExecutor(max_workers=16)
+            for n in range(self.tasks):
+                futures.append(pool.submit(run_client, self.stack.gateway_url, key, SESSIONS + n,
+                                           sessions[n % SESSIONS], abandon))
+                time.sleep(spacing)
+            killing.join()
+            wait(futures, timeout=SETTLE_S)
+            abandon.set()  # stuck clients return when the gateway stops below
+            elapsed = time.monotonic() - started
+        finally:
+            stopping.set()
+            supervising.join(30)
+            logged = {}
+            try:
+                done_ids = [f.result().task_id for f in futures if f.done() and f.result().task_id]
+                logged = asyncio.run(self._terminal_counts(done_ids))
+            except Exception as exc:  # noqa: BLE001 - Redis gone: the figures say so
+                self.log.append(f"cannot read the task logs: {exc!r}")
+            self.stack.stop()
+            if pool is not None:
+                pool.shutdown(wait=True)
+            outcomes = [f.result() for f in futures]
+            self.model.stop()
+            self.site.shutdown()
+        return self._figures(outcomes, logged, sup, elapsed)
+
+    async def _terminal_counts(self, task_ids: list[str]) -> dict[str, int]:
+        from redis.asyncio import Redis  # noqa: PLC0415
+
+        client = Redis.from_url(self.settings.redis())
+        log = TaskEventLog(client)
+        try:
+            return {t: sum(e.terminal for e in await log.read(t, count=100_000)) for t in task_ids}
+        finally:
+            await client.aclose()
+
+    def _figures(self, outcomes: list[TaskOutcome], logged: dict[str, int], sup: Supervisor, elapsed: float) -> dict:
+        bad_terminal = [o.n for o in outcomes if len(o.terminals) != 1 or logged.get(o.task_id) != 1]
+        executions = [self.site.hits[f"/doc/{o.n}" + ("-approve" if needs_approval(o.n) else "")]
+                      for o in outcomes]
+        return {
+            "tasks": len(outcomes), "kills": sum(self.killed.values()), "killed": dict(self.killed),
+            "not_one_terminal": bad_terminal,
+            "not_completed": [o.n for o in outcomes if o.terminals != ["task.completed"]],
+            "executions_not_one": [(o.n, c) for o, c in zip(outcomes, executions) if c != 1],
+            "wrong_answers": [o.n for o in outcomes if o.terminals == ["task.completed"] and o.answer != answer_for(o.n)],
+            "wrong_answer_texts": {o.n: (o.answer or "")[:80] for o in outcomes
+                                   if o.terminals == ["task.completed"] and o.answer != answer_for(o.n)},
+            "tool_outcomes": {o.n: o.tools for o in outcomes if o.tools != ["ok:"]},
+            "replayed_duplicates": sum(o.duplicates for o in outcomes),
+            "client_errors": [(o.n, o.error) for o in outcomes if o.error],
+            "recovery_p50_s": pct(self.recoveries, 50), "recovery_max_s": max(self.recoveries, default=float("nan")),
+            "restarts": sum(t.restarts for t in sup.tracks.values()), "elapsed_s": elapsed,
+            "approvals": sum(1 for o in outcomes if needs_approval(o.n)),
+            "stuck": [(o.n, o.last_event) for o in outcomes if o.error == "abandoned"],
+        }
+
+
+def report(f: dict) -> str:
+    """The docs/benchmarks.md section for one run's figures."""
+    return f"""## Chaos: kills while tasks run (`bench/chaos.py`)
+
+{f['tasks']} tasks ({f['approvals']} needing approval, {SESSIONS} sessions), each one `web_fetch` and a streamed
+scripted answer, through a supervised embedded stack (2 orchestrator replicas, 2 web replicas, gateway, tansu, Redis
+with its AOF). {f['kills']} SIGKILLs at random moments: {', '.join(f'{k} {v}' for k, v in sorted(f['killed'].items()))}.
+Clients reconnect with `Last-Event-ID`. Lease TTL 5 s; supervisor crash-loop limit raised to 1000 for the run.
+Machine: {machine()}.
+
+| figure | value |
+|---|---|
+| tasks without exactly one terminal event (log and client) | {len(f['not_one_terminal'])} |
+| tasks not completed | {len(f['not_completed'])} |
+| tasks stuck {SETTLE_S:.0f} s after the last kill (number, last event) | {len(f['stuck'])} {f['stuck'] or ''} |
+| tool executions per idempotency key != 1 (page requests at the site) | {len(f['executions_not_one'])} {f['executions_not_one'] or ''} |
+| answers that differ from the script | {len(f['wrong_answers'])} |
+| events a client got twice after a reconnect | {f['replayed_duplicates']} |
+| kill to recovery (new process checked in), p50 / max | {f['recovery_p50_s']:.2f} s / {f['recovery_max_s']:.2f} s |
+| restarts done by the supervisor | {f['restarts']} |
+| wall time | {f['elapsed_s']:.0f} s |
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the suite; print (and unless ``--no-write`` store) the figures; exit 1 unless zero-loss."""
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--no-broker-kill", action="store_true", help="kill Redis but not the broker")
+    args = parser.parse_args(argv)
+    chaos = Chaos(args.tasks, args.kills, args.seed, ("redis",) if args.no_broker_kill else ("redis", "tansu"))
+    figures = chaos.run()
+    print("\n".join(chaos.log))
+    print(figures)
+    if args.no_write:
+        print(report(figures))
+    else:
+        write_section("chaos", report(figures))
+    lossless = not (figures["not_one_terminal"] or figures["executions_not_one"] or figures["wrong_answers"])
+    return 0 if lossless else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The model is not offered code_exec while no sandbox can isolate code (seed 000: a tool that
+cannot run is not shown). The status comes from real sandbox status keys in the session's Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from redis.asyncio import Redis
+
+from conduit.runtime.settings import Settings
+from conduit.runtime.toolcatalog import available_tools, unavailable_tools
+from services.sandbox.isolation import NOT_INSTALLED, off_message
+from services.sandbox.main import build_service, publish_status, status_key
+
+
+async def test_code_exec_is_hidden_while_the_sandbox_reports_no_isolation(infra_stack, settings: Settings) -> None:
+    url = infra_stack.redis_url.rsplit("/", 1)[0] + "/8"  # a database of its own: no real replica's keys
+    missing = (None, NOT_INSTALLED)
+    service = build_service(settings.model_copy(update={"redis_url": url}), setup=missing)
+    redis: Redis = service.redis
+    await redis.flushdb()
+    try:
+        assert await unavailable_tools(redis) == frozenset(), "no sandbox reported yet: nothing hidden"
+        status = asyncio.create_task(publish_status(service, setup=missing))
+        try:
+            for _ in range(100):
+                if await redis.exists(status_key()):
+                    break
+                await asyncio.sleep(0.02)
+            body = json.loads(await redis.get(status_key()))
+            assert body["reason"] == off_message(NOT_INSTALLED)
+            hidden = await unavailable_tools(redis)
+            assert hidden == {"code_exec"}
+            assert "code_exec" not in available_tools(settings, None, hidden)
+            assert "kb_search" in available_tools(settings, None, hidden)
+            # one replica that isolates is enough
+            await redis.set("conduit:sandbox:status:other-host:1", json.dumps({"isolated": True, "unsafe": False,
+                                                                                "reason": "bubblewrap"}), ex=30)
+            assert await unavailable_tools(redis) == frozenset()
+            assert "code_exec" in available_tools(settings, None, await unavailable_tools(redis))
+        finally:
+            status.cancel()
+    finally:
+        await redis.flushdb()
+        await redis.aclose()
