@@ -159,7 +159,8 @@ def test_a_follow_up_stays_in_the_same_session(browser, stack, model):
     expect(page.locator(".turn")).to_have_count(2)
     expect(last_turn(page)).to_have_attribute("data-state", "completed")
     contents = [m.get("content") for m in model.requests[-1]["messages"]]
-    assert "增值税征收率是多少？" in contents and "第一轮回答：征收率为百分之三。" in contents
+    assert "增值税征收率是多少？" in contents  # the model saw the earlier turn (its answer may carry a confidence mark)
+    assert any(str(c).startswith("第一轮回答：征收率为百分之三") for c in contents)
     expect(page.locator("#sessions .session.current")).to_contain_text("增值税征收率是多少？")
     page.context.close()
 
