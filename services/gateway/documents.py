@@ -11,13 +11,18 @@ search hits are its own; the public law corpus is everyone's:
 - ``POST /v1/documents`` ``{title, text, source?, document_id?}`` -> 202 ``DocumentAccepted``
   (status ``queued``): saves the record, then publishes ``DocumentIngestRequested``; the
   retriever indexes it and sets the record to ``ingested`` or ``failed`` (with ``reason``).
+  With ``Content-Type: application/pdf`` the body is the raw PDF (at most ``PDF_BODY_BYTES``):
+  its text (pages split by blank lines, pypdf) then goes the same way; title = ``?title=``, else
+  the ``X-Filename`` header without ``.pdf``, else the PDF's metadata title; ``?source=`` and
+  ``?document_id=`` as in the JSON body.
 - ``GET /v1/documents`` -> ``DocumentList``; ``GET /v1/documents/{id}`` -> ``DocumentView``.
 - ``DELETE /v1/documents/{id}`` -> 202 (status ``deleting``); from then on ``GET`` and ``DELETE``
   of the id answer 404, while ``GET /v1/documents`` lists it as ``deleting`` until the retriever
   has deleted its chunks and then the record.
 
 Errors (``ErrorBody``): 422 ``invalid_request`` (malformed JSON, empty query or text, bad
-``document_id``, unknown fields), 413 ``document_too_large`` (text over
+``document_id``, unknown fields, a PDF without a title), 422 ``pdf_unreadable`` (not a PDF, or
+pypdf fails) / ``pdf_no_text`` (no extractable text: scanned?), 413 ``document_too_large`` (text over
 ``MAX_DOCUMENT_CHARS`` characters) / ``body_too_large``, 404 ``document_not_found``,
 503 ``broker_unavailable`` (Kafka did not ack) / ``kb_backend_unavailable`` (the retriever's
 store or model failed) / ``store_unavailable`` (Redis), 504 ``retriever_timeout``.
@@ -25,12 +30,14 @@ store or model failed) / ``store_unavailable`` (Redis), 504 ``retriever_timeout`
 
 from __future__ import annotations
 
+import asyncio
+import io
 import logging
 import uuid
 from datetime import timedelta
 from typing import TypeVar
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
@@ -71,17 +78,17 @@ SEARCH_BODY_BYTES = 64 * 1024
 """Largest ``POST /v1/search`` body (bytes)."""
 DOCUMENT_BODY_BYTES = MAX_DOCUMENT_CHARS * 6 + _OVERHEAD_BYTES
 """Largest ``POST /v1/documents`` body (bytes): 6 bytes per text char (``\\uXXXX``) + 16 KiB."""
+PDF_BODY_BYTES = 20 * 1024 * 1024
+"""Largest ``POST /v1/documents`` PDF body (bytes, 20 MiB: the retriever's file limit); its text
+must still fit ``MAX_DOCUMENT_CHARS``."""
+PDF_TYPE = "application/pdf"
 
 M = TypeVar("M", bound=BaseModel)
 _ERRORS = {r: {"model": ErrorBody} for r in (401, 403, 404, 413, 422, 429, 503, 504)}
 
 
-async def _read_body(request: Request, model: type[M], limit: int) -> M:
-    """Read at most ``limit`` bytes of JSON and validate it into ``model``.
-
-    Raises ``ApiError`` 413 ``body_too_large`` / ``document_too_large`` (text too long),
-    ``RequestValidationError`` (-> 422 ``invalid_request``) otherwise.
-    """
+async def _read_bytes(request: Request, limit: int) -> bytes:
+    """The request body; raises ``ApiError`` 413 ``body_too_large`` past ``limit`` bytes."""
     too_large = ApiError(413, "body_too_large", f"the request body is larger than {limit} bytes", {"max_bytes": limit})
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -92,14 +99,60 @@ async def _read_body(request: Request, model: type[M], limit: int) -> M:
         if size > limit:
             raise too_large
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _validate(model: type[M], raw: bytes | None = None, fields: dict | None = None) -> M:
+    """``model`` from JSON ``raw`` or from ``fields``.
+
+    Raises ``ApiError`` 413 ``document_too_large`` (text too long), ``RequestValidationError``
+    (-> 422 ``invalid_request``) otherwise.
+    """
     try:
-        return model.model_validate_json(b"".join(chunks))
+        return model.model_validate_json(raw) if raw is not None else model.model_validate(fields)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
         if any(e["type"] == "string_too_long" and tuple(e["loc"]) == ("text",) for e in errors):
             raise ApiError(413, "document_too_large", f"the document text is longer than {MAX_DOCUMENT_CHARS} characters",
                            {"max_document_chars": MAX_DOCUMENT_CHARS}) from None
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
+
+
+async def _read_body(request: Request, model: type[M], limit: int) -> M:
+    """Read at most ``limit`` bytes of JSON and validate it into ``model`` (errors: ``_read_bytes``, ``_validate``)."""
+    return _validate(model, await _read_bytes(request, limit))
+
+
+def pdf_text(data: bytes) -> tuple[str, str | None]:
+    """``(text, metadata title)`` of a PDF: page texts (pypdf) joined by blank lines.
+
+    Raises ``ApiError`` 422 ``pdf_unreadable`` (not a PDF, pypdf fails) / ``pdf_no_text`` (scanned?).
+    """
+    from pypdf import PdfReader  # noqa: PLC0415 - only PDF uploads need it
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        pages = [page.extract_text() or "" for page in reader.pages]
+        title = (reader.metadata.title if reader.metadata else None) or None
+    except Exception as exc:  # noqa: BLE001 - pypdf raises many types
+        raise ApiError(422, "pdf_unreadable", f"the body is not a readable PDF: {type(exc).__name__}") from None
+    text = "\n\n".join(p.strip() for p in pages if p.strip())
+    if not text:
+        raise ApiError(422, "pdf_no_text", "the PDF has no extractable text (scanned?)", {"pages": len(pages)})
+    return text, (title.strip() if isinstance(title, str) else None)
+
+
+async def _document_body(request: Request, title: str | None, source: str | None,
+                         document_id: str | None) -> DocumentCreate:
+    """The ``DocumentCreate`` of a JSON body, or of a raw PDF body (``Content-Type: application/pdf``)."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != PDF_TYPE:
+        return await _read_body(request, DocumentCreate, DOCUMENT_BODY_BYTES)
+    text, meta_title = await asyncio.to_thread(pdf_text, await _read_bytes(request, PDF_BODY_BYTES))
+    filename = request.headers.get("x-filename", "").strip()
+    if filename.lower().endswith(".pdf"):
+        filename = filename[:-4]
+    fields = {"title": title or filename or meta_title or "", "text": text, "source": source, "document_id": document_id}
+    return _validate(DocumentCreate, fields=fields)
 
 
 async def _send(state: GatewayState, event) -> None:
@@ -167,13 +220,20 @@ async def _save(state: GatewayState, view: DocumentView) -> None:
         await pipe.execute()
 
 
+_PDF_QUERY = "only with a PDF body (Content-Type: application/pdf)"
+
+
 @router.post("/documents", status_code=202, response_model=DocumentAccepted, responses=_ERRORS,
-             openapi_extra=body_doc(DocumentCreate))
+             openapi_extra=body_doc(DocumentCreate, raw={PDF_TYPE: "a PDF file; its text is ingested"}))
 async def create_document(request: Request, state: GatewayState = Depends(get_state),
-                          who: Principal = Depends(authenticate)) -> DocumentAccepted:
-    """Queue a document for ingestion (body: ``DocumentCreate``); re-posting an id replaces it (admin only)."""
+                          who: Principal = Depends(authenticate),
+                          title: str | None = Query(None, description=f"document title, {_PDF_QUERY}"),
+                          source: str | None = Query(None, description=f"document source, {_PDF_QUERY}"),
+                          document_id: str | None = Query(None, description=f"document id, {_PDF_QUERY}"),
+                          ) -> DocumentAccepted:
+    """Queue a document for ingestion (body: ``DocumentCreate`` or a PDF); re-posting an id replaces it (admin only)."""
     require_admin(who)
-    body = await _read_body(request, DocumentCreate, DOCUMENT_BODY_BYTES)
+    body = await _document_body(request, title, source, document_id)
     tenant = who.tenant_id
     document_id = body.document_id or uuid.uuid4().hex
     index_id = index_document_id(tenant, document_id)

@@ -31,11 +31,14 @@ _REF = "#/components/schemas/{model}"
 _ERROR = {"$ref": "#/components/schemas/ErrorBody"}
 
 
-def body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` of a route whose required JSON body is ``model``."""
+def body_doc(model: type[BaseModel], raw: dict[str, str] | None = None) -> dict[str, Any]:
+    """``openapi_extra`` of a route whose required JSON body is ``model``; ``raw`` adds binary
+    bodies the route also reads (``{content type: description}``, e.g. ``application/pdf``)."""
     _BODIES[model.__name__] = model
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": _REF.format(model=model.__name__)}}}}}
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": _REF.format(model=model.__name__)}}}
+    for media_type, description in (raw or {}).items():
+        content[media_type] = {"schema": {"type": "string", "format": "binary", "description": description}}
+    return {"requestBody": {"required": True, "content": content}}
 
 
 def is_public(path: str) -> bool:

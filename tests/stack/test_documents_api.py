@@ -144,3 +144,49 @@ def test_bad_documents_are_rejected_with_clear_errors(client):
         r = client.request(method, "/v1/documents/no-such-document")
         assert (r.status_code, r.json()["error"]["code"]) == (404, "document_not_found")
     assert client.get("/v1/documents/bad:id").status_code == 422
+
+
+def minimal_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF (Helvetica, ASCII ``lines``) with a correct xref table."""
+    ops = "BT /F1 12 Tf 72 720 Td 14 TL " + " ".join(f"({line}) Tj T*" for line in lines) + " ET"
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        f"<< /Length {len(ops)} >>\nstream\n{ops}\nendstream",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode()
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += "".join(f"{o:010d} 00000 n \n" for o in offsets).encode()
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return out
+
+
+def test_uploaded_pdf_is_searchable(client):
+    pdf = minimal_pdf(["Nebula Robotics travel policy", "Hotel rooms cost at most 640 dollars per night."])
+    r = client.post("/v1/documents", params={"document_id": "nebula-pdf"}, content=pdf,
+                    headers={"Content-Type": "application/pdf", "X-Filename": "Nebula policy.pdf"})
+    assert r.status_code == 202, r.text
+    view = wait_status(client, "nebula-pdf", {"ingested", "failed"}).json()
+    assert view["status"] == "ingested" and view["title"] == "Nebula policy", view
+    r = client.post("/v1/search", json={"query": "Nebula Robotics hotel rooms per night",
+                                        "filters": {"document_ids": [view["index_document_id"]]}})
+    assert r.status_code == 200, r.text
+    assert any("640 dollars" in i["text"] for i in r.json()["items"]), r.json()
+    assert client.delete("/v1/documents/nebula-pdf").status_code == 202
+
+    pdf_headers = {"Content-Type": "application/pdf"}
+    cases = [
+        (b"not a pdf at all", {"title": "x"}, 422, "pdf_unreadable"),
+        (minimal_pdf([]), {"title": "x"}, 422, "pdf_no_text"),
+        (pdf, {}, 422, "invalid_request"),  # no title anywhere
+        (b"%PDF" + b"0" * (20 * 1024 * 1024), {"title": "x"}, 413, "body_too_large"),
+    ]
+    for body, params, status, code in cases:
+        r = client.post("/v1/documents", params=params, content=body, headers=pdf_headers)
+        assert (r.status_code, r.json()["error"]["code"]) == (status, code), r.text

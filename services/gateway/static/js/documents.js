@@ -3,6 +3,7 @@ import { t } from "./i18n.js";
 import { request, errorSentence } from "./api.js";
 
 const TEXT_TYPES = /\.(txt|md|markdown|html?)$/i;
+const PDF_TYPE = /\.pdf$/i;
 const POLL_MS = 1000;
 const POLL_MAX = 300;
 
@@ -77,12 +78,20 @@ export function installDocuments(dialog, dropTargets) {
     li.append(el("span", "doc-title", file.name), status, bar);
     uploads.append(li);
     const set = (key, value, cls) => { status.textContent = key; bar.value = value; status.className = `pill doc-status status-${cls}`; };
-    if (!TEXT_TYPES.test(file.name)) { set(t("docs.unsupported"), 0, "failed"); bar.remove(); return; }
+    const pdf = PDF_TYPE.test(file.name);
+    if (!pdf && !TEXT_TYPES.test(file.name)) { set(t("docs.unsupported"), 0, "failed"); bar.remove(); return; }
     try {
-      const text = await fileText(file);
-      set(t("docs.uploading"), 2, "queued");
       const title = file.name.replace(/\.[^.]+$/, "");
-      const accepted = await request("/v1/documents", { json: { title, text, source: file.name } });
+      let accepted;
+      if (pdf) { // raw PDF body: the gateway extracts its text
+        set(t("docs.uploading"), 2, "queued");
+        const query = new URLSearchParams({ title, source: file.name });
+        accepted = await request(`/v1/documents?${query}`, { method: "POST", body: file, headers: { "Content-Type": "application/pdf" } });
+      } else {
+        const text = await fileText(file);
+        set(t("docs.uploading"), 2, "queued");
+        accepted = await request("/v1/documents", { json: { title, text, source: file.name } });
+      }
       set(t("docs.queued"), 3, "queued");
       for (let i = 0; i < POLL_MAX; i += 1) {
         const view = await request(`/v1/documents/${encodeURIComponent(accepted.document_id)}`);
