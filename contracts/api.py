@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from contracts.evidence import Citation
 from contracts.stream import Usage
@@ -99,6 +99,14 @@ class ApprovalDecisionBody(BaseModel):
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = Field(default=None, description="digest shown in tool.approval_required")
     comment: str | None = Field(default=None, max_length=1000)
+
+
+class SessionRename(BaseModel):
+    """``PATCH /v1/sessions/{id}`` body: the session's new ``title`` (1-200 chars after stripping, not blank)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200, pattern=r"\S")]
 
 
 class ApprovalRecord(BaseModel):

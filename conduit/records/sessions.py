@@ -94,6 +94,11 @@ async def get(redis: Redis, session_id: str) -> SessionMeta | None:
                        updated_at=float(f["updated_at"]))
 
 
+async def rename(redis: Redis, session_id: str, title: str) -> None:
+    """Set the session's ``title`` (at most 200 chars are kept); its TTL and indexes stay as they are."""
+    await redis.hset(meta_key(session_id), "title", title[:200])
+
+
 async def list_sessions(redis: Redis, tenant_id: str, user_id: str | None, limit: int = 100) -> list[SessionMeta]:
     """Newest first: one user's sessions, or (``user_id`` None) the whole tenant's; drops dead ids."""
     index = tenant_index(tenant_id) if user_id is None else user_index(tenant_id, user_id)

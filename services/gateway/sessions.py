@@ -4,28 +4,34 @@
   user_id}]}`` newest first: the caller's own; a tenant admin's list is the whole tenant's.
 - ``GET    /v1/sessions/{id}`` -> 200 ``{session_id, title, user_id, ..., "turns": [{task_id,
   question, status, answer, citations, created_at}]}`` oldest first.
+- ``PATCH  /v1/sessions/{id}`` ``SessionRename`` ``{"title"}`` -> 200 the session's summary with
+  the new title (422 ``invalid_request`` for a bad body).
 - ``DELETE /v1/sessions/{id}`` -> 200 ``{"session_id", "deleted_tasks": n}``: its history, its
   tasks' records and event logs are gone; a later task naming the id starts an empty session.
 Another user's or tenant's session answers 404 ``session_not_found`` like a missing one
-(a tenant admin may read and delete the tenant's sessions).
+(a tenant admin may read, rename and delete the tenant's sessions).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from conduit.records import sessions
-from contracts.api import ErrorBody
+from contracts.api import ErrorBody, SessionRename
 from services.gateway.auth import Principal, authenticate, can_see
-from services.gateway.errors import ApiError
+from services.gateway.errors import ApiError, validation_details
+from services.gateway.openapi import body_doc
 from services.gateway.state import GatewayState, get_state
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 404, 429, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 404, 413, 422, 429, 503)}
+RENAME_BODY_BYTES = 4096
+"""Largest ``PATCH /v1/sessions/{id}`` body (bytes)."""
 _ID = Path(max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$", description="session id")
 
 
@@ -61,6 +67,24 @@ async def get_session(session_id: str = _ID, state: GatewayState = Depends(get_s
                           "answer": view.answer, "citations": [c.model_dump(mode="json") for c in view.citations],
                           "created_at": view.created_at.isoformat()})
     return JSONResponse({**_summary(meta), "turns": turns})
+
+
+@router.patch("/sessions/{session_id}", responses=_ERRORS, openapi_extra=body_doc(SessionRename))
+async def rename_session(request: Request, session_id: str = _ID, state: GatewayState = Depends(get_state),
+                         who: Principal = Depends(authenticate)) -> JSONResponse:
+    """Rename the session (body ``SessionRename``); answers its summary with the new title."""
+    meta = await _own(state, who, session_id)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > RENAME_BODY_BYTES:
+        raise ApiError(413, "body_too_large", f"the request body is larger than {RENAME_BODY_BYTES} bytes",
+                       {"max_bytes": RENAME_BODY_BYTES})
+    try:
+        body = SessionRename.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", "body must be {title}",
+                       validation_details(exc.errors(include_url=False, include_input=False))) from None
+    await sessions.rename(state.redis, session_id, body.title)
+    return JSONResponse(_summary(meta.model_copy(update={"title": body.title})))
 
 
 @router.delete("/sessions/{session_id}", responses=_ERRORS)

@@ -180,6 +180,7 @@ MATRIX: dict[tuple[str, str], Case] = {
     ("POST", "/v1/login"): Case("/v1/login", 401, 401, 401, 401, {"token": "not-a-login-token"}, public=True),
     ("GET", "/v1/sessions"): Case("/v1/sessions", 200, 200, 200, 200),
     ("GET", "/v1/sessions/{session_id}"): Case("/v1/sessions/{session}", 200, 200, 404, 404),
+    ("PATCH", "/v1/sessions/{session_id}"): Case("/v1/sessions/{session}", 200, 200, 404, 404, {"title": "renamed"}),
     ("DELETE", "/v1/sessions/{session_id}"): Case("/v1/sessions/{session}", 200, 200, 404, 404, fresh_session=True),
     ("GET", "/healthz"): Case("/healthz", 200, 200, 200, 200, public=True),
     ("GET", "/readyz"): Case("/readyz", 200, 200, 200, 200, public=True),
@@ -267,3 +268,17 @@ def test_owner_and_admin_see_the_data(world: World) -> None:
         public = c.post("/v1/search", json={"query": "小规模纳税人征收率"}, headers=world.headers["other_tenant"])
         assert public.json()["items"], "the public law corpus is for every tenant"
         assert c.get("/v1/documents", headers=world.headers["other_tenant"]).json()["documents"] == []
+
+
+def test_a_session_is_renamed_on_the_gateway(world: World) -> None:
+    """``PATCH /v1/sessions/{id}``: the owner's new title is what every entitled list shows; bad bodies are 422."""
+    with world.client() as c:
+        url = f"/v1/sessions/{world.session_id}"
+        r = c.patch(url, json={"title": "  Alice's VAT chat  "}, headers=world.headers["owner"])
+        assert r.status_code == 200 and r.json()["title"] == "Alice's VAT chat", r.text
+        for caller in ("owner", "admin"):
+            listed = c.get("/v1/sessions", headers=world.headers[caller]).json()["sessions"]
+            assert {s["session_id"]: s["title"] for s in listed}[world.session_id] == "Alice's VAT chat"
+        for body in ({}, {"title": "   "}, {"title": "x" * 201}, {"title": "ok", "extra": 1}):
+            r = c.patch(url, json=body, headers=world.headers["owner"])
+            assert (r.status_code, r.json()["error"]["code"]) == (422, "invalid_request"), r.text

@@ -185,6 +185,9 @@ def test_edit_an_approval_rename_and_delete_a_session_in_english_by_keyboard(bro
     page.locator("#sessions .session.current").get_by_role("button", name="Rename").click()
     expect(page.locator("#sessions .session.current")).to_contain_text("My renamed chat")
     expect(page.locator("#session-title")).to_have_text("My renamed chat")
+    listed = page.request.get(f"{stack.gateway_url}/v1/sessions",
+                              headers={"Authorization": f"Bearer {admin_key(stack)}"}).json()["sessions"]
+    assert "My renamed chat" in [x["title"] for x in listed], listed  # renamed on the gateway, not only here
     page.once("dialog", lambda d: d.accept())
     page.locator("#sessions .session.current").get_by_role("button", name="Delete").click()
     expect(page.locator("#sessions")).not_to_contain_text("My renamed chat")

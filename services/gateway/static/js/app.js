@@ -101,7 +101,9 @@ async function renderSessions(reload = false) {
     open.addEventListener("click", () => { openSession(s.id); closeSidebar(); });
     const rename = iconButton("✎", t("sessions.rename"), () => {
       const title = prompt(t("sessions.rename_prompt"), s.title);
-      if (title && title.trim()) { state.sessions.rename(s.id, title); renderSessions(true); }
+      if (title && title.trim()) {
+        state.sessions.rename(s.id, title).then(() => renderSessions(true), (err) => showBanner(errorSentence(err)));
+      }
     });
     const del = iconButton("×", t("sessions.delete"), () => {
       if (!confirm(t("sessions.delete_confirm"))) return;

@@ -1,5 +1,5 @@
 // Sessions: the gateway's own list (GET/DELETE /v1/sessions) when it has one, else this browser's
-// list (localStorage), per tenant and user. Titles renamed here are kept in localStorage either way.
+// list (localStorage), per tenant and user. Renames go to the gateway (PATCH) or, without one, to localStorage.
 import { request, ApiError } from "./api.js";
 
 const MAX_SESSIONS = 100;
@@ -92,10 +92,15 @@ export class Sessions {
     this.saveLocal(list);
   }
 
-  /** Rename session `id` (kept in this browser). */
-  rename(id, title) {
+  /** Rename session `id`: on the gateway (PATCH /v1/sessions/{id}) when it keeps sessions, else in this browser. */
+  async rename(id, title) {
     const titles = load(this.titlesKey) || {};
-    titles[id] = title.trim().slice(0, 80);
+    if (this.server) {
+      await request(`/v1/sessions/${encodeURIComponent(id)}`, { method: "PATCH", json: { title: title.trim().slice(0, 200) } });
+      delete titles[id]; // the gateway's title wins from now on
+    } else {
+      titles[id] = title.trim().slice(0, 80);
+    }
     localStorage.setItem(this.titlesKey, JSON.stringify(titles));
   }
 
