@@ -33,6 +33,7 @@ from conduit.testing.page import (
     sandbox_outputs,
     shot,
 )
+from conduit.testing.pdf import minimal_pdf
 from conduit.testing.scripted_model import Turn
 
 pytest.importorskip("playwright")
@@ -270,3 +271,18 @@ def test_axe_finds_no_serious_accessibility_violations(browser, stack, model, ax
     page.get_by_role("button", name="文档").click()
     assert serious_violations(page, axe_js) == []
     context.close()
+
+
+def test_a_chosen_pdf_file_is_ingested(browser, stack):
+    page = open_page(browser, stack)
+    page.get_by_role("button", name="文档").click()
+    dialog = page.locator("#docs")
+    pdf = minimal_pdf(["Orion Labs remote work policy", "Staff may work remotely three days a week."])
+    dialog.locator("input[type=file]").set_input_files(
+        files=[{"name": "Orion remote policy.pdf", "mimeType": "application/pdf", "buffer": pdf}])
+    expect(dialog.locator(".upload .doc-status")).to_contain_text("已入库")
+    expect(dialog.locator(".docs-list")).to_contain_text("Orion remote policy")
+    page.once("dialog", lambda d: d.accept())
+    dialog.get_by_role("button", name="删除 Orion remote policy").click()
+    expect(dialog.locator(".docs-list")).not_to_contain_text("Orion remote policy")
+    page.context.close()
