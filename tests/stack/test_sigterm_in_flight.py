@@ -27,6 +27,8 @@ from conduit.testing.scripted_model import ScriptedModel, Turn
 from services.sandbox.isolation import sandbox_status
 
 ANSWER = "收到工具结果后的完整答案。"
+MARKED_ANSWER = "收到工具结果后的完整答案[低置信度]。"
+"""What the user gets: the answer cites nothing, so its claim is marked (rule O1)."""
 
 
 class Site(ThreadingHTTPServer):
@@ -128,7 +130,7 @@ def test_sigterm_during_a_web_fetch(stack, model, site):
     client.join(120)
     assert status == 0, "web should finish its call and exit cleanly within its budget"
     ts = terminals(result["events"])
-    assert [t.event for t in ts] == ["task.completed"] and ts[0].data["answer"] == ANSWER
+    assert [t.event for t in ts] == ["task.completed"] and ts[0].data["answer"] == MARKED_ANSWER
     assert site.hits == 1, "the call in flight finished; its redelivery (if any) was served from the stored result"
 
 
@@ -149,7 +151,7 @@ def test_sigterm_during_a_code_exec_run(stack, model):
     client.join(120)
     assert status == 0, "the sandbox should finish the run and exit cleanly within its budget"
     ts = terminals(result["events"])
-    assert [t.event for t in ts] == ["task.completed"] and ts[0].data["answer"] == ANSWER
+    assert [t.event for t in ts] == ["task.completed"] and ts[0].data["answer"] == MARKED_ANSWER
     outputs = [e for e in result["events"] if e.event == "tool.completed"]
     assert len(outputs) == 1 and outputs[0].data["outcome"] == "ok"
 
@@ -166,4 +168,4 @@ def test_sigterm_during_a_model_step(stack, model):
             status = sigterm_and_replace(stack, "orchestrator")
     assert status == 0, "the orchestrator should finish or hand over the step and exit cleanly within its budget"
     ts = terminals(events)
-    assert [t.event for t in ts] == ["task.completed"] and ts[0].data["answer"] == streamed
+    assert [t.event for t in ts] == ["task.completed"] and ts[0].data["answer"] == "一段慢慢流出的答案[低置信度]。" * 10  # uncited (rule O1)

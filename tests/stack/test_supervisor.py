@@ -81,7 +81,7 @@ def test_sigkilled_orchestrator_is_restarted_and_its_task_completes_once(agent_s
                 agent_stack.procs["orchestrator"].kill()
         terminal = [e for e in events if e.event in ("task.completed", "task.failed", "task.cancelled")]
         assert [e.event for e in terminal] == ["task.completed"]
-        assert terminal[0].data["answer"] == "重启后写完的答案。"
+        assert terminal[0].data["answer"] == "重启后写完的答案[低置信度]。"  # uncited: marked (rule O1)
         line = sup.wait_line(lambda x: x.startswith("orchestrator (pid") and "killed by SIGKILL" in x)
         assert str(old_pid) in line and "restarting in" in line
         sup.wait_line(lambda x: x.startswith("orchestrator restarted"))
