@@ -12,7 +12,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.events import ArtifactRef
 from contracts.evidence import Citation, NumberedEvidence
+
+OUTPUT_MAX_CHARS = 4000
+"""Longest tool text output a ``tool.completed`` event carries (characters; the rest is cut)."""
 
 
 class StreamEvent(BaseModel):
@@ -89,7 +93,12 @@ class ToolRequestedEvent(StreamEvent):
 
 
 class ToolCompletedEvent(StreamEvent):
-    """A tool call finished; ``outcome`` is ok, error or timeout; ``duration_ms`` its run time."""
+    """A tool call finished; ``outcome`` is ok, error or timeout; ``duration_ms`` its run time.
+
+    ``output`` is the tool's text output shown in the page's record (code_exec: stdout and
+    exit code; at most ``OUTPUT_MAX_CHARS``), ``artifacts`` the files it stored (plots, CSV),
+    served by ``GET {url}?task_id=...`` to the task's owner.
+    """
 
     type: Literal["tool.completed"] = "tool.completed"
     call_id: str
@@ -97,6 +106,8 @@ class ToolCompletedEvent(StreamEvent):
     outcome: str
     duration_ms: float
     error_code: str | None = None
+    output: str | None = None
+    artifacts: list[ArtifactRef] = Field(default_factory=list)
 
 
 class EvidenceEvent(StreamEvent):

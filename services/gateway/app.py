@@ -33,6 +33,7 @@ from conduit.records.taskstream import TaskEventLog
 from services.gateway import approvals, artifacts, health, identity, routes
 from services.gateway import sessions as sessions_routes
 from services.gateway.auth import check_auth_mode
+from services.gateway.page import install_page
 from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers
 from services.gateway.openapi import install_openapi
@@ -109,4 +110,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(identity.router)  # /v1/me, /v1/login
     app.include_router(sessions_routes.router)
     install_openapi(app)
+    install_page(app)  # GET / (the chat page) and /static (its files), public
     return app

@@ -209,10 +209,14 @@ class Orchestrator:
             await self.carry_out(step, new_task=new_task)
         return step
 
-    async def _before_save(self, effects: list[Effect]) -> None:
-        for e in effects:
+    async def _before_save(self, step: Step) -> None:
+        new_approval = False
+        for e in step.effects:
             if isinstance(e, SaveApproval):  # the record goes first: if the save loses, it expires unused
                 await self.out.save_approval(e.record)
+                new_approval = True
+        if new_approval:  # a client that reads the task on tool.approval_required sees it waiting
+            await self.out.write_view(step.state)
 
     async def carry_out(self, step: Step, new_task: bool = False) -> None:
         """Carry out ``step``'s effects in order; then mark the requests it sent as sent."""

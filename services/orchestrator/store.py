@@ -131,7 +131,7 @@ class StateStore:
 
     async def transition(self, task_id: str, fn: Transition, *, loaded: TaskState | None = None,
                          attempts: int = SAVE_RETRIES,
-                         before_save: Callable[[list[Effect]], Awaitable[None]] | None = None) -> Step | None:
+                         before_save: Callable[[Step], Awaitable[None]] | None = None) -> Step | None:
         """Apply ``fn`` to the task's checkpoint and save the result with compare-and-set.
 
         The one place where a checkpoint is loaded, changed and saved. ``fn`` gets a freshly
@@ -139,7 +139,8 @@ class StateStore:
         ``Step`` or None (nothing to do: nothing is written). The step's ``Emit``, ``Wake``
         and ``HoldLease`` effects are written in the save's own script (the outbox); the
         others are returned for the caller to carry out, in order. ``before_save`` runs the
-        step's effects that must land before the checkpoint (a new approval's record).
+        step's effects that must land before the checkpoint (a new approval's record and the
+        task's record that says it waits for it).
         A lost race reloads and applies ``fn`` again, at most ``attempts`` times; then (or at
         once with ``attempts=1``, for a step whose work cannot be redone) raises ``StaleState``.
         Returns None when the task does not exist.
@@ -152,7 +153,7 @@ class StateStore:
             if step is None or not step.save:
                 return step
             if before_save is not None:
-                await before_save(step.effects)
+                await before_save(step)
             events = [e.event for e in step.effects if isinstance(e, Emit)]
             wakes = [e.at for e in step.effects if isinstance(e, Wake)]
             lease = any(isinstance(e, HoldLease) for e in step.effects)

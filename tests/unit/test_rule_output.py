@@ -62,3 +62,10 @@ async def test_thinking_streams_only_for_tenants_that_ask_and_never_joins_the_an
     off = Sim(TestModel(Reply(thinking="先想一想……", content="好的。")))
     await off.ask()
     assert off.of("thinking") == []
+
+
+async def test_a_retrieval_only_answer_quotes_passages_unmarked():
+    sim = Sim(None, tools={"kb_search": lambda c: ok(c, passage("p1", "第一句的内容很长。第二句也很长的内容。"))})
+    await sim.ask(question("小规模纳税人的征收率是多少？"))
+    assert sim.state.mode == "retrieval_only" and sim.state.status == "completed"
+    assert "[1]" in sim.state.answer and MARK_ZH not in sim.state.answer and sim.state.confidence is None

@@ -38,12 +38,13 @@ def _end(state: TaskState, status: str, now: datetime) -> None:
 
 def complete(state: TaskState, content: str, now: datetime, mark: bool = True) -> Step:
     """Complete with ``content`` as the answer: secrets redacted (rule O3), the citation check
-    (rule A10), then, for an agent's answer with ``mark``, uncited claims marked and the
-    confidence computed (rules O1, O2)."""
+    (rule A10), then, for a model's answer with ``mark``, uncited claims marked and the
+    confidence computed (rules O1, O2). A retrieval-only answer is left unmarked: it quotes
+    each passage verbatim under its own ``[n]``, and its notice lines are not claims."""
     answer, citations, removed = EvidencePool(state.evidence).check_citations(redact(content))
     if removed:
         state.trace.append({"phase": "citations", "removed": removed})
-    if mark and state.mode in ("agent", "retrieval_only"):
+    if mark and state.mode == "agent":
         answer, state.confidence = answers.mark_uncited(answer, state.question)
     _end(state, "completed", now)
     state.answer = answer

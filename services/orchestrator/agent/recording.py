@@ -22,7 +22,7 @@ from typing import Any
 from conduit.policy.redaction import redact
 from contracts.api import StepRecord
 from contracts.events import ToolResultPayload
-from contracts.stream import EvidenceEvent, ToolCompletedEvent, TraceEvent
+from contracts.stream import OUTPUT_MAX_CHARS, EvidenceEvent, ToolCompletedEvent, TraceEvent
 from services.orchestrator.agent import prompt
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
@@ -114,7 +114,8 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
     state.trace.extend({"phase": "tool", **t} for t in traces)
     step = Step(state).emit(*(
         ToolCompletedEvent(call_id=c.call_id, tool=c.name, outcome=r.outcome, duration_ms=r.duration_ms,
-                           error_code=r.error.error_code if r.error else None) for c, r in fresh))
+                           error_code=r.error.error_code if r.error else None,
+                           **_shown_output(r)) for c, r in fresh))
     step.emit(*(TraceEvent(phase="tool", data=t) for t in traces))
     done = state.all_results_in()
     after = [Public("tool.completed", {"tool": c.name, "outcome": r.outcome, "duration_ms": r.duration_ms})
@@ -152,3 +153,11 @@ def advance(state: TaskState, now: datetime) -> Step:
         step.emit(EvidenceEvent(items=[e.model_copy(update={"text": redact(e.text)}) for e in new_evidence]))
     step.effects += [HoldLease(), ClearWake(), WriteView(), RunModelStep()]
     return step
+
+
+def _shown_output(r: ToolResultPayload | Refusal) -> dict:
+    """``output`` (cut to ``OUTPUT_MAX_CHARS``) and ``artifacts`` of a result for the client's
+    ``tool.completed`` (the page's record shows them); a refusal has neither."""
+    if isinstance(r, Refusal):
+        return {}
+    return {"output": r.output[:OUTPUT_MAX_CHARS] if r.output else None, "artifacts": r.artifacts}
