@@ -6,6 +6,9 @@ Tasks (orchestrator writes, gateway reads)
 - ``state(task_id)``: string, the orchestrator's JSON checkpoint (compare-and-set on ``version``).
 - ``LEASES``: sorted set, member task id, score = lease expiry (epoch s); expired = resumable.
 - ``TOOL_DEADLINES``: sorted set, member task id, score = earliest tool deadline (epoch s).
+- ``QUESTIONS_PENDING``: sorted set, member task id, score = when the orchestrator's sweeper starts
+  the question itself if no checkpoint exists by then (epoch s); ``question(task_id)``: string,
+  the ``QuestionAsked`` JSON the gateway published (``conduit.records.questions``).
 - ``task(task_id)``: string, the ``contracts.api.TaskView`` JSON record.
 - ``session_turns(session_id)``: list of earlier question/answer turns.
 - ``events(task_id)`` / ``events_seq(task_id)`` / ``events_terminal(task_id)``: the client event
@@ -32,7 +35,8 @@ Identity (``conduit.records.apikeys``, ``conduit.records.sessions``, ``services.
   task ids counted against the running-task limits; ``RATELIMIT_PREFIX``: the request counters.
 
 Tool services and the bus
-- ``tool_result(idempotency_key)``: string, a stored ``ToolResultPayload`` (idempotent tools).
+- ``tool_result(idempotency_key)``: string, a stored ``ToolResultPayload`` (idempotent tools);
+  ``tool_claim(idempotency_key)``: string, the owner of the delivery running it now (expires).
 - ``attempts(consumer, event_id)``: counter of an event's failed deliveries.
 - ``artifact(artifact_id)``: hash ``{meta, data}`` of a stored tool output file.
 - ``alive(service, host, pid)`` / ``alive_pattern(service)``: liveness marks.
@@ -45,6 +49,7 @@ PREFIX = "conduit"
 
 LEASES = f"{PREFIX}:leases"
 TOOL_DEADLINES = f"{PREFIX}:tool_deadlines"
+QUESTIONS_PENDING = f"{PREFIX}:questions:pending"
 SANDBOX_STATUS_PATTERN = f"{PREFIX}:sandbox:status:*"
 APIKEYS = f"{PREFIX}:apikeys"
 RATELIMIT_PREFIX = f"{PREFIX}:ratelimit"
@@ -98,6 +103,11 @@ def running_of_tenant(tenant_id: str) -> str:
 def state(task_id: str) -> str:
     """The orchestrator's checkpoint of ``task_id``."""
     return f"{PREFIX}:state:{task_id}"
+
+
+def question(task_id: str) -> str:
+    """The ``QuestionAsked`` JSON of ``task_id`` until an orchestrator started it."""
+    return f"{PREFIX}:question:{task_id}"
 
 
 def task(task_id: str) -> str:
@@ -168,6 +178,11 @@ def document(tenant_id: str, document_id: str) -> str:
 def documents(tenant_id: str) -> str:
     """The set of a tenant's document ids."""
     return f"{PREFIX}:documents:{tenant_id}"
+
+
+def tool_claim(idempotency_key: str) -> str:
+    """The claim of the one delivery running the tool call ``idempotency_key`` (value: its owner)."""
+    return f"{PREFIX}:toolclaim:{idempotency_key}"
 
 
 def tool_result(idempotency_key: str) -> str:

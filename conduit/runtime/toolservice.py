@@ -5,7 +5,9 @@ A tool service (retriever, web, sandbox) registers tool functions with
 
 1. returns the stored result when the ``idempotency_key`` was already run
    (rule T3, docs/rules.md: idempotent tools; results kept ``RESULT_TTL_S`` seconds; transient
-   failures and timeouts are not stored, so a retry runs the tool again);
+   failures and timeouts are not stored, so a retry runs the tool again); a delivery runs the
+   tool only while it holds the key's claim, and a second delivery of a call that is running
+   (a redelivery after a rebalance, a re-send) waits for that run's result instead (rule T6);
 2. validates the arguments with the tool's contract model (``bad_arguments`` error);
 3. runs the tool under its deadline (``timeout`` outcome);
 4. publishes a ``ToolResult`` to ``conduit.tools.results`` keyed by task id.
@@ -18,7 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +52,8 @@ log = logging.getLogger("conduit.runtime.toolservice")
 
 RESULT_TTL_S = 3600
 """Seconds a tool result is kept under its idempotency key."""
+CLAIM_POLL_S = 0.1
+"""Seconds between two looks of a delivery waiting for the claimed run of the same call (rule T6)."""
 CANCEL_POLL_S = 0.5
 """Seconds between checks of a running call's task cancel flag (a cancel stops the call within this)."""
 
@@ -98,6 +105,8 @@ class ToolService:
         """Requests handled at once: one Kafka consumer (sequential) per worker; see ``bus.subscribe``."""
         self.redis: Redis = make_redis(settings)
         self.broker = bus.make_broker(settings, client_id=name)
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        """This process's name on the tool claims it takes (rule T6)."""
         self.extra: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
         """Other (topic, handler) read by the same consumer; see ``consume``."""
 
@@ -213,19 +222,49 @@ class ToolService:
                 error=ToolError(error_code="task_cancelled", message="the task was cancelled; the call did not run",
                                 kind="forbidden"))))
             return
+        if not cached:
+            cached = await self._claim_or_wait(request.payload.idempotency_key)
         if cached:
             payload = ToolResultPayload.model_validate_json(cached)
         else:
-            payload = await self.execute(request)
-            metrics.tool_call(payload.tool, payload.outcome, (payload.duration_ms or 0) / 1000)
-            transient = payload.outcome == "timeout" or (payload.error is not None and payload.error.kind == "transient")
-            if not transient:  # a retry of a transient failure must run the tool again (rule T3)
-                # stored and published at once: a crash in between only means a redelivery runs it again
-                await asyncio.gather(
-                    self.redis.set(key, payload.model_dump_json(), ex=RESULT_TTL_S),
-                    bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload)))
-                return
+            try:
+                payload = await self.execute(request)
+                metrics.tool_call(payload.tool, payload.outcome, (payload.duration_ms or 0) / 1000)
+                transient = payload.outcome == "timeout" or (payload.error is not None and payload.error.kind == "transient")
+                if not transient:  # a retry of a transient failure must run the tool again (rule T3)
+                    # stored and published at once: a crash in between only means a redelivery runs it again
+                    await asyncio.gather(
+                        self.redis.set(key, payload.model_dump_json(), ex=RESULT_TTL_S),
+                        bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload)))
+                    return
+            finally:  # after the store: a waiting delivery finds the result, or (transient) runs it again
+                await self._release(request.payload.idempotency_key)
         await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload))
+
+    async def _claim_or_wait(self, idempotency_key: str) -> bytes | None:
+        """Take the call's claim (None: run it) or wait for the run that holds it (its stored result).
+
+        Rule T6: one run per idempotency key at a time. The claim expires ``timeout_s + 5`` s
+        after it was taken, so a delivery whose process died mid-run is run again by the next one
+        (the at-least-once floor: a side effect the dead run already caused may happen twice).
+        Returns the stored result JSON when the other run stored one, None once this delivery
+        holds the claim (also when the other run ended without storing: a transient failure).
+        """
+        claim, result = keys.tool_claim(idempotency_key), keys.tool_result(idempotency_key)
+        while True:
+            if await self.redis.set(claim, self._owner, nx=True, ex=int(self.timeout_s) + 5):
+                if (stored := await self.redis.get(result)) is not None:  # stored just before the claim
+                    await self.redis.delete(claim)
+                return stored
+            await asyncio.sleep(CLAIM_POLL_S)
+            if (stored := await self.redis.get(result)) is not None:
+                return stored
+
+    async def _release(self, idempotency_key: str) -> None:
+        """Drop the call's claim if this delivery still holds it."""
+        claim = keys.tool_claim(idempotency_key)
+        if await self.redis.get(claim) == self._owner.encode():
+            await self.redis.delete(claim)
 
     async def serve(self, ready: Callable[[], Awaitable[None]] | None = None,
                     background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),

@@ -20,7 +20,7 @@ import json
 import logging
 import uuid
 
-from conduit.records import keys, sessions
+from conduit.records import keys, questions, sessions
 from conduit.runtime import bus, tracing
 from conduit.runtime.tenants import narrow_tools, policy
 from contracts import topics
@@ -143,6 +143,7 @@ async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, ta
                           payload=QuestionPayload(question=body.question, allowed_tools=narrow_tools(
                               body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
     try:
+        await questions.record(state.redis, asked, state.settings.task_events_ttl_s)  # its wake-up (rule G4)
         await publish(state, topics.QUESTIONS, asked)
     except Exception as exc:  # noqa: BLE001 - any publish failure means the question was not queued
         log.error("publish of task %s failed: %r", task_id, exc)

@@ -3,6 +3,9 @@
 - A task whose lease lapsed (its replica died or stalled mid-step) is claimed by
   exactly one replica and its model step re-run from the checkpoint (``answer.reset``
   first). A lease of a step still running here is renewed instead.
+- A question the gateway recorded that has no checkpoint ``QUESTION_RESEND_S`` after it was
+  published (the broker lost it, rule G4) is claimed and started here; one with a checkpoint
+  (or a sealed log) is forgotten.
 - A task whose tool wake-up is due (approval expiry, retry time, result deadline,
   unsent request) is claimed and its timers fired (``agent.timers.wake``). For
   ``TIMER_GRACE_S`` after start, timers wait: results that arrived while no replica
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from conduit.records import keys, questions
 from services.orchestrator.store import LEASES, TOOL_DEADLINES
 
 if TYPE_CHECKING:
@@ -40,11 +44,29 @@ async def sweep(orch: "Orchestrator") -> None:
         if await store.claim(LEASES, task_id, s.lease_ttl_s):
             log.warning("resuming task after lease lapsed", task_id=task_id)
             orch.steps.spawn(task_id, resumed=True)
+    await _start_lost_questions(orch)
     if time.monotonic() < orch.timers_from:
         return  # just started: consume results waiting in the topic before declaring anything late
     for task_id in await store.due_tool_deadlines():
         if await store.claim(TOOL_DEADLINES, task_id, CLAIM_HOLD_S):
             await orch.wake(task_id)
+
+
+async def _start_lost_questions(orch: "Orchestrator") -> None:
+    """Start each due recorded question without a checkpoint; forget those that have one (rule G4)."""
+    redis = orch.store.redis
+    for task_id in await questions.due(redis):
+        if await orch.store.load(task_id) is not None or await orch.events.is_sealed(task_id):
+            await questions.forget(redis, task_id)
+            continue
+        if not await orch.store.claim(keys.QUESTIONS_PENDING, task_id, CLAIM_HOLD_S):
+            continue  # another replica has it
+        event = await questions.load(redis, task_id)
+        if event is None:
+            await questions.forget(redis, task_id)
+            continue
+        log.warning("starting a question the bus did not deliver", task_id=task_id)
+        await orch.on_question(event)
 
 
 async def run(orch: "Orchestrator", every_s: float = 0.5) -> None:

@@ -139,3 +139,42 @@ async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
     finally:
         await svc.broker.stop()
         await svc.redis.aclose()
+async def test_two_deliveries_of_one_call_at_once_run_the_tool_once(settings, redis):
+    """Rule T6: a redelivery (rebalance) or re-send arriving while the call runs waits for its result."""
+    import uuid
+
+    from conduit.runtime.toolservice import ToolOutput, ToolService
+    from contracts import topics
+    from contracts.events import ToolRequested, ToolRequestPayload
+
+    ran: list[str] = []
+    running = asyncio.Event()
+    release = asyncio.Event()
+
+    async def tool(args, request) -> ToolOutput:
+        ran.append(args.query)
+        running.set()
+        if len(ran) == 2:
+            release.set()  # both ran: no need to wait for the run to end
+        await release.wait()
+        return ToolOutput(output="done")
+
+    svc = ToolService("claim-test", topics.TOOL_REQUESTS_KB, "claim-test", settings)
+    svc.tool("kb_search", tool)
+    await svc.broker.start()
+    try:
+        task_id, call_id = uuid.uuid4().hex, f"call_{uuid.uuid4().hex[:8]}"
+        request = ToolRequested(task_id=task_id, session_id="s", payload=ToolRequestPayload(
+            call_id=call_id, tool="kb_search", arguments={"query": "q", "reason": "r"}, step=1,
+            idempotency_key=f"{task_id}:1:{call_id}"))
+        first = asyncio.create_task(svc.handle(request))
+        await running.wait()
+        second = asyncio.create_task(svc.handle(request))  # the same call, delivered again mid-run
+        asyncio.get_running_loop().call_later(1.0, release.set)  # the first run ends after the second arrived
+        await asyncio.wait_for(asyncio.gather(first, second), 30)
+        assert ran == ["q"]
+    finally:
+        await svc.broker.stop()
+        await svc.redis.aclose()
+
+

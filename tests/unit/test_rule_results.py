@@ -97,6 +97,18 @@ async def test_unsent_request_is_sent_again_by_the_sweeper():
     assert len(held) == 2 and sim.state.pending[0].sent
 
 
+async def test_a_request_without_a_result_is_sent_again_until_its_deadline():
+    """Rule A14: the broker may have lost it; every repeat has the same idempotency key."""
+    sim, held = await _waiting_sim(tool_timeout_s=25)
+    await sim.wake(5)
+    assert len(held) == 1  # not due yet
+    await sim.wake(5.5)
+    await sim.wake(10.5)
+    assert len(held) == 3 and len({c.idempotency_key for c in held}) == 1
+    await sim.wake(4.5)  # past the deadline: a timeout, not another send
+    assert len(held) == 3 and sim.of("tool.completed")[0].outcome == "timeout"
+
+
 async def test_evidence_pool_numbers_new_passages_and_the_answer_cites_them():
     model = TestModel(Reply(tool_calls=[kb("一")]), Reply(tool_calls=[kb("二")]), Reply(content="甲[1]，乙[2]，丙[9]。"))
     answers = iter([[passage("a"), passage("b")], [passage("b"), passage("c")]])

@@ -23,6 +23,10 @@ from contracts.evidence import NumberedEvidence
 from contracts.stream import Usage
 from contracts.tools import ToolName
 
+TOOL_RESEND_S = 10.0
+"""Seconds between two sends of a request still without a result (rule A14): a request the
+broker lost in a restart (tansu keeps topics in memory) runs before its deadline; tool services
+answer a repeat from their store or leave it to the run in progress (rule T6)."""
 OUTBOX_RESEND_S = 2.0
 """Seconds after which a tool request saved but not marked sent (its replica died between
 the checkpoint and the publish) is sent again by any replica's sweeper."""
@@ -82,6 +86,7 @@ class PendingCall(BaseModel):
     attempts: int = 0
     retry_at: datetime | None = None
     sent: bool = False  # the ToolRequested is on the bus (outbox flag: unsent calls are re-sent by the sweeper)
+    sent_at: datetime | None = None  # when it was last sent again (rule A14); None: first sent at requested_at
     approval: Literal["pending", "approved", "rejected", "edited"] | None = None
     arguments_digest: str | None = None
     expires_at: datetime | None = None
@@ -101,8 +106,12 @@ class PendingCall(BaseModel):
         if self.approval == "pending":
             return self.expires_at
         if not self.sent:
-            return self.requested_at + timedelta(seconds=OUTBOX_RESEND_S)
-        return self.retry_at or self.deadline_at
+            return (self.sent_at or self.requested_at) + timedelta(seconds=OUTBOX_RESEND_S)
+        return self.retry_at or min(self.deadline_at, self.resend_at())
+
+    def resend_at(self) -> datetime:
+        """When a sent request still without a result is sent again (rule A14, ``TOOL_RESEND_S``)."""
+        return (self.sent_at or self.requested_at) + timedelta(seconds=TOOL_RESEND_S)
 
 
 class TaskState(BaseModel):

@@ -6,6 +6,8 @@ For each call still without a result at ``now``:
 - a request never confirmed on the bus (its replica died between the checkpoint and
   the publish: ``state.OUTBOX_RESEND_S``) or whose retry is due is sent again
   (idempotent: tool services key results by idempotency key);
+- a sent request without a result is sent again every ``state.TOOL_RESEND_S`` until its
+  deadline (rule A14: the broker may have lost it in a restart);
 - a call past ``deadline_at`` gets a ``timeout`` result (``tool_timeout``, transient:
   it counts against the tool's breaker).
 Otherwise the wake-up is moved to the task's next due time.
@@ -50,6 +52,8 @@ def due(deps: Deps, state: TaskState, now: datetime) -> tuple[list[PendingCall],
                 resend.append(c)
         elif c.deadline_at <= now:
             late.append((c.call_id, timeout_result(deps, c, now)))
+        elif c.resend_at() <= now:  # rule A14
+            resend.append(c)
     return resend, late
 
 
@@ -62,7 +66,7 @@ def wake(deps: Deps, state: TaskState, now: datetime) -> Step:
         wake_at = state.next_wakeup()
         return Step(state, [Wake(wake_at) if wake_at is not None else ClearWake()], save=False)
     for c in resend:
-        c.retry_at, c.sent = None, False
+        c.retry_at, c.sent, c.sent_at = None, False, now
     step = Step(state, [PublishTool(c) for c in resend])
     for call_id, r in late:
         call = state.call(call_id)
