@@ -57,7 +57,36 @@ def settings_env(bootstrap: str, redis_url: str, data_dir: Path, **extra: str) -
     return env
 
 
-class ServiceProcess:
+class ChildProcess:
+    """What the stack does with any process it started: ``proc`` (``subprocess.Popen``, None
+    before start) and ``stop_timeout_s`` (seconds ``stop`` waits after SIGTERM before SIGKILL)."""
+
+    proc: subprocess.Popen | None
+    stop_timeout_s: float
+
+    def stop(self) -> None:
+        """SIGTERM the process and wait for a clean exit (SIGKILL after ``stop_timeout_s``)."""
+        if self.proc:
+            infra.stop(self.proc, self.stop_timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL the process (crash simulation)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    @property
+    def running(self) -> bool:
+        """True while the process has not exited."""
+        return bool(self.proc and self.proc.poll() is None)
+
+    @property
+    def pid(self) -> int | None:
+        """The process id (None before ``start``)."""
+        return self.proc.pid if self.proc else None
+
+
+class ServiceProcess(ChildProcess):
     """One service subprocess with its log file at ``<data_dir>/logs/<key>.log``.
 
     Args:
@@ -91,17 +120,6 @@ class ServiceProcess:
         self.started_at = time.time()
         return self
 
-    def kill(self) -> None:
-        """SIGKILL the process (crash simulation)."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> None:
-        """SIGTERM the process and wait for a clean exit (SIGKILL after ``stop_timeout_s``)."""
-        if self.proc:
-            infra.stop(self.proc, self.stop_timeout_s)
-
     def wait_exit(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` seconds for the process to exit by itself; True if it did."""
         if self.proc is None:
@@ -111,13 +129,3 @@ class ServiceProcess:
         except subprocess.TimeoutExpired:
             return False
         return True
-
-    @property
-    def running(self) -> bool:
-        """True while the process has not exited."""
-        return bool(self.proc and self.proc.poll() is None)
-
-    @property
-    def pid(self) -> int | None:
-        """The process id (None before ``start``)."""
-        return self.proc.pid if self.proc else None

@@ -25,7 +25,7 @@ import httpx
 import redis as redis_sync
 
 from conduit.ops import bootstrap, infra
-from conduit.ops.services import SERVICES, STOP_MARGIN_S, ServiceProcess, settings_env, shutdown_budget_s
+from conduit.ops.services import SERVICES, STOP_MARGIN_S, ChildProcess, ServiceProcess, settings_env, shutdown_budget_s
 from conduit.runtime import bus
 from conduit.runtime.liveness import alive_key
 from conduit.runtime.settings import Settings
@@ -38,7 +38,7 @@ class StackError(RuntimeError):
     """The stack could not start; the message says which part and where its log is."""
 
 
-class InfraProcess:
+class InfraProcess(ChildProcess):
     """tansu or the embedded redis-server, startable again by the supervisor.
 
     Args:
@@ -64,27 +64,6 @@ class InfraProcess:
         self.started_at = time.time()
         self._ready(self.proc)
         return self
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after ``stop_timeout_s`` seconds."""
-        if self.proc:
-            infra.stop(self.proc, self.stop_timeout_s)
-
-    def kill(self) -> None:
-        """SIGKILL the process (crash simulation)."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    @property
-    def running(self) -> bool:
-        """True while the process has not exited."""
-        return bool(self.proc and self.proc.poll() is None)
-
-    @property
-    def pid(self) -> int | None:
-        """The process id (None before ``start``)."""
-        return self.proc.pid if self.proc else None
 
 
 def parse_scale(spec: str | None) -> dict[str, int]:
