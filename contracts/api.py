@@ -81,6 +81,8 @@ class TaskView(BaseModel):
     latency_ms: float | None = None
     stop_reason: str | None = None
     confidence: float | None = None
+    cache: Literal["hit", "miss", "bypass", "off"] | None = None  # semantic cache outcome (task.completed)
+    memory: list[dict[str, Any]] = Field(default_factory=list)  # long-term memory items given to the model
     pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
     trace: list[dict[str, Any]] = Field(default_factory=list)
 

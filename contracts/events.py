@@ -24,10 +24,12 @@ class Payload(BaseModel):
 
 # ---------------------------------------------------------------- payloads
 class QuestionPayload(Payload):
-    """A person's question. ``allowed_tools`` None means every configured tool."""
+    """A person's question. ``allowed_tools`` None means every configured tool. ``use_cache``
+    False: the client sent ``Cache-Control: no-cache`` (the semantic cache is not read)."""
 
     question: str
     allowed_tools: list[ToolName] | None = None
+    use_cache: bool = True
 
 
 class ToolRequestPayload(Payload):

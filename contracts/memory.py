@@ -99,6 +99,7 @@ class CacheEntry(BaseModel):
     document_ids: list[str] = Field(default_factory=list)
     task_id: str
     created_at: datetime
+    confidence: float | None = None
 
 
 class RecallCandidate(BaseModel):

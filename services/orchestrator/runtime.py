@@ -48,6 +48,7 @@ from services.orchestrator.agent.effects import (
     Metric,
     Public,
     PublishTool,
+    Remember,
     RunModelStep,
     SaveApproval,
     Step,
@@ -57,6 +58,7 @@ from services.orchestrator.agent.effects import (
 )
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.hooks import Hooks, NoHooks
+from services.orchestrator.memoryio import MemoryIO
 from services.orchestrator.model import Model
 from services.orchestrator.outputs import Outputs
 from services.orchestrator.steps import ModelSteps
@@ -112,6 +114,7 @@ class Orchestrator:
         self.out = Outputs(redis, broker, self.events, self.tasks, self.store)
         self.hooks: Hooks = hooks or NoHooks()
         self.steps = ModelSteps(self)
+        self.memory = MemoryIO(settings, redis, broker)
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
         self.unavailable: frozenset[str] = frozenset()
         """Tools that cannot run now (e.g. ``code_exec`` without isolation), refreshed by
@@ -138,9 +141,11 @@ class Orchestrator:
         if existing is not None or sealed:
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
-        route = await router.decide(s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
+        recalled = await self.memory.before(event, first_turn=not turns)  # rules M3, C1 (fail-open)
+        route = None if recalled.cached is not None else await router.decide(
+            s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
         step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools, self.unavailable),
-                              turns, route=route)
+                              turns, route=route, recalled=recalled, now=utcnow())
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:
@@ -256,6 +261,11 @@ class Orchestrator:
             self.steps.spawn(task_id, state=state if new_task else None)
         elif isinstance(e, Announce):
             await self.out.announce(state, e.citations)
+        elif isinstance(e, Remember):
+            try:
+                await self.memory.remember(state, e.citations)
+            except Exception:  # noqa: BLE001 - the answer is out; a lost memory write must not fail the task
+                log.warning("memory write failed", task_id=task_id, exc_info=True)
         elif isinstance(e, Metric):
             getattr(metrics, e.name)()
         elif isinstance(e, FaultPoint):

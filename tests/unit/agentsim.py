@@ -28,6 +28,7 @@ from services.orchestrator.agent.effects import (
     Public,
     PublishTool,
     RunModelStep,
+    Remember,
     SaveApproval,
     Step,
     UpdateApproval,
@@ -89,6 +90,7 @@ class Sim:
         self.state: TaskState | None = None
         self.events: list[StreamEvent] = []
         self.publics: list[Public] = []
+        self.remembered: list[Remember] = []
         self.requests: list[PendingCall] = []
         self.approvals: dict[str, dict[str, Any]] = {}
         self.due_steps = 0
@@ -179,6 +181,8 @@ class Sim:
                     results.append(answer)
             elif isinstance(e, RunModelStep):
                 self.due_steps += 1
+            elif isinstance(e, Remember):
+                self.remembered.append(e)
             elif isinstance(e, Announce):
                 assert self.state is not None
                 self.events.append(endings.terminal_event(self.state, self.now, e.citations))

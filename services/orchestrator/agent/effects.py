@@ -107,6 +107,15 @@ class Announce:
 
 
 @dataclass(frozen=True)
+class Remember:
+    """After the announcement: keep what the finished task taught (rules M1, M2: the user's facts,
+    the episode) and, for a cacheable first answer, a semantic-cache entry (rule C2).
+    ``citations``: the answer's checked citations."""
+
+    citations: list[Citation] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Metric:
     """Count ``name`` (``approval_requested`` | ``approval_decided``) in the replica's metrics."""
 
@@ -121,7 +130,7 @@ class FaultPoint:
 
 
 Effect = (Emit | Wake | HoldLease | ClearWake | DropLease | SaveApproval | UpdateApproval | PublishTool | Public
-          | WriteView | RunModelStep | Announce | Metric | FaultPoint)
+          | WriteView | RunModelStep | Announce | Remember | Metric | FaultPoint)
 """Any effect."""
 
 IN_SAVE = (Emit, Wake, HoldLease)

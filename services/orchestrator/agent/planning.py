@@ -32,7 +32,8 @@ from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import openai_tool_schema
-from services.orchestrator.agent import endings, fallback, prompt, routing, vetting
+from services.orchestrator.agent import cache, endings, fallback, prompt, routing, vetting
+from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import HoldLease, Public, RunModelStep, Step, WriteView
 from services.orchestrator.agent.routing import RouteDecision
@@ -45,14 +46,17 @@ SOFT_LIMIT_MARGIN = 2
 
 
 def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
-          route: RouteDecision | None = None) -> Step:
+          route: RouteDecision | None = None, recalled: Recalled | None = None,
+          now: datetime | None = None) -> Step:
     """A new task from ``event`` with the session's earlier ``turns`` as history.
 
     Effects: the lease is taken in the save (a crash after it is resumed by the sweeper),
     then the first model step, the record and the public ``task.started``. A question the
     input guardrail rejects (rule G1; the gateway checks it first, this guards the bus) fails
     at once with ``input_rejected``, before any model call. ``route`` is the pre-router's
-    decision (rule R1; None: the rules of ``routing.by_rules`` are applied here).
+    decision (rule R1; None: the rules of ``routing.by_rules`` are applied here). ``recalled``:
+    the memory items and the cache lookup found before the task (rules M4, C1); a cache hit is
+    replayed at once (rule C3, no model or tool call). ``now``: UTC (default: the question's time).
     """
     model = deps.model_configured
     state = TaskState(
@@ -69,8 +73,12 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         state.trace.append({"phase": "guardrail", "category": rejected.category, "rule": rejected.rule})
         return Step(state, [Public("task.started")]).then(
             endings.fail(state, "input_rejected", rejected.message(state.question), event.occurred_at))
+    recalled = recalled or Recalled()
+    state.first_turn = not turns
+    step = Step(state, [Public("task.started")]).then(cache.apply_recall(state, recalled))
+    if recalled.cached is not None:
+        return step.then(cache.replay(state, recalled, now or event.occurred_at))
     route = route or routing.by_rules(state.question)
-    step = Step(state, [Public("task.started")])
     if route is not None:
         state.trace.append({"phase": "route", **route.trace()})
         step.emit(TraceEvent(phase="route", data=route.trace()))
@@ -106,7 +114,9 @@ def _routed(deps: Deps, state: TaskState, route: RouteDecision, turns: list[dict
         return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
     if route.route == "chitchat":
         state.mode, state.fallback_reason, state.allowed_tools = "chitchat", None, []
+        memory = [m for m in state.messages[1:2] if m["role"] == "system"] if state.memory else []
         state.messages = routing.chitchat_messages(domain, prompt.history_messages(turns), state.question)
+        state.messages[1:1] = memory  # rule M4: the chit-chat agent knows the user too
         return Step(state, [HoldLease(), RunModelStep(), WriteView()])
     if route.calc_hint and "code_exec" in state.allowed_tools:
         state.messages.insert(-1, {"role": "system", "content": routing.CALC_HINT})

@@ -20,7 +20,7 @@ from contracts.api import StepRecord, TaskStatus
 from contracts.envelope import utcnow
 from contracts.events import ToolError, ToolResultPayload
 from contracts.evidence import NumberedEvidence
-from contracts.stream import Usage
+from contracts.stream import MemoryNote, Usage
 from contracts.tools import ToolName
 
 TOOL_RESEND_S = 10.0
@@ -157,6 +157,10 @@ class TaskState(BaseModel):
     finished_at: datetime | None = None
     answer: str | None = None
     confidence: float | None = None  # share of the answer's claims backed by a citation (rule O2)
+    memory_on: bool = False  # long-term memory is on for this task's tenant and user (rules M1-M5)
+    memory: list[MemoryNote] = Field(default_factory=list)  # items recalled for the model (rule M4)
+    first_turn: bool = False  # a new session's first question (the semantic cache applies, rule C1)
+    cache: Literal["hit", "miss", "bypass", "off"] = "off"  # the semantic cache's outcome (rule C1)
 
     @property
     def terminal(self) -> bool:
