@@ -77,7 +77,7 @@ def replay(state: TaskState, recalled: Recalled, now: datetime) -> Step:
     """Rule C3: answer from the cached entry: evidence, answer deltas, completion (``cache: hit``)."""
     entry = recalled.cached
     assert entry is not None
-    state.cache, state.allowed_tools = "hit", []
+    state.cache, state.allowed_tools, state.memory = "hit", [], []  # the cached answer used no memory
     state.evidence = list(entry.evidence)
     hit = {"outcome": "hit", "entry": entry.id, "from_task": entry.task_id, "similarity": recalled.similarity,
            "lookup_ms": recalled.duration_ms}
