@@ -33,6 +33,7 @@ from services.orchestrator.agent.effects import (
     Step,
     UpdateApproval,
 )
+from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import PendingCall, TaskState
 from services.orchestrator.model import ModelError
@@ -98,11 +99,12 @@ class Sim:
 
     # ------------------------------------------------------------------ driving
     async def ask(self, q: QuestionAsked | None = None, turns: list[dict[str, str]] | None = None,
-                  route: RouteDecision | None = None) -> TaskState:
-        """Start a task (earlier ``turns`` of the session, the pre-router's ``route``) and run it
-        until it ends or waits for people or silent tools."""
+                  route: RouteDecision | None = None, recalled: Recalled | None = None) -> TaskState:
+        """Start a task (earlier ``turns`` of the session, the pre-router's ``route``, what memory and
+        the cache gave, ``recalled``) and run it until it ends or waits for people or silent tools."""
         q = q or question(occurred_at=self.now)
-        await self.run(planning.start(self.deps, q, list(self.allowed), turns or [], route=route))
+        await self.run(planning.start(self.deps, q, list(self.allowed), turns or [], route=route, recalled=recalled,
+                                      now=self.now))
         assert self.state is not None
         return self.state
 
