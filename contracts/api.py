@@ -103,6 +103,27 @@ class ApprovalDecisionBody(BaseModel):
     comment: str | None = Field(default=None, max_length=1000)
 
 
+class ExactValue(BaseModel):
+    """A value that must survive exactly (rule M6): an amount, a date, an id, an article number or a
+    fact the user stated, with the turn (1-based) and the side (``user`` | ``answer``) it came from."""
+
+    kind: Literal["amount", "date", "id", "article", "fact"]
+    value: str
+    turn: int
+    side: Literal["user", "answer"] = "user"
+
+
+class SessionContext(BaseModel):
+    """A session's structured state (``GET /v1/sessions/{id}`` ``context``): the rolling ``summary`` of
+    the turns folded out of the model's window (``folded``: how many, oldest first) and the exact
+    ``values`` of every turn seen (``seen``: how many turns were read for them)."""
+
+    summary: str = ""
+    folded: int = 0
+    seen: int = 0
+    values: list[ExactValue] = Field(default_factory=list)
+
+
 class SessionRename(BaseModel):
     """``PATCH /v1/sessions/{id}`` body: the session's new ``title`` (1-200 chars after stripping, not blank)."""
 

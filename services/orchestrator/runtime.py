@@ -27,6 +27,7 @@ import structlog
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
+from conduit.records import sessions
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import metrics
@@ -50,6 +51,7 @@ from services.orchestrator.agent.effects import (
     PublishTool,
     Remember,
     RunModelStep,
+    SaveContext,
     SaveApproval,
     Step,
     UpdateApproval,
@@ -66,6 +68,9 @@ from services.orchestrator.store import SAVE_RETRIES, StaleState, StateStore, Tr
 
 log = structlog.get_logger("conduit.orchestrator")
 
+SESSION_TURNS_READ = 50
+"""Earlier turns read at a task's start (all a session keeps): those past the window are folded into
+its rolling summary (rule M7) before they could fall out of the stored list."""
 TOOL_AVAILABILITY_EVERY_S = 2.0
 """Seconds between two reads of the tool services' availability (sandbox status keys live 30 s)."""
 
@@ -135,9 +140,9 @@ class Orchestrator:
         """Start a task. A redelivered question (checkpoint exists) changes nothing."""
         s = self.settings
         # three independent reads in one round trip's time (each costs a loopback send here)
-        existing, sealed, turns = await asyncio.gather(
+        existing, sealed, turns, context = await asyncio.gather(
             self.store.load(event.task_id), self.events.is_sealed(event.task_id),
-            self.tasks.turns(event.session_id, s.history_turns))
+            self.tasks.turns(event.session_id, SESSION_TURNS_READ), sessions.load_context(self.redis, event.session_id))
         if existing is not None or sealed:
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
@@ -145,7 +150,7 @@ class Orchestrator:
         route = None if recalled.cached is not None else await router.decide(
             s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
         step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools, self.unavailable),
-                              turns, route=route, recalled=recalled, now=utcnow())
+                              turns, route=route, recalled=recalled, now=utcnow(), context=context)
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:
@@ -261,6 +266,8 @@ class Orchestrator:
             self.steps.spawn(task_id, state=state if new_task else None)
         elif isinstance(e, Announce):
             await self.out.announce(state, e.citations)
+        elif isinstance(e, SaveContext):
+            await sessions.save_context(self.redis, e.session_id, e.context, self.settings.task_events_ttl_s)
         elif isinstance(e, Remember):
             try:
                 await self.memory.remember(state, e.citations)

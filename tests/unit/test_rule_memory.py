@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from agentsim import T0, Reply, Sim, TestModel, kb, ok, passage, question
+from contracts.api import SessionContext
 from contracts.evidence import Citation, NumberedEvidence
 from contracts.memory import CacheEntry, MemoryItem, RecallCandidate
 from contracts.stream import TaskCompleted
@@ -131,3 +132,24 @@ async def test_rule_c2_only_cited_first_answers_without_memory_are_cached():
     assert cache.entry_for(state, [], T0) is None  # nothing cited
     personal = state.model_copy(update={"memory": [{"id": "m", "type": "fact", "text": "我叫张三", "task_id": "x"}]})
     assert cache.entry_for(personal, citations, T0) is None  # written with the user's memory
+
+
+async def test_rules_m6_m7_a_long_session_is_summarised_and_turn_ones_amount_stays_exact():
+    model = TestModel(default=Reply(content="好的。"))
+    turns: list[dict] = []
+    ctx = SessionContext()
+    first = "发票 INV-102 的金额是 118.5 元，标准 80 元，依据第四条。"
+    for n in range(1, 21):
+        sim = Sim(model, context_window_chars=2000, history_turns=6)
+        text = first if n == 1 else f"第{n}个问题：" + "继续说明报销流程。" * 8
+        state = await sim.ask(question(text), turns=list(turns), context=ctx)
+        ctx = sim.contexts[-1] if sim.contexts else ctx
+        turns.append({"question": text, "answer": state.answer or "", "n": state.turn_no})
+        assert state.turn_no == n
+    sent = model.calls[-1][0]
+    assert sum(1 for m in sent if m["role"] == "user") <= 7, "old turns are folded, not sent"
+    state_note = next(m["content"] for m in sent if m["role"] == "system" and "会话状态" in m["content"])
+    for exact in ("INV-102", "118.5 元", "80 元", "第四条"):
+        assert f"第1轮 用户" in state_note and exact in state_note, (exact, state_note[:400])
+    assert ctx.folded >= 13 and ctx.seen == 19 and "第1轮 问：发票 INV-102" in ctx.summary
+    assert [v.value for v in ctx.values if v.turn == 1][:2] == ["INV-102", "118.5 元"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.api import ApprovalRecord
+from contracts.api import ApprovalRecord, SessionContext
 from contracts.evidence import Citation
 from contracts.stream import StreamEvent
 from services.orchestrator.agent.state import PendingCall, TaskState
@@ -107,6 +107,14 @@ class Announce:
 
 
 @dataclass(frozen=True)
+class SaveContext:
+    """Write the session's structured state and rolling summary (rules M6, M7)."""
+
+    session_id: str
+    context: SessionContext
+
+
+@dataclass(frozen=True)
 class Remember:
     """After the announcement: keep what the finished task taught (rules M1, M2: the user's facts,
     the episode) and, for a cacheable first answer, a semantic-cache entry (rule C2).
@@ -130,7 +138,7 @@ class FaultPoint:
 
 
 Effect = (Emit | Wake | HoldLease | ClearWake | DropLease | SaveApproval | UpdateApproval | PublishTool | Public
-          | WriteView | RunModelStep | Announce | Remember | Metric | FaultPoint)
+          | WriteView | RunModelStep | Announce | Remember | SaveContext | Metric | FaultPoint)
 """Any effect."""
 
 IN_SAVE = (Emit, Wake, HoldLease)

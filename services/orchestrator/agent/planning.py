@@ -27,15 +27,16 @@ from datetime import datetime
 from typing import Any
 
 from conduit.policy import guardrails
-from contracts.api import StepRecord
+from contracts.api import SessionContext, StepRecord
 from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import openai_tool_schema
 from services.orchestrator.agent import cache, endings, fallback, prompt, routing, vetting
+from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
-from services.orchestrator.agent.effects import HoldLease, Public, RunModelStep, Step, WriteView
+from services.orchestrator.agent.effects import HoldLease, Public, RunModelStep, SaveContext, Step, WriteView
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import Phase, TaskState
 from services.orchestrator.agent.window import window
@@ -47,7 +48,7 @@ SOFT_LIMIT_MARGIN = 2
 
 def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
           route: RouteDecision | None = None, recalled: Recalled | None = None,
-          now: datetime | None = None) -> Step:
+          now: datetime | None = None, context: SessionContext | None = None) -> Step:
     """A new task from ``event`` with the session's earlier ``turns`` as history.
 
     Effects: the lease is taken in the save (a crash after it is resumed by the sweeper),
@@ -57,7 +58,14 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     decision (rule R1; None: the rules of ``routing.by_rules`` are applied here). ``recalled``:
     the memory items and the cache lookup found before the task (rules M4, C1); a cache hit is
     replayed at once (rule C3, no model or tool call). ``now``: UTC (default: the question's time).
+    ``turns`` are all the session's stored turns; with the session's ``context`` they are folded
+    (rules M6, M7): the newest are history messages, the rest are in the state's system message.
     """
+    first_turn = not turns
+    turn_no = context_rules.turn_number(turns, len(turns) - 1) + 1 if turns else 1
+    s = deps.settings
+    folded, turns = context_rules.fold(context or SessionContext(), turns, s.context_window_chars,
+                                       s.context_summary_at, s.history_turns)
     model = deps.model_configured
     state = TaskState(
         task_id=event.task_id, session_id=event.session_id, tenant_id=event.tenant_id, user_id=event.user_id,
@@ -67,15 +75,21 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
                   {"role": "user", "content": event.payload.question}],
     )
+    state.turn_no = turn_no
     _continue_with_earlier_evidence(state, turns)
+    note = context_rules.render(folded)
+    if note is not None:
+        state.messages.insert(1, {"role": "system", "content": note})
     rejected = guardrails.check(state.question)
     if rejected is not None:
         state.trace.append({"phase": "guardrail", "category": rejected.category, "rule": rejected.rule})
         return Step(state, [Public("task.started")]).then(
             endings.fail(state, "input_rejected", rejected.message(state.question), event.occurred_at))
     recalled = recalled or Recalled()
-    state.first_turn = not turns
+    state.first_turn = first_turn
     step = Step(state, [Public("task.started")]).then(cache.apply_recall(state, recalled))
+    if context is not None and folded != context:
+        step.effects.append(SaveContext(state.session_id, folded))
     if recalled.cached is not None:
         return step.then(cache.replay(state, recalled, now or event.occurred_at))
     route = route or routing.by_rules(state.question)

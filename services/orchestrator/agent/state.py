@@ -159,6 +159,7 @@ class TaskState(BaseModel):
     confidence: float | None = None  # share of the answer's claims backed by a citation (rule O2)
     memory_on: bool = False  # long-term memory is on for this task's tenant and user (rules M1-M5)
     memory: list[MemoryNote] = Field(default_factory=list)  # items recalled for the model (rule M4)
+    turn_no: int = 0  # this task's 1-based turn number in its session (rule M7)
     first_turn: bool = False  # a new session's first question (the semantic cache applies, rule C1)
     cache: Literal["hit", "miss", "bypass", "off"] = "off"  # the semantic cache's outcome (rule C1)
 
