@@ -50,7 +50,8 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("memory"),
                      ("retriever", "orchestrator", "gateway"),
                      {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
-                      "CONDUIT_MEMORY_OFF_TENANTS": f'["{OFF}"]', "CONDUIT_TOOL_TIMEOUT_S": "20"})
+                      "CONDUIT_MEMORY_OFF_TENANTS": f'["{OFF}"]', "CONDUIT_TOOL_TIMEOUT_S": "20",
+                      "CONDUIT_HISTORY_TURNS": "2"})
     yield st
     st.stop()
 
@@ -60,7 +61,7 @@ def keys(stack, infra_stack) -> dict[str, str]:
     r = infra_stack.redis_url
     return {"alice": new_key(r, T1, "alice", "member"), "bob": new_key(r, T1, "bob", "member"),
             "carol": new_key(r, T1, "carol", "member"), "admin": new_key(r, T1, "boss", "admin"),
-            "mallory": new_key(r, T2, "mallory", "member"), "olga": new_key(r, OFF, "olga", "member")}
+            "mallory": new_key(r, T2, "mallory", "member"), "dave": new_key(r, T1, "dave", "member"), "olga": new_key(r, OFF, "olga", "member")}
 
 
 def ask(stack: Stack, key: str, question: str, session_id: str | None = None,
@@ -168,3 +169,21 @@ def test_the_same_first_question_is_answered_from_the_cache_until_the_document_c
     assert wait_until(lambda: admin.get(f"/v1/documents/{DOC_ID}").json()["status"] == "ingested"
                       and ask(stack, keys["carol"], CACHED_Q)[1][-1].data["cache"] == "miss", 60)
     admin.close()
+
+
+def test_a_long_session_keeps_turn_ones_values_exact_in_its_state(stack, keys, model):
+    first = "发票 INV-7781 的金额是 118.5 元，请记下。"
+    session = httpx.post(f"{stack.gateway_url}/v1/tasks", json={"question": first}, headers=auth(keys["dave"]),
+                         timeout=30).json()
+    list(stream_task(stack.gateway_url, session["task_id"], read_timeout_s=90, api_key=keys["dave"]))
+    for n in range(2, 5):
+        ask(stack, keys["dave"], f"第{n}轮：报销流程还有什么要注意的？", session_id=session["session_id"])
+    sent = " ".join(sent_for(model, "第4轮：报销流程还有什么要注意的？"))
+    assert "会话状态" in sent and "INV-7781" in sent and "118.5 元" in sent, sent[:2000]
+    body = next(b for b in model.requests if b["messages"][-1]["content"] == "第4轮：报销流程还有什么要注意的？")
+    assert first not in [m["content"] for m in body["messages"] if m["role"] == "user"], "turn 1 is folded"
+    view = httpx.get(f"{stack.gateway_url}/v1/sessions/{session['session_id']}", headers=auth(keys["dave"]),
+                     timeout=10).json()
+    ctx = view["context"]
+    assert ctx["folded"] >= 1 and ctx["seen"] == 3 and "第1轮 问：发票 INV-7781" in ctx["summary"], ctx
+    assert {"kind": "amount", "value": "118.5 元", "turn": 1, "side": "user"} in ctx["values"]
