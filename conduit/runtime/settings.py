@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     router_calc_min: float = Field(default=0.6, description="calculation score from which the agent is told to use code_exec")
     thinking_tenants: list[str] = Field(default=[], description="tenants whose streams get the model's reasoning as `thinking` events (JSON list; off by default)")
     tenant_domains: dict[str, dict[str, str]] = Field(default={}, description="per tenant: {name, name_en, description} of its domain (JSON object); default law and tax")
-    memory_off_tenants: list[str] = Field(default=[], description="tenants without long-term memory: nothing is remembered or recalled for their users (JSON list)")
+    memory_off_tenants: list[str] = Field(default=[], description="tenants without long-term memory: nothing is remembered or recalled for their users (JSON list; `[\"*\"]`: every tenant)")
     memory_recall_k: int = Field(default=5, ge=0, description="memory items given to the model before a task (the best by score)")
     memory_recency_weight: float = Field(default=1.0, description="alpha: weight of recency in a memory item's recall score (each term min-max normalised)")
     memory_importance_weight: float = Field(default=1.0, description="beta: weight of importance in the recall score")

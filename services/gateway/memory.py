@@ -49,7 +49,8 @@ async def list_memory(state: GatewayState = Depends(get_state),
                       who: Principal = Depends(authenticate)) -> JSONResponse:
     """The caller's remembered items (facts and episodes) with their sources."""
     items = await records.list_items(state.redis, who.tenant_id, who.user_id, utcnow())
-    enabled = who.tenant_id not in state.settings.memory_off_tenants
+    off = state.settings.memory_off_tenants
+    enabled = who.tenant_id not in off and "*" not in off
     return JSONResponse(MemoryList(items=items, enabled=enabled).model_dump(mode="json"))
 
 

@@ -56,10 +56,21 @@ class MemoryIO:
 
     def __init__(self, settings: Settings, redis: Redis, broker: KafkaBroker) -> None:
         self.settings, self.redis, self.broker = settings, redis, broker
+        self.retriever_up = True
+        """False while no retriever process is alive (``watch_retriever``): recall is skipped instead of
+        waiting ``memory_recall_timeout_s`` for a reply nobody sends."""
 
     def memory_on(self, tenant_id: str, user_id: str | None) -> bool:
-        """Long-term memory applies to this tenant's user (``memory_off_tenants``)."""
-        return bool(user_id) and tenant_id not in self.settings.memory_off_tenants
+        """Long-term memory applies to this tenant's user (``memory_off_tenants``; ``*``: no tenant)."""
+        off = self.settings.memory_off_tenants
+        return bool(user_id) and tenant_id not in off and "*" not in off
+
+    async def refresh_retriever(self) -> None:
+        """Set ``retriever_up`` from the retriever's liveness marks (one SCAN)."""
+        async for _ in self.redis.scan_iter(match=keys.alive_pattern("retriever"), count=100):
+            self.retriever_up = True
+            return
+        self.retriever_up = False
 
     async def before(self, event: QuestionAsked, first_turn: bool) -> Recalled:
         """The memory items and the cache lookup for ``event`` (see the module docstring)."""
@@ -68,6 +79,8 @@ class MemoryIO:
         outcome = cache.lookup_outcome(first_turn, s.cache_enabled, event.payload.use_cache)
         if not (on and s.memory_recall_k > 0) and outcome != "miss":
             return Recalled(memory_on=on, outcome=outcome)
+        if not self.retriever_up:
+            return Recalled(memory_on=on, outcome=outcome, error="no retriever is running")
         started = time.perf_counter()
         reply, error = await self._ask(event, on and s.memory_recall_k > 0, outcome == "miss")
         ms = round((time.perf_counter() - started) * 1000, 2)

@@ -189,11 +189,12 @@ class Orchestrator:
         await sweeper.run(self, every_s)
 
     async def watch_tool_availability(self, every_s: float = TOOL_AVAILABILITY_EVERY_S) -> None:
-        """Forever: refresh ``self.unavailable`` from the tool services' status keys every
+        """Forever: refresh ``self.unavailable`` (and whether a retriever serves memory) from the tool services' status keys every
         ``every_s`` seconds (one SCAN off the question path; a Redis error keeps the last value)."""
         while True:
             try:
                 self.unavailable = await unavailable_tools(self.redis)
+                await self.memory.refresh_retriever()
             except Exception:  # noqa: BLE001 - availability is advisory: the tool error says why
                 log.warning("tool availability check failed", exc_info=True)
             await asyncio.sleep(every_s)

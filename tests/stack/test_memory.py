@@ -51,7 +51,7 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
                      ("retriever", "orchestrator", "gateway"),
                      {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
                       "CONDUIT_MEMORY_OFF_TENANTS": f'["{OFF}"]', "CONDUIT_TOOL_TIMEOUT_S": "20",
-                      "CONDUIT_HISTORY_TURNS": "2"})
+                      "CONDUIT_HISTORY_TURNS": "2", "CONDUIT_CACHE_ENABLED": "true"})
     yield st
     st.stop()
 
@@ -187,3 +187,37 @@ def test_a_long_session_keeps_turn_ones_values_exact_in_its_state(stack, keys, m
     ctx = view["context"]
     assert ctx["folded"] >= 1 and ctx["seen"] == 3 and "第1轮 问：发票 INV-7781" in ctx["summary"], ctx
     assert {"kind": "amount", "value": "118.5 元", "turn": 1, "side": "user"} in ctx["values"]
+
+
+def test_the_page_marks_recalled_facts_and_cached_answers(stack, keys):
+    """Chromium (when installed): "来自记忆" lists the recalled fact, "缓存" marks a replayed answer."""
+    from pathlib import Path
+
+    from conduit.testing import page as pagekit
+    if not Path(pagekit.CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    pytest.importorskip("playwright")
+    from playwright.sync_api import expect
+
+    erin = new_key(stack.settings.redis(), T1, "erin", "member")
+    ask(stack, erin, "我叫赵六")
+    assert wait_until(lambda: any(i["text"] == "我叫赵六" for i in memory_of(stack, erin)["items"]), 30)
+    question = "Nebula 员工打车每次的报销上限？"
+    ask(stack, keys["admin"], question)  # cached for the tenant (the admin has no memory of it)
+    assert wait_until(lambda: ask(stack, keys["carol"], question)[1][-1].data["cache"] == "hit", 30)
+    with pagekit.chromium() as browser:
+        page = pagekit.open_page(browser, stack, key=erin)
+        pagekit.ask(page, "我叫什么名字？")
+        turn = pagekit.last_turn(page)
+        expect(turn).to_have_attribute("data-state", "completed")
+        expect(turn.locator(".memory-note")).to_contain_text("来自记忆")
+        expect(turn.locator(".memory-note")).to_contain_text("我叫赵六")
+        pagekit.shot(page, "memory-01-from-memory")
+        page.locator("#new-session").click()
+        pagekit.ask(page, question)
+        turn = pagekit.last_turn(page)
+        expect(turn).to_have_attribute("data-state", "completed")
+        expect(turn.locator(".cached-note")).to_contain_text("缓存")
+        expect(turn.locator(".answer")).to_contain_text("八十元")
+        pagekit.shot(page, "memory-02-cached")
+        page.context.close()

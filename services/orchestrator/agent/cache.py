@@ -61,7 +61,7 @@ def apply_recall(state: TaskState, recalled: Recalled) -> Step:
             "error": recalled.error}
     if recalled.memory_on or recalled.outcome != "off":
         state.trace.append({"phase": "memory", **data})
-    if not recalled.items:
+    if not recalled.items or recalled.cached is not None:  # a replayed answer was written without them
         return step
     state.memory = [MemoryNote(id=i.id, type=i.type, text=i.text, task_id=i.task_id) for i in recalled.items]
     state.messages.insert(1, {"role": "system", "content": render(recalled.items)})
