@@ -223,7 +223,12 @@ class Orchestrator:
         state, sent = step.state, []
         for e in step.effects:
             if isinstance(e, PublishTool):
-                await self.out.publish_request(state, e.call)
+                try:
+                    await self.out.publish_request(state, e.call)
+                except Exception as exc:  # noqa: BLE001 - the checkpoint holds it unsent; the wake-up sends it again
+                    log.warning("tool request not sent; its wake-up sends it again (rule A14)",
+                                task_id=state.task_id, call_id=e.call.call_id, error=repr(exc)[:200])
+                    continue
                 sent.append(e.call.call_id)
             else:
                 await self._carry_out_one(state, e, step.save, new_task)

@@ -125,3 +125,25 @@ def test_a_tool_request_the_broker_lost_unread_is_sent_again_before_its_deadline
     logs = "".join((stack.log_dir / f"{n}.log").read_text(errors="replace")[-3000:] for n in ("orchestrator", "web"))
     assert [c["outcome"] for c in completed] == ["ok"], ([(e.event, str(e.data)[:200]) for e in seen], logs)
     assert seen[-1].event == "task.completed" and seen[-1].data["answer"] == "百分之三[1]。"
+
+
+def test_a_tool_request_whose_publish_fails_is_sent_once_the_broker_is_back(stack, broker, model, site):
+    # the broker dies while the model is still answering, so the request's publish itself fails
+    # (aiokafka gives up after its 40 s request timeout; the restart takes longer here): the
+    # checkpoint holds the request unsent and its wake-up sends it again, the task never fails
+    model.script.clear()
+    model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/rate", "reason": "查征收率"}}],
+                    delay_s=2.0))
+    model.default = lambda body: Turn(content="百分之三[1]。" if any(m["role"] == "tool" for m in body["messages"])
+                                      else "没有工具结果。")
+    created = create_task(stack.gateway_url, "网上再查征收率", api_key=stack.admin_key)
+    seen: list = []
+    for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, reconnects=0,
+                          api_key=stack.admin_key):
+        seen.append(ev)
+        if ev.event == "step.started" and [e.event for e in seen].count("step.started") == 1:
+            broker.restart()
+            stack.wait_ready(90)
+    outcomes = [e.data["outcome"] for e in seen if e.event == "tool.completed"]
+    assert outcomes == ["ok"], [(e.event, str(e.data)[:200]) for e in seen]
+    assert seen[-1].event == "task.completed" and seen[-1].data["answer"] == "百分之三[1]。"
