@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +22,7 @@ from conduit.ops.services import ServiceProcess
 from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import start_stack
+from conduit.testing.site import reply, serve
 
 
 class Broker:
@@ -56,19 +56,13 @@ class _Page(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         body = "<html><head><title>征收率</title></head><body><p>征收率为百分之三。</p></body></html>".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, body)
 
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serve(ThreadingHTTPServer(("127.0.0.1", 0), _Page)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
