@@ -53,28 +53,35 @@ async def one(client: httpx.AsyncClient, headers: dict[str, str]) -> tuple[float
     return time.perf_counter() - t0, done, task_id
 
 
-async def run(n: int, delay_ms: float) -> str:
+def run(n: int, delay_ms: float) -> str:
+    """Start the stack (outside any event loop: it runs its own), measure, and return the section."""
     with model_stack(scripted(delay_ms / 1000), ("retriever", "orchestrator", "gateway")) as (stack, _model):
-        auth = {"Authorization": f"Bearer {stack.admin_key}"}
-        async with httpx.AsyncClient(base_url=stack.gateway_url, headers=auth, timeout=120) as client:
-            assert (await client.post("/v1/documents", json=DOC)).status_code == 202
-            for _ in range(120):
-                if (await client.get(f"/v1/documents/{DOC['document_id']}")).json()["status"] == "ingested":
-                    break
-                await asyncio.sleep(0.5)
-            await one(client, {})  # warm-up, and the entry the hits replay
-            await asyncio.sleep(1.0)
-            rows: dict[str, list[tuple[float, float, float | None]]] = {"full": [], "hit": []}
-            for _ in range(n):
-                for kind, headers in (("full", {"Cache-Control": "no-cache"}), ("hit", {})):
-                    took, done, task_id = await one(client, headers)
-                    want = "bypass" if kind == "full" else "hit"
-                    if done.get("cache") != want:
-                        continue
-                    view = (await client.get(f"/v1/tasks/{task_id}")).json() if task_id else {}
-                    lookup = next((t.get("lookup_ms") for t in view.get("trace", []) if t.get("phase") == "memory"), None)
-                    rows[kind].append((took * 1000, done["latency_ms"], lookup))
+        rows = asyncio.run(measure(stack.gateway_url, stack.admin_key, n))
     return report(rows, n, delay_ms)
+
+
+async def measure(base: str, key: str, n: int) -> dict[str, list[tuple[float, float, float | None]]]:
+    """(client ms, task latency_ms, recall lookup_ms) of each full answer and each cache hit."""
+    auth = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=base, headers=auth, timeout=120) as client:
+        assert (await client.post("/v1/documents", json=DOC)).status_code == 202
+        for _ in range(120):
+            if (await client.get(f"/v1/documents/{DOC['document_id']}")).json()["status"] == "ingested":
+                break
+            await asyncio.sleep(0.5)
+        await one(client, {})  # warm-up, and the entry the hits replay
+        await asyncio.sleep(1.0)
+        rows: dict[str, list[tuple[float, float, float | None]]] = {"full": [], "hit": []}
+        for _ in range(n):
+            for kind, headers in (("full", {"Cache-Control": "no-cache"}), ("hit", {})):
+                took, done, task_id = await one(client, headers)
+                want = "bypass" if kind == "full" else "hit"
+                if done.get("cache") != want:
+                    continue
+                view = (await client.get(f"/v1/tasks/{task_id}")).json() if task_id else {}
+                lookup = next((t.get("lookup_ms") for t in view.get("trace", []) if t.get("phase") == "memory"), None)
+                rows[kind].append((took * 1000, done["latency_ms"], lookup))
+    return rows
 
 
 def _p(values: list[float]) -> str:
@@ -108,7 +115,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--model-delay-ms", type=float, default=300.0)
     args = ap.parse_args()
-    section = asyncio.run(run(args.n, args.model_delay_ms))
+    section = run(args.n, args.model_delay_ms)
     print(section)
     write_section("memory_cache", section)
 

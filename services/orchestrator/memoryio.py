@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 
 from conduit.records import keys
 from conduit.records import memory as records
+from conduit.records import replies
 from conduit.runtime import bus
 from conduit.runtime.settings import Settings
 from contracts import topics
@@ -109,12 +110,12 @@ class MemoryIO:
                                         min_similarity=s.cache_min_similarity, deadline_at=deadline))
         try:
             await bus.publish(self.broker, topics.RETRIEVER_REQUESTS, request)
-            got = await self.redis.blpop([keys.reply(request_id)], timeout=s.memory_recall_timeout_s)
+            got = await replies.wait(self.redis, request_id, s.memory_recall_timeout_s)
         except Exception as exc:  # noqa: BLE001 - recall is an aid: any failure means a task without it
             return None, f"{type(exc).__name__}: {exc}"[:300]
         if got is None:
             return None, f"no reply within {s.memory_recall_timeout_s} s"
-        return RecallReply.model_validate_json(got[1]), None
+        return RecallReply.model_validate_json(got), None
 
     async def remember(self, state: TaskState, citations: list[Citation]) -> None:
         """Write what ``state`` (a completed task) leaves for later: facts, episode, cache entry."""

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from conduit.records import keys
 from conduit.records import memory as records
+from conduit.records import replies
 from conduit.runtime.settings import Settings
 from contracts.envelope import Envelope, utcnow
 from contracts.memory import (
@@ -34,7 +34,6 @@ from contracts.memory import (
     RecallCandidate,
     RecallReply,
 )
-from contracts.documents import REPLY_TTL_S
 from services.retriever.embeddings import Embedder, EmbeddingError
 from services.retriever.sparse import SparseVec
 from services.retriever.store import ChunkPoint, ClientVectorStore, EdgeVectorStore, SearchFilter, StoreError, VectorStore
@@ -169,11 +168,7 @@ class MemoryRequests:
         except (EmbeddingError, StoreError) as exc:
             reply = RecallReply(request_id=p.request_id, outcome="error", message=str(exc)[:300])
         reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
-        key = keys.reply(p.request_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.lpush(key, reply.model_dump_json())
-            pipe.expire(key, REPLY_TTL_S)
-            await pipe.execute()
+        await replies.push(self.redis, p.request_id, reply.model_dump_json())
 
     async def _candidates(self, event: MemoryRecallRequested, hits: list[tuple[str, float]]) -> list[RecallCandidate]:
         if not hits or not event.user_id:

@@ -35,8 +35,8 @@ from redis.asyncio import Redis
 
 from conduit.records import keys
 from conduit.records import memory as memory_records
+from conduit.records import replies
 from contracts.documents import (
-    REPLY_TTL_S,
     DocumentDeleteRequested,
     DocumentIngestRequested,
     DocumentView,
@@ -120,11 +120,7 @@ class RetrieverRequests:
             reply = SearchReply(request_id=p.request_id, outcome="error", error_code="kb_backend_unavailable",
                                 message=str(exc)[:500])
         reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
-        key = keys.reply(p.request_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.lpush(key, reply.model_dump_json())
-            pipe.expire(key, REPLY_TTL_S)
-            await pipe.execute()
+        await replies.push(self.redis, p.request_id, reply.model_dump_json())
 
     # ------------------------------------------------------------------ documents
     async def _record(self, tenant_id: str, document_id: str) -> DocumentView | None:

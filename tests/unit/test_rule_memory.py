@@ -150,6 +150,6 @@ async def test_rules_m6_m7_a_long_session_is_summarised_and_turn_ones_amount_sta
     assert sum(1 for m in sent if m["role"] == "user") <= 7, "old turns are folded, not sent"
     state_note = next(m["content"] for m in sent if m["role"] == "system" and "会话状态" in m["content"])
     for exact in ("INV-102", "118.5 元", "80 元", "第四条"):
-        assert f"第1轮 用户" in state_note and exact in state_note, (exact, state_note[:400])
+        assert "第1轮 用户" in state_note and exact in state_note, (exact, state_note[:400])
     assert ctx.folded >= 13 and ctx.seen == 19 and "第1轮 问：发票 INV-102" in ctx.summary
     assert [v.value for v in ctx.values if v.turn == 1][:2] == ["INV-102", "118.5 元"]

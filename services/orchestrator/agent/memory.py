@@ -110,11 +110,7 @@ def extract_facts(text: str, *, tenant_id: str, user_id: str, task_id: str, sess
 
 def _clause_of(sentence: str, start: int, end: int) -> str:
     """The clause (between commas) holding the match, or the match with its clause when it spans several."""
-    pieces, pos = [], 0
-    for m in _CLAUSE.finditer(sentence):
-        if m.end() > start and m.start() < end:
-            pieces.append(m.group(0))
-        pos = m.end()
+    pieces = [m.group(0) for m in _CLAUSE.finditer(sentence) if m.end() > start and m.start() < end]
     text = "".join(pieces).strip() or sentence[start:end]
     return text.rstrip("，,。.；;！!")
 
