@@ -29,7 +29,7 @@ from services.gateway.tasks import publish
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 404, 429, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 404, 422, 429, 503)}
 _ID = Path(max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$", description="memory item id")
 
 
