@@ -110,6 +110,32 @@ class ToolCompletedEvent(StreamEvent):
     artifacts: list[ArtifactRef] = Field(default_factory=list)
 
 
+class WorkerStarted(StreamEvent):
+    """Team mode: the supervisor started a worker's task ``task_id`` (its own stream, readable by the
+    same owner) for its ``delegate`` call ``call_id``; ``worker`` is the kind, ``task`` the sub-question."""
+
+    type: Literal["worker.started"] = "worker.started"
+    call_id: str
+    worker: str
+    task_id: str
+    task: str
+
+
+class WorkerCompleted(StreamEvent):
+    """Team mode: a worker's result reached the supervisor. ``outcome`` ok, error or timeout;
+    ``summary`` its short answer (citations left out: the supervisor's numbers come with the
+    next ``evidence`` event); ``duration_ms`` from start to result."""
+
+    type: Literal["worker.completed"] = "worker.completed"
+    call_id: str
+    worker: str
+    task_id: str
+    outcome: str
+    summary: str = ""
+    duration_ms: float
+    error_code: str | None = None
+
+
 class EvidenceEvent(StreamEvent):
     """Evidence that just entered the model's context, with its pool numbers."""
 
@@ -202,6 +228,8 @@ TaskStreamEvent = Annotated[
         ThinkingDelta,
         ToolRequestedEvent,
         ToolCompletedEvent,
+        WorkerStarted,
+        WorkerCompleted,
         EvidenceEvent,
         ApprovalRequiredEvent,
         TraceEvent,

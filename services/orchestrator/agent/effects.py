@@ -107,6 +107,15 @@ class Announce:
 
 
 @dataclass(frozen=True)
+class CancelChild:
+    """Cancel the worker's task ``task_id`` (team mode, rule M8): its cancel flag, then a
+    ``task.cancelled`` on the control topic (idempotent)."""
+
+    task_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Metric:
     """Count ``name`` (``approval_requested`` | ``approval_decided``) in the replica's metrics."""
 
@@ -121,7 +130,7 @@ class FaultPoint:
 
 
 Effect = (Emit | Wake | HoldLease | ClearWake | DropLease | SaveApproval | UpdateApproval | PublishTool | Public
-          | WriteView | RunModelStep | Announce | Metric | FaultPoint)
+          | WriteView | RunModelStep | Announce | CancelChild | Metric | FaultPoint)
 """Any effect."""
 
 IN_SAVE = (Emit, Wake, HoldLease)
