@@ -73,9 +73,9 @@ def kind(settings: Settings, name: str) -> WorkerKind | None:
 
 
 def offered(settings: Settings, available: list[str]) -> list[WorkerKind]:
-    """Kinds with at least one of their tools in ``available`` (rule M6: e.g. no web researcher
-    without a search provider)."""
-    return [k for k in kinds(settings) if any(t in available for t in k.tools if t != "delegate")]
+    """Kinds with at least one of their tools in ``available`` or ``delegate`` (rule M6: e.g. no web
+    researcher without a search provider)."""
+    return [k for k in kinds(settings) if any(t in available or t == "delegate" for t in k.tools)]
 
 
 def tools_of(kind_: WorkerKind, available: list[str], depth: int, max_depth: int) -> list[str]:
