@@ -12,6 +12,9 @@ Rules:
   (``evidence.EvidencePool``, rule A10) in call order, each result becomes a ``tool``
   message, and the next model step starts. A step whose every call failed or was refused
   counts towards ``max_failed_steps`` (rule E3, docs/agent-rules.md); one ok result resets it.
+- Team mode (rules M2, M4, M5, M7, M8, ``team``): a worker's result is never retried, arrives as
+  ``worker.completed``, adds its spend to the task's, and has its evidence renumbered into the pool;
+  a worker that timed out, or is no longer waited for, is cancelled.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ refused call never runs; its ``Refusal`` is shown to the model as an error):
    ``tool_quotas`` for one question (``TOOL_CALL_LIMIT_REACHED``, rule E5);
 6. the tool's circuit breaker (``circuit_open``; half-open lets one trial call through);
 7. the approval policy (``policies.needs_approval``): the call waits for a person.
+
+A ``delegate`` call that passed them (team mode) is then checked by rule M3 (``team.check_delegate``:
+worker kind, depth, fan-out) and the step's accepted ones get their children's shares of the
+tree's budget (rule M4, ``team.allot``); each starts as ``worker.started`` instead of ``tool.requested``.
 """
 
 from __future__ import annotations
