@@ -73,10 +73,11 @@ class Team:
                 continue
             assert parent.state is not None
             q = team.child_question(parent.state, call)
-            sim = Sim(self.model, self.tools, allowed=self.allowed, **self.fields)
+            sim = Sim(self.model, self.tools, **self.fields)  # every tool is configured; the question narrows them
             sim.now = parent.now
             self.sims[child_id] = sim
-            step = planning.start(sim.deps, q, list(sim.allowed), [])
+            allowed = q.payload.allowed_tools
+            step = planning.start(sim.deps, q, [t for t in sim.allowed if allowed is None or t in allowed], [])
             if q.payload.question in self.failing:
                 step = endings.fail(step.state, "internal_error", "the worker crashed", sim.now)
             await sim.run(step)

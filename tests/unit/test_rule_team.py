@@ -106,6 +106,12 @@ async def test_supervisor_is_offered_only_delegate_with_the_worker_kinds():
     assert [x["function"]["name"] for x in worker_tools] == ["kb_search"]
 
 
+async def test_the_requests_tools_hold_for_the_whole_tree():
+    t = await run_team(plan=[delegate("analyst", "算一下")], allowed=["kb_search"])
+    (kid,) = t.children()
+    assert kid.state.allowed_tools == ["kb_search"]  # the analyst's code_exec is not the request's
+
+
 # ------------------------------------------------------------------ M2 fan-out, M7 renumbering
 async def test_fan_out_renumbers_evidence_so_every_final_citation_resolves():
     t = await run_team()

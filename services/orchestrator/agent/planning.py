@@ -68,8 +68,10 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         return _start_child(deps, state, event, allowed_tools)
     kinds = workers.offered(deps.settings, allowed_tools) if team.team_mode(deps, event) else []
     if kinds:  # rule M1: the supervisor delegates to the worker kinds available
-        state.team, state.workers, state.allowed_tools = True, [k.name for k in kinds], ["delegate"]
+        state.team, state.workers, state.tree_tools = True, [k.name for k in kinds], list(allowed_tools)
+        state.allowed_tools = ["delegate"]
         state.messages[0] = {"role": "system", "content": team.supervisor_prompt(kinds)}
+        state.trace.append({"phase": "team", "workers": state.workers})
     rejected = guardrails.check(state.question)
     if rejected is not None:
         state.trace.append({"phase": "guardrail", "category": rejected.category, "rule": rejected.rule})
@@ -98,7 +100,8 @@ def _start_child(deps: Deps, state: TaskState, event: QuestionAsked, available: 
             endings.fail(state, "unknown_worker", f"no worker kind {child.worker!r}", event.occurred_at))
     state.allowed_tools = workers.tools_of(kind, available, child.depth, deps.settings.team_max_depth)
     if "delegate" in state.allowed_tools:
-        state.team, state.workers = True, [k.name for k in workers.offered(deps.settings, available)]
+        state.team, state.tree_tools = True, list(available)
+        state.workers = [k.name for k in workers.offered(deps.settings, available)]
     state.messages = team.worker_messages(kind, state.question)
     return Step(state, [Public("task.started"), HoldLease(), RunModelStep(), WriteView()])
 

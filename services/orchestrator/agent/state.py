@@ -160,6 +160,7 @@ class TaskState(BaseModel):
     confidence: float | None = None  # share of the answer's claims backed by a citation (rule O2)
     team: bool = False  # a supervisor: offered ``delegate`` to the worker kinds in ``workers`` (team mode, rule M1)
     workers: list[str] = Field(default_factory=list)
+    tree_tools: list[str] = Field(default_factory=list)  # tools the task's workers may use: its own allowed ones (rule M6)
     child: ChildSpec | None = None  # a worker's task: its parent, kind, depth and share of the tree's budget (rule M4)
     draft: str | None = None  # the supervisor's answer while the finalizer rewrites it (rule M9)
 
