@@ -45,13 +45,14 @@ class ChildSpec(Payload):
 class QuestionPayload(Payload):
     """A person's question. ``allowed_tools`` None means every configured tool.
 
-    ``mode`` ``team`` runs a supervisor that delegates to workers (None: the tenant's mode);
+    ``mode`` ``team`` runs a supervisor that delegates to workers, ``auto`` does when the question
+    names several topics (None: the tenant's mode);
     ``child`` is set on a worker's task, which a supervisor started.
     """
 
     question: str
     allowed_tools: list[ToolName] | None = None
-    mode: Literal["agent", "team"] | None = None
+    mode: Literal["agent", "team", "auto"] | None = None
     child: ChildSpec | None = None
 
 

@@ -29,7 +29,7 @@ class TenantPolicy(BaseModel):
     approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
     running_tasks: int | None = Field(default=None, ge=0, description="tasks running at once, all its users")
-    mode: Literal["agent", "team"] | None = Field(default=None, description="default mode of its questions (team: rule M1)")
+    mode: Literal["agent", "team", "auto"] | None = Field(default=None, description="default mode of its questions (team: rule M1)")
 
 
 def policy(settings: Settings, tenant_id: str) -> TenantPolicy:

@@ -89,6 +89,13 @@ async def test_team_mode_is_chosen_per_request_and_per_tenant():
     assert not state.team  # the request's mode wins
 
 
+async def test_auto_mode_teams_up_when_the_question_names_several_topics():
+    state = await Team(FunctionModel(brain()), tools={"kb_search": kb_tool}).ask(QUESTION, mode="auto")
+    assert state.team  # 个人所得税 and 增值税
+    state = await Team(FunctionModel(brain()), tools={"kb_search": kb_tool}).ask("增值税的征收率是多少？", mode="auto")
+    assert not state.team
+
+
 def test_worker_kinds_are_configuration_and_the_web_researcher_needs_web_search():
     s = settings()
     assert [k.name for k in workers.offered(s, ["kb_search", "code_exec"])] == ["kb_researcher", "analyst"]

@@ -1,7 +1,8 @@
 """Team mode: a supervisor delegates parts of a question to workers, each its own task on the bus.
 
 Rules (docs/agent-rules.md, M1-M9):
-- M1: team mode is chosen per request (``mode: "team"``) or per tenant; the supervisor is offered
+- M1: team mode is chosen per request (``mode: "team"``) or per tenant, or (``auto``) when the
+  question names two or more ``team_topics``; the supervisor is offered
   only ``delegate`` and the worker kinds available (``workers.offered``), listed in its prompt.
 - M2: the delegate calls of one reply start their child tasks at once; the parent waits for all
   of them (or, with ``team_wait_for`` N, for the first N ok results; the rest are cancelled).
@@ -97,9 +98,17 @@ def supervisor_prompt(kinds: list[workers.WorkerKind]) -> str:
     return SUPERVISOR_PROMPT + "\n".join(f"- {k.name}: {k.description}" for k in kinds)
 
 
+def topics_named(deps: Deps, question: str) -> list[str]:
+    """The ``team_topics`` the question names (by any of their words), in their order."""
+    return [name for name, words in deps.settings.team_topics.items() if any(w in question for w in words)]
+
+
 def team_mode(deps: Deps, event: QuestionAsked) -> bool:
-    """Rule M1: the request's ``mode``, else its tenant's (``CONDUIT_TENANTS``)."""
+    """Rule M1: the request's ``mode``, else its tenant's (``CONDUIT_TENANTS``); ``auto`` is team mode
+    for a question naming two or more ``team_topics``."""
     mode = event.payload.mode or tenants.policy(deps.settings, event.tenant_id).mode
+    if mode == "auto":
+        return event.payload.child is None and len(topics_named(deps, event.payload.question)) >= 2
     return mode == "team" and event.payload.child is None
 
 
