@@ -119,6 +119,15 @@ async def test_the_requests_tools_hold_for_the_whole_tree():
     assert kid.state.allowed_tools == ["kb_search"]  # the analyst's code_exec is not the request's
 
 
+async def test_a_supervisor_whose_model_fails_answers_from_the_knowledge_base():
+    t = Team(FunctionModel(lambda m, tools: Reply(error="model down")), tools={"kb_search": lambda c: ok(c, passage("p1"))})
+    root = await t.ask(QUESTION)
+    assert root.mode == "retrieval_only" and root.status == "completed" and root.evidence
+    assert Sim(None).deps.model_configured is False
+    no_model = Team(None, tools={"kb_search": kb_tool})  # type: ignore[arg-type]
+    assert not (await no_model.ask(QUESTION)).team  # without a model there is no team (rule A13)
+
+
 # ------------------------------------------------------------------ M2 fan-out, M7 renumbering
 async def test_fan_out_renumbers_evidence_so_every_final_citation_resolves():
     t = await run_team()

@@ -66,7 +66,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     _continue_with_earlier_evidence(state, turns)
     if event.payload.child is not None:
         return _start_child(deps, state, event, allowed_tools)
-    kinds = workers.offered(deps.settings, allowed_tools) if team.team_mode(deps, event) else []
+    kinds = workers.offered(deps.settings, allowed_tools) if deps.model_configured and team.team_mode(deps, event) else []
     if kinds:  # rule M1: the supervisor delegates to the worker kinds available
         state.team, state.workers, state.tree_tools = True, [k.name for k in kinds], list(allowed_tools)
         state.allowed_tools = ["delegate"]
@@ -317,6 +317,8 @@ def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
     if state.mode == "chitchat":
         reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
         return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
+    if state.team:  # a supervisor without its model searches itself (rule A13)
+        state.allowed_tools = list(state.tree_tools)
     searched = any(r.kind == "tool" and r.tool == "kb_search" for r in state.steps)
     if not searched and not state.evidence:
         call_id = deps.new_call_id()
