@@ -30,6 +30,12 @@ from conduit.testing.scripted_model import Turn
 from services.orchestrator.agent import finalizer, team
 
 
+NOTE = (" With no model delay the three children's steps run on the one orchestrator process at the same moment "
+        "(2 shared cores), so each waits for the others' CPU: the overhead per child is then larger than with a "
+        "1 s delay, where their work falls into each other's waits.")
+"""What the figures mean (appended to the report)."""
+
+
 def brain(workers: int, delay: list[float]):
     """The scripted model: the supervisor delegates ``workers`` parts, a worker answers after
     ``delay[0]`` seconds, the draft and the finalizer's rewrite come at once."""
@@ -86,7 +92,7 @@ def report(rows: list, runs: int, load: tuple[float, ...]) -> str:
     lines += ["", "Wall time is first `worker.started` to last `worker.completed` on the parent's stream; a child's "
               "overhead is its `worker.completed.duration_ms` minus the model's delay: its question on the bus, its "
               "checkpoint and lease, the model call's set-up and its result back through the bus to the parent. "
-              f"Mean wall at {rows[0][0]:.1f} s delay: {statistics.fmean(rows[0][2]):.2f} s."]
+              f"Mean wall at {rows[0][0]:.1f} s delay: {statistics.fmean(rows[0][2]):.2f} s." + NOTE]
     return "\n".join(lines)
 
 
