@@ -27,12 +27,15 @@ class ChildSpec(Payload):
     """What makes a question a worker's task in team mode (rules M1-M9, docs/agent-rules.md).
 
     The parent's ``delegate`` call ``parent_call_id`` (idempotency key ``parent_key``) started it;
+    ``root_task_id`` is the person's question at the top of the tree (its stream shows the
+    workers' approval requests);
     ``worker`` is its kind, ``depth`` its distance from the root supervisor (1 for its children).
     Its share of the tree's one budget: ``max_tool_calls`` and ``max_tokens``, ended by
     ``deadline_at`` (UTC). Its result goes back to the parent as a ``tool.result``.
     """
 
     parent_task_id: str
+    root_task_id: str
     parent_call_id: str
     parent_key: str
     worker: str

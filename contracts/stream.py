@@ -145,7 +145,8 @@ class EvidenceEvent(StreamEvent):
 
 class ApprovalRequiredEvent(StreamEvent):
     """A tool call waits for a human decision at ``POST /v1/tasks/{id}/approvals/{call_id}``
-    until ``expires_at`` (UTC; ISO 8601 in JSON)."""
+    until ``expires_at`` (UTC; ISO 8601 in JSON). On a supervisor's stream (team mode) it also
+    announces a worker's call, with that worker's ``task_id`` as the ``{id}`` to decide it at."""
 
     type: Literal["tool.approval_required"] = "tool.approval_required"
     call_id: str
@@ -154,6 +155,7 @@ class ApprovalRequiredEvent(StreamEvent):
     reason: str = ""
     arguments_digest: str
     expires_at: datetime
+    task_id: str | None = None  # team mode: the worker's task whose call waits (decide it there); None: this task
 
 
 class TraceEvent(StreamEvent):

@@ -237,7 +237,7 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
         elif ev.event == "worker.completed":
             console.print(f"[magenta]← {d['worker']}[/magenta] {d['outcome']} in {d['duration_ms']:.0f} ms")
         elif ev.event == "tool.approval_required":
-            _approve_interactively(base_url, created["task_id"], d, key)
+            _approve_interactively(base_url, d.get("task_id") or created["task_id"], d, key)  # a worker's call: its task
         elif ev.event == "evidence" and show_events:
             for item in d["items"]:
                 console.print(f"[dim][{item['index']}] {item['title']}{item.get('locator') or ''}[/dim]")

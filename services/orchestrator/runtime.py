@@ -47,6 +47,7 @@ from services.orchestrator.agent.effects import (
     FaultPoint,
     HoldLease,
     Metric,
+    Notify,
     Public,
     PublishTool,
     RunModelStep,
@@ -244,6 +245,7 @@ class Orchestrator:
         if new_approval:  # a client that reads the task on tool.approval_required sees it waiting
             await self.out.write_view(step.state)
 
+
     async def carry_out(self, step: Step, new_task: bool = False) -> None:
         """Carry out ``step``'s effects in order; then mark the requests it sent as sent."""
         state, sent = step.state, []
@@ -275,6 +277,8 @@ class Orchestrator:
             await self.out.emit(task_id, e.event)
         elif isinstance(e, SaveApproval) and not saved:
             await self.out.save_approval(e.record)
+        elif isinstance(e, Notify):
+            await self.out.emit(e.task_id, e.event)
         elif isinstance(e, UpdateApproval):
             await self.out.update_approval(task_id, e)
         elif isinstance(e, Public):

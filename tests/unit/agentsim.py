@@ -26,6 +26,7 @@ from services.orchestrator.agent.effects import (
     Announce,
     CancelChild,
     Emit,
+    Notify,
     Public,
     PublishTool,
     RunModelStep,
@@ -93,6 +94,7 @@ class Sim:
         self.requests: list[PendingCall] = []
         self.approvals: dict[str, dict[str, Any]] = {}
         self.cancels: list[CancelChild] = []
+        self.notices: list[Notify] = []  # events for other tasks' logs
         self.due_steps = 0
         self.model_seconds: list[float] = []  # simulated duration of the next model calls (seconds)
 
@@ -185,6 +187,8 @@ class Sim:
                 self.due_steps += 1
             elif isinstance(e, CancelChild):
                 self.cancels.append(e)
+            elif isinstance(e, Notify):
+                self.notices.append(e)
             elif isinstance(e, Announce):
                 assert self.state is not None
                 self.events.append(endings.terminal_event(self.state, self.now, e.citations))

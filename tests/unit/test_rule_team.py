@@ -187,7 +187,7 @@ def test_depth_limit_withholds_delegate_and_refuses_deeper_calls():
     from contracts.events import ChildSpec
     state = TaskState(task_id="t", session_id="s", tenant_id="default", question="q", allowed_tools=["delegate"],
                       team=True, workers=["planner"],
-                      child=ChildSpec(parent_task_id="p", parent_call_id="c", parent_key="k", worker="planner", depth=2,
+                      child=ChildSpec(parent_task_id="p", root_task_id="p", parent_call_id="c", parent_key="k", worker="planner", depth=2,
                                       deadline_at=T0 + timedelta(seconds=60), max_tool_calls=4, max_tokens=9000))
     refusal = team.check_delegate(sim.deps, state, {"worker": "planner", "task": "x"}, 1)
     assert refusal is not None and refusal.error.error_code == "depth_limit"
@@ -302,7 +302,7 @@ def test_child_result_cuts_the_summary_and_renumbers_its_citations():
     items = [NumberedEvidence(**passage(f"p{i}").model_dump(), index=i) for i in (1, 2, 3)]
     state = TaskState(task_id="t", session_id="s", tenant_id="default", question="q", allowed_tools=[], status="completed",
                       evidence=items, answer="甲[3]。乙[1][低置信度]。" + "丙" * 200 + "[2]。", created_at=T0, finished_at=T0,
-                      child=ChildSpec(parent_task_id="p", parent_call_id="c1", parent_key="p:1:c1", worker="kb_researcher",
+                      child=ChildSpec(parent_task_id="p", root_task_id="p", parent_call_id="c1", parent_key="p:1:c1", worker="kb_researcher",
                                       depth=1, deadline_at=T0, max_tool_calls=1, max_tokens=2000))
     r = team.child_result(deps, state)
     assert r.output.startswith("甲[1]。乙[2]。丙") and r.output.endswith("……") and len(r.output) <= 102
@@ -325,6 +325,23 @@ def test_absorb_maps_duplicates_to_their_existing_number():
     in_context, new, content = team.absorb(state, pool, call)
     assert [e.index for e in in_context] == [2, 3] and [e.chunk_id for e in new] == ["p5"]
     assert "A[2]B[3]C" in content
+
+
+async def test_a_workers_approval_request_reaches_the_persons_stream():
+    def worker_answer(task, tool_texts):
+        return "算好了（沙箱计算）。"
+
+    def reply(messages, tools):
+        if role(messages) == "worker" and not any(m["role"] == "tool" for m in messages):
+            return Reply(tool_calls=[{"name": "code_exec", "arguments": {"code": "print(1)", "reason": "算"}}])
+        return brain(plan=[delegate("analyst", "算一下")], worker_answer=worker_answer)(messages, tools)
+    t = Team(FunctionModel(reply), tools={"kb_search": kb_tool})
+    await t.ask(QUESTION)
+    (kid,) = t.children()
+    assert kid.state.status == "waiting_approval"
+    (notice,) = kid.notices
+    assert notice.task_id == t.root.state.task_id and notice.event.type == "tool.approval_required"
+    assert notice.event.task_id == kid.state.task_id and notice.event.tool == "code_exec"
 
 
 # ------------------------------------------------------------------ M9 finalizer

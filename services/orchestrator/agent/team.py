@@ -173,7 +173,9 @@ def allot(deps: Deps, state: TaskState, calls: list[PendingCall], now: datetime)
         kind = workers.kind(s, str(call.arguments["worker"]))
         assert kind is not None  # check_delegate accepted it
         deadline = now + timedelta(seconds=min(kind.deadline_s, seconds))
-        call.child = ChildSpec(parent_task_id=state.task_id, parent_call_id=call.call_id, parent_key=call.idempotency_key,
+        root = state.child.root_task_id if state.child else state.task_id
+        call.child = ChildSpec(parent_task_id=state.task_id, root_task_id=root, parent_call_id=call.call_id,
+                               parent_key=call.idempotency_key,
                                worker=kind.name, depth=depth, deadline_at=deadline,
                                max_tool_calls=min(kind.max_tool_calls, calls_left // n), max_tokens=min(kind.max_tokens, tokens))
         call.deadline_at = min(deadline + timedelta(seconds=RESULT_GRACE_S), b.deadline_at)

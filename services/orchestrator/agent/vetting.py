@@ -37,6 +37,7 @@ from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     DropLease,
     Metric,
+    Notify,
     Public,
     PublishTool,
     SaveApproval,
@@ -184,6 +185,9 @@ def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict
         elif call.approval == "pending":
             step.effects.append(SaveApproval(approval_record(state, call)))
             step.emit(approval_event(call))
+            if state.child is not None:  # team mode: the person watches the root's stream (decided here)
+                step.effects.append(Notify(state.child.root_task_id,
+                                           approval_event(call).model_copy(update={"task_id": state.task_id})))
     if state.all_results_in():
         return step.then(recording.advance(state, now))
     wake_at = state.next_wakeup()
