@@ -7,7 +7,7 @@ A tool service (retriever, web, sandbox) registers tool functions with
    (rule T3, docs/rules.md: idempotent tools; results kept ``RESULT_TTL_S`` seconds; transient
    failures and timeouts are not stored, so a retry runs the tool again); a delivery runs the
    tool only while it holds the key's claim, and a second delivery of a call that is running
-   (a redelivery after a rebalance, a re-send) waits for that run's result instead (rule T6);
+   (a redelivery after a rebalance, a re-send) leaves it to that run (rule T6);
 2. validates the arguments with the tool's contract model (``bad_arguments`` error);
 3. runs the tool under its deadline (``timeout`` outcome);
 4. publishes a ``ToolResult`` to ``conduit.tools.results`` keyed by task id.
@@ -52,8 +52,6 @@ log = logging.getLogger("conduit.runtime.toolservice")
 
 RESULT_TTL_S = 3600
 """Seconds a tool result is kept under its idempotency key."""
-CLAIM_POLL_S = 0.1
-"""Seconds between two looks of a delivery waiting for the claimed run of the same call (rule T6)."""
 CANCEL_POLL_S = 0.5
 """Seconds between checks of a running call's task cancel flag (a cancel stops the call within this)."""
 CLAIM_TTL_S = 10
@@ -236,7 +234,11 @@ class ToolService:
                                 kind="forbidden"))))
             return
         if not cached:
-            cached = await self._claim_or_wait(request.payload.idempotency_key)
+            taken, cached = await self._claim(request.payload.idempotency_key)
+            if not taken and not cached:
+                log.info("call %s runs elsewhere; this delivery leaves it to that run",
+                         request.payload.idempotency_key)
+                return
         if cached:
             payload = ToolResultPayload.model_validate_json(cached)
         else:
@@ -254,25 +256,24 @@ class ToolService:
                 await self._release(request.payload.idempotency_key)
         await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload))
 
-    async def _claim_or_wait(self, idempotency_key: str) -> bytes | None:
-        """Take the call's claim (None: run it) or wait for the run that holds it (its stored result).
+    async def _claim(self, idempotency_key: str) -> tuple[bool, bytes | None]:
+        """Take the call's claim: ``(True, None)`` to run it, ``(False, stored)`` when its result
+        is stored, ``(False, None)`` when another live run holds it.
 
-        Rule T6: one run per idempotency key at a time. The claim lives ``CLAIM_TTL_S`` seconds and
-        its run renews it while the tool works, so a delivery whose process died mid-run is run
-        again by the next one within ``CLAIM_TTL_S`` (the at-least-once floor: a side effect the
-        dead run already caused may happen twice).
-        Returns the stored result JSON when the other run stored one, None once this delivery
-        holds the claim (also when the other run ended without storing: a transient failure).
+        Rule T6: one run per idempotency key at a time. A delivery that finds the call running
+        elsewhere (a redelivery after a rebalance, a re-send) leaves it to that run, which publishes
+        the result; it never waits, so it holds up no later request of its partition. The claim
+        lives ``CLAIM_TTL_S`` seconds and its run renews it while the tool works, so when the runner
+        died the orchestrator's next re-send (rule A14) finds it lapsed and runs the call (the
+        at-least-once floor: a side effect the dead run already caused may happen twice).
         """
         claim, result = keys.tool_claim(idempotency_key), keys.tool_result(idempotency_key)
-        while True:
-            if await self.redis.set(claim, self._owner, nx=True, ex=CLAIM_TTL_S):
-                if (stored := await self.redis.get(result)) is not None:  # stored just before the claim
-                    await self.redis.delete(claim)
-                return stored
-            await asyncio.sleep(CLAIM_POLL_S)
-            if (stored := await self.redis.get(result)) is not None:
-                return stored
+        if await self.redis.set(claim, self._owner, nx=True, ex=CLAIM_TTL_S):
+            if (stored := await self.redis.get(result)) is not None:  # stored just before the claim
+                await self.redis.delete(claim)
+                return False, stored
+            return True, None
+        return False, await self.redis.get(result)
 
     async def _release(self, idempotency_key: str) -> None:
         """Drop the call's claim if this delivery still holds it."""

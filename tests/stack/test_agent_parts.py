@@ -140,7 +140,7 @@ async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
         await svc.broker.stop()
         await svc.redis.aclose()
 async def test_two_deliveries_of_one_call_at_once_run_the_tool_once(settings, redis):
-    """Rule T6: a redelivery (rebalance) or re-send arriving while the call runs waits for its result."""
+    """Rule T6: a redelivery (rebalance) or re-send arriving while the call runs leaves it to that run."""
     import uuid
 
     from conduit.runtime.toolservice import ToolOutput, ToolService
@@ -182,7 +182,7 @@ async def test_two_deliveries_of_one_call_at_once_run_the_tool_once(settings, re
 
 async def test_a_claim_lapses_when_its_run_dies_and_is_renewed_while_it_runs(settings, redis, monkeypatch):
     """Rule T6: a run renews its claim (here past a 1 s lifetime), and the claim of a run whose
-    process died lapses, so the next delivery runs the call instead of waiting for the deadline."""
+    process died lapses, so the next re-send runs the call instead of leaving it to a dead run."""
     import uuid
 
     from conduit.records import keys
@@ -217,6 +217,9 @@ async def test_a_claim_lapses_when_its_run_dies_and_is_renewed_while_it_runs(set
         orphan = request_for("orphan")  # a run that died holding the claim: nobody renews it
         await redis.set(keys.tool_claim(orphan.payload.idempotency_key), "dead-host:1:gone", ex=1)
         await asyncio.wait_for(svc.handle(orphan), 10)
+        assert ran == ["renewed"]  # the claim still stands: this delivery leaves the call to its run
+        await asyncio.sleep(1.5)
+        await asyncio.wait_for(svc.handle(orphan), 10)  # the orchestrator's re-send (rule A14)
         assert ran == ["renewed", "orphan"]
     finally:
         await svc.broker.stop()
