@@ -143,7 +143,7 @@ class Sim:
         try:
             reply = await self.model.stream(plan.messages, plan.tools, on_delta, max_tokens=plan.max_tokens,
                                             on_thinking=on_thinking if state.tenant_id in self.deps.settings.thinking_tenants
-                                            else None)
+                                            else None, model=plan.model)
             if self.model_seconds:  # a slow model: the call takes this long (the step's limit applies)
                 took = self.model_seconds.pop(0)
                 if plan.timeout_s is not None and took > plan.timeout_s:

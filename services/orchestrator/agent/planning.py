@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from conduit.policy import guardrails
+from conduit.runtime import tenants
 from contracts.api import StepRecord
 from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
@@ -154,6 +155,8 @@ class StepPlan:
     max_tokens: int | None = None
     timeout_s: float | None = None
     stop: str | None = None
+    model: str | None = None
+    """The model name to ask for: the tenant's (``CONDUIT_TENANTS``) or the default."""
     stream: bool = True  # False: the reply's text is not sent to the client as it comes (a supervisor's draft, rule M9)
 
 
@@ -215,7 +218,7 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         use = deps.model_configured and deps.model_breaker.allow(now.timestamp())
         timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
         return StepPlan(finalizer.plan_started(state), True, use, finalizer.messages(state) if use else [], None,
-                        timeout_s=timeout)
+                        timeout_s=timeout, model=tenants.policy(deps.settings, state.tenant_id).model)
     hit = None if state.mode == "chitchat" else (hard_limit(deps, state, now) or ("empty_answer" if state.forced_final else None))
     soft = hit is None and soft_limit(deps, state)
     state.step += 1
@@ -228,7 +231,8 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         return StepPlan(started, hit is not None, False, [], None)
     timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
     if state.mode == "chitchat":  # rule R1: its own prompt and history, no tools, a small cap
-        return StepPlan(started, True, True, list(state.messages), None, routing.CHITCHAT_MAX_TOKENS, timeout)
+        return StepPlan(started, True, True, list(state.messages), None, routing.CHITCHAT_MAX_TOKENS, timeout,
+                        model=tenants.policy(deps.settings, state.tenant_id).model)
     messages = window(state.messages, deps.settings.context_window_chars)
     stop = stop_before(deps, state, messages, now)
     if stop is not None:
@@ -242,7 +246,8 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
     tools = None if hit or not state.allowed_tools else [
         team.delegate_schema(state.workers) if t == "delegate" else openai_tool_schema(t) for t in state.allowed_tools]
-    return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout, stream=not finalizer.wanted(state))
+    return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout,
+                    model=tenants.policy(deps.settings, state.tenant_id).model, stream=not finalizer.wanted(state))
 
 
 def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse, now: datetime,
