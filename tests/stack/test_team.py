@@ -1,7 +1,7 @@
 """Team mode over the real stack (rules M1-M9, docs/agent-rules.md): a supervisor's two workers
 run in parallel as their own tasks on two orchestrator replicas, the answer's every [n] resolves,
-and an orchestrator SIGKILLed during the fan-out loses nothing (each worker completes once, each
-tool runs once, the parent completes once). The rules alone are tests/unit/test_rule_team.py.
+an orchestrator SIGKILLed during the fan-out loses nothing (each worker completes once, each
+tool runs once, the parent completes once), and cancelling the question cancels its workers. The rules alone are tests/unit/test_rule_team.py.
 
 Real tansu broker, real Redis, Qdrant Edge with two real laws, the scripted OpenAI-compatible
 model over HTTP; each replica names its own model, so every model call says which replica made it.
@@ -174,3 +174,20 @@ def test_sigkill_of_an_orchestrator_during_fan_out_loses_nothing(stack, model):
         assert types(own).count("task.completed") == 1, types(own)
         trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{child}/trace", headers=auth(stack.admin_key), timeout=10)
         assert len([x for x in trace.json()["trace"] if x["phase"] == "tool"]) == 1  # its search ran once
+
+
+def test_cancelling_the_question_cancels_its_workers(stack, model):
+    model.default = brain(3.0)  # the workers are still in their model calls when the cancel lands
+    task_id = create_task(stack.gateway_url, QUESTION, mode="team", api_key=stack.admin_key)["task_id"]
+    started: list[str] = []
+    events: list[SseEvent] = []
+    for ev in stream_task(stack.gateway_url, task_id, read_timeout_s=180, reconnects=3, api_key=stack.admin_key):
+        events.append(ev)
+        if ev.event == "worker.started":
+            started.append(ev.data["task_id"])
+            if len(started) == 2:
+                r = httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", headers=auth(stack.admin_key), timeout=10)
+                assert r.status_code == 202
+    assert events[-1].event == "task.cancelled" and len(started) == 2
+    for child in started:  # rule M8: each worker's own stream ends cancelled too
+        assert child_stream(stack, child)[-1].event == "task.cancelled"
