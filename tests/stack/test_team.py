@@ -26,7 +26,7 @@ from conduit.testing.stack import add_replica, auth, new_key, restart, start_sta
 from services.orchestrator.agent import finalizer, team
 
 QUESTION = "个人所得税和增值税对小规模纳税人分别有什么规定？"
-WORKER_DELAY_S = 1.0
+WORKER_DELAY_S = 2.0  # the second worker's call must arrive before the first one's answer (parallel)
 
 
 @pytest.fixture(scope="module")
