@@ -1,4 +1,4 @@
-"""Benchmark: the parallel speed-up of team mode's fan-out (rules M2-M5, docs/agent-rules.md).
+"""Benchmark: the parallel speed-up of team mode's fan-out (rules D2-D5, docs/agent-rules.md).
 
     python -m bench.team_fanout [--runs 5] [--workers 3] [--delay-s 1.0]
 

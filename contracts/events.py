@@ -24,7 +24,7 @@ class Payload(BaseModel):
 
 # ---------------------------------------------------------------- payloads
 class ChildSpec(Payload):
-    """What makes a question a worker's task in team mode (rules M1-M9, docs/agent-rules.md).
+    """What makes a question a worker's task in team mode (rules D1-D9, docs/agent-rules.md).
 
     The parent's ``delegate`` call ``parent_call_id`` (idempotency key ``parent_key``) started it;
     ``root_task_id`` is the person's question at the top of the tree (its stream shows the

@@ -21,7 +21,7 @@ from contracts import topics
 ToolName = Literal["kb_search", "web_search", "web_fetch", "code_exec", "delegate"]
 ALL_TOOLS: tuple[ToolName, ...] = ("kb_search", "web_search", "web_fetch", "code_exec")
 """The tools a tool service runs; ``delegate`` (a child task on the bus, team mode) is offered
-by the orchestrator itself to supervisors only (docs/agent-rules.md, rules M1-M9)."""
+by the orchestrator itself to supervisors only (docs/agent-rules.md, rules D1-D9)."""
 
 REASON_FIELD = Field(
     description="为什么需要调用这个工具，一句话，会展示给用户 (why this call is needed; shown to the user)",

@@ -6,7 +6,7 @@ gateway: ``allowed_tools`` (a task's tools are narrowed to them, ``services.gate
 ``rate_limit_per_minute`` and ``running_tasks`` (``services.gateway.ratelimit``). ``model``,
 ``approval_policies`` and ``mode`` by the orchestrator (``services.orchestrator.steps`` names the tenant's
 model in each call; ``services.orchestrator.agent.vetting`` applies its approval policies;
-``services.orchestrator.agent.team`` its mode, rule M1).
+``services.orchestrator.agent.team`` its mode, rule D1).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class TenantPolicy(BaseModel):
     approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
     running_tasks: int | None = Field(default=None, ge=0, description="tasks running at once, all its users")
-    mode: Literal["agent", "team", "auto"] | None = Field(default=None, description="default mode of its questions (team: rule M1)")
+    mode: Literal["agent", "team", "auto"] | None = Field(default=None, description="default mode of its questions (team: rule D1)")
 
 
 def policy(settings: Settings, tenant_id: str) -> TenantPolicy:

@@ -92,7 +92,7 @@ class Outputs:
 
     async def publish_request(self, state: TaskState, call: PendingCall) -> None:
         """Send one ``ToolRequested`` to its tool's topic (idempotency key ``task:step:call``); a
-        delegate call's is the ``question.asked`` of its worker's task (team mode, rule M2)."""
+        delegate call's is the ``question.asked`` of its worker's task (team mode, rule D2)."""
         assert call.tool is not None  # refused calls (unknown names) are never requested
         if call.tool == "delegate":
             await bus.publish(self.broker, topics.QUESTIONS, team.child_question(state, call))
@@ -152,7 +152,7 @@ class Outputs:
         await asyncio.gather(*writes)
 
     async def report_to_parent(self, state: TaskState, deps: Deps) -> None:
-        """Rule M5: send an ended worker's result to its supervisor's delegate call (a ``tool.result``
+        """Rule D5: send an ended worker's result to its supervisor's delegate call (a ``tool.result``
         keyed by the parent's task id; the parent drops a repeat)."""
         assert state.child is not None
         c = state.child
@@ -160,6 +160,6 @@ class Outputs:
         await bus.publish(self.broker, topics.TOOL_RESULTS, result)
 
     async def cancel_child(self, state: TaskState, child_task_id: str, reason: str) -> None:
-        """Rule M8: publish a ``task.cancelled`` for the worker's task ``child_task_id``."""
+        """Rule D8: publish a ``task.cancelled`` for the worker's task ``child_task_id``."""
         event = parent_of(state).child(TaskCancelled, task_id=child_task_id, payload=CancelPayload(reason=reason))
         await bus.publish(self.broker, topics.CONTROL, event)

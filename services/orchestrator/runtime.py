@@ -291,7 +291,7 @@ class Orchestrator:
             self.steps.spawn(task_id, state=state if new_task else None)
         elif isinstance(e, Announce):
             await self.out.announce(state, e.citations)
-            if state.child is not None:  # rule M5: the worker's result goes to its supervisor
+            if state.child is not None:  # rule D5: the worker's result goes to its supervisor
                 await self.out.report_to_parent(state, self.deps)
         elif isinstance(e, CancelChild):
             await self.store.request_cancel(e.task_id)

@@ -1,4 +1,4 @@
-"""Team mode over the real stack (rules M1-M9, docs/agent-rules.md): a supervisor's two workers
+"""Team mode over the real stack (rules D1-D9, docs/agent-rules.md): a supervisor's two workers
 run in parallel as their own tasks on two orchestrator replicas, the answer's every [n] resolves,
 an orchestrator SIGKILLed during the fan-out loses nothing (each worker completes once, each
 tool runs once, the parent completes once), and cancelling the question cancels its workers. The rules alone are tests/unit/test_rule_team.py.
@@ -189,5 +189,5 @@ def test_cancelling_the_question_cancels_its_workers(stack, model):
                 r = httpx.post(f"{stack.gateway_url}/v1/tasks/{task_id}/cancel", headers=auth(stack.admin_key), timeout=10)
                 assert r.status_code == 202
     assert events[-1].event == "task.cancelled" and len(started) == 2
-    for child in started:  # rule M8: each worker's own stream ends cancelled too
+    for child in started:  # rule D8: each worker's own stream ends cancelled too
         assert child_stream(stack, child)[-1].event == "task.cancelled"

@@ -1,4 +1,4 @@
-"""An in-memory driver of a team (rules M1-M9): one ``agentsim.Sim`` per task, no broker or Redis.
+"""An in-memory driver of a team (rules D1-D9): one ``agentsim.Sim`` per task, no broker or Redis.
 
 ``Team`` plays the bus between tasks: a supervisor's delegate request starts a child ``Sim`` with
 the ``question.asked`` the orchestrator would publish (``team.child_question``); an ended child's

@@ -1,4 +1,4 @@
-"""Team mode rules M1-M9 (docs/agent-rules.md), in process: a supervisor, workers as child tasks,
+"""Team mode rules D1-D9 (docs/agent-rules.md), in process: a supervisor, workers as child tasks,
 the tree's one budget, limits, cancel cascade, failing children, evidence renumbering and the
 finalizer. The bus between the tasks is ``teamsim.Team``; the real stack is tests/stack/test_team.py."""
 
@@ -76,7 +76,7 @@ async def run_team(plan=None, final=None, worker_answer=None, **kw: Any) -> Team
     return t
 
 
-# ------------------------------------------------------------------ M1 mode, M6 worker kinds
+# ------------------------------------------------------------------ D1 mode, D6 worker kinds
 async def test_team_mode_is_chosen_per_request_and_per_tenant():
     t = Team(FunctionModel(brain()), tools={"kb_search": kb_tool})
     state = await t.ask(QUESTION, mode=None)
@@ -128,7 +128,7 @@ async def test_a_supervisor_whose_model_fails_answers_from_the_knowledge_base():
     assert not (await no_model.ask(QUESTION)).team  # without a model there is no team (rule A13)
 
 
-# ------------------------------------------------------------------ M2 fan-out, M7 renumbering
+# ------------------------------------------------------------------ D2 fan-out, D7 renumbering
 async def test_fan_out_renumbers_evidence_so_every_final_citation_resolves():
     t = await run_team()
     root = t.root.state
@@ -169,7 +169,7 @@ async def test_supervisor_draft_is_not_streamed_only_the_final_answer():
     assert "".join(e.text for e in t.root.of("answer.delta")) == t.root.state.answer
 
 
-# ------------------------------------------------------------------ M3 limits
+# ------------------------------------------------------------------ D3 limits
 async def test_fan_out_limit_refuses_the_extra_calls():
     plan = [delegate("kb_researcher", f"问题{i}") for i in range(5)]
     t = await run_team(plan=plan, team_max_fan_out=4)
@@ -216,7 +216,7 @@ async def test_a_worker_kind_with_delegate_runs_a_second_level():
     assert depths == [1, 2] and root.status == "completed" and root.answer == "增值税规定[1][2]。"
 
 
-# ------------------------------------------------------------------ M4 one budget
+# ------------------------------------------------------------------ D4 one budget
 async def test_a_budget_too_small_for_children_refuses_the_delegation():
     t = await run_team(max_tool_calls=3)  # 2 delegate calls leave 1 call for 2 children
     assert t.children() == []
@@ -252,7 +252,7 @@ async def test_a_silent_child_counts_as_its_whole_share():
     assert t.root.state.usage.total_tokens >= before + share + kid.state.usage.total_tokens
 
 
-# ------------------------------------------------------------------ M5 failures, M8 cancel
+# ------------------------------------------------------------------ D5 failures, D8 cancel
 async def test_a_failing_child_is_a_result_the_supervisor_reasons_about():
     t = await run_team(failing={"增值税"})
     root = t.root.state
@@ -344,7 +344,7 @@ async def test_a_workers_approval_request_reaches_the_persons_stream():
     assert notice.event.task_id == kid.state.task_id and notice.event.tool == "code_exec"
 
 
-# ------------------------------------------------------------------ M9 finalizer
+# ------------------------------------------------------------------ D9 finalizer
 async def test_finalizer_removes_tool_and_worker_names():
     t = await run_team(final=lambda d: "经 kb_researcher 用 `kb_search` 查明：" + d)
     assert "kb_search" not in t.root.state.answer and "kb_researcher" not in t.root.state.answer

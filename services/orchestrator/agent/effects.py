@@ -108,7 +108,7 @@ class Announce:
 
 @dataclass(frozen=True)
 class CancelChild:
-    """Cancel the worker's task ``task_id`` (team mode, rule M8): its cancel flag, then a
+    """Cancel the worker's task ``task_id`` (team mode, rule D8): its cancel flag, then a
     ``task.cancelled`` on the control topic (idempotent)."""
 
     task_id: str

@@ -9,7 +9,7 @@ Rules:
 - Output (rules O1-O3, ``answers``): uncited claims are marked, ``confidence`` is the share of
   backed claims, secrets are redacted from the answer.
 - A failed or cancelled task keeps why (``state.failure`` / ``state.cancellation``).
-- Cancel cascade (rule M8, docs/agent-rules.md): a task ending with workers still open cancels them.
+- Cancel cascade (rule D8, docs/agent-rules.md): a task ending with workers still open cancels them.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _end(state: TaskState, status: str, now: datetime) -> None:
 
 
 def _announce(state: TaskState, citations: list[Citation] | None = None) -> list:
-    """The ending's effects: cancel the workers still open (rule M8), then ``Announce``."""
+    """The ending's effects: cancel the workers still open (rule D8), then ``Announce``."""
     return [*team.cancel_open(state, f"the supervisor task ended ({state.status})"), Announce(citations)]
 
 

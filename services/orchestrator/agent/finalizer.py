@@ -1,4 +1,4 @@
-"""The finalizer of team mode (rule M9, docs/agent-rules.md): the supervisor's draft is rewritten for
+"""The finalizer of team mode (rule D9, docs/agent-rules.md): the supervisor's draft is rewritten for
 the reader by one model call without tools, and the rewrite is checked before it is used.
 
 - The draft is not streamed (``StepPlan.stream`` False for a supervisor's steps); the finalizer's

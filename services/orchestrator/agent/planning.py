@@ -68,7 +68,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     if event.payload.child is not None:
         return _start_child(deps, state, event, allowed_tools)
     kinds = workers.offered(deps.settings, allowed_tools) if deps.model_configured and team.team_mode(deps, event) else []
-    if kinds:  # rule M1: the supervisor delegates to the worker kinds available
+    if kinds:  # rule D1: the supervisor delegates to the worker kinds available
         state.team, state.workers, state.tree_tools = True, [k.name for k in kinds], list(allowed_tools)
         state.allowed_tools = ["delegate"]
         state.messages[0] = {"role": "system", "content": team.supervisor_prompt(kinds)}
@@ -91,7 +91,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
 
 def _start_child(deps: Deps, state: TaskState, event: QuestionAsked, available: list[str]) -> Step:
     """A worker's task (team mode): its kind's prompt and tools, no history and no pre-router; its
-    budget is its share of the tree's (``state.child``, rule M4)."""
+    budget is its share of the tree's (``state.child``, rule D4)."""
     child = event.payload.child
     assert child is not None
     state.child = child
@@ -157,7 +157,7 @@ class StepPlan:
     stop: str | None = None
     model: str | None = None
     """The model name to ask for: the tenant's (``CONDUIT_TENANTS``) or the default."""
-    stream: bool = True  # False: the reply's text is not sent to the client as it comes (a supervisor's draft, rule M9)
+    stream: bool = True  # False: the reply's text is not sent to the client as it comes (a supervisor's draft, rule D9)
 
 
 COMPLETION_RESERVE_TOKENS = 1000
@@ -173,7 +173,7 @@ def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
 
 def time_left_s(deps: Deps, state: TaskState, now: datetime) -> float:
     """Seconds until the task's deadline (``task_deadline_s`` after the question, or a worker's share
-    of the tree's time, rule M4; negative once past)."""
+    of the tree's time, rule D4; negative once past)."""
     return (team.budget(deps, state).deadline_at - now).total_seconds()
 
 
@@ -214,7 +214,7 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     the model breaker refuses the call (``model_circuit_open``). Time ``now`` is UTC. The call's
     time limit is ``model_call_cap_s`` (rule E1) or the time left before the deadline (rule E2).
     """
-    if state.draft is not None:  # rule M9: the finalizer's call, no tools
+    if state.draft is not None:  # rule D9: the finalizer's call, no tools
         use = deps.model_configured and deps.model_breaker.allow(now.timestamp())
         timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
         return StepPlan(finalizer.plan_started(state), True, use, finalizer.messages(state) if use else [], None,
@@ -265,7 +265,7 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
     step = Step(state).emit(TraceEvent(phase="llm", data=llm))
     if cancelled:
         return step.then(endings.cancel(state, "cancelled by user", now))
-    if state.draft is not None:  # the finalizer's rewrite (rule M9)
+    if state.draft is not None:  # the finalizer's rewrite (rule D9)
         return step.then(finalizer.finish(deps, state, reply.content, plan.stream and bool(reply.content), now))
     if reply.tool_calls and not plan.final:
         if reply.content:
@@ -302,7 +302,7 @@ def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, no
     if streamed:
         step.emit(AnswerReset(reason="the model call failed; answering from the knowledge base"))
     state.trace.append({"phase": "llm", "error": error[:300]})
-    if state.draft is not None:  # rule M9: the draft is the answer
+    if state.draft is not None:  # rule D9: the draft is the answer
         return step.then(finalizer.finish(deps, state, "", False, now))
     if time_left_s(deps, state, now) <= 0:
         state.stop_reason = "deadline"

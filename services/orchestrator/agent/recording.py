@@ -12,7 +12,7 @@ Rules:
   (``evidence.EvidencePool``, rule A10) in call order, each result becomes a ``tool``
   message, and the next model step starts. A step whose every call failed or was refused
   counts towards ``max_failed_steps`` (rule E3, docs/agent-rules.md); one ok result resets it.
-- Team mode (rules M2, M4, M5, M7, M8, ``team``): a worker's result is never retried, arrives as
+- Team mode (rules D2, D4, D5, D7, D8, ``team``): a worker's result is never retried, arrives as
   ``worker.completed``, adds its spend to the task's, and has its evidence renumbered into the pool;
   a worker that timed out, or is no longer waited for, is cancelled.
 """
@@ -77,7 +77,7 @@ def _attach(deps: Deps, state: TaskState, call: PendingCall, r: ToolResultPayloa
     """Feed the breaker, then schedule a retry (returns None) or attach ``r`` (returns its trace)."""
     s = deps.settings
     _feed_breaker(deps, call, r, now)
-    retry = call.tool != "delegate"  # a worker's task is never started twice (rule M5)
+    retry = call.tool != "delegate"  # a worker's task is never started twice (rule D5)
     if retry and r.outcome == "error" and transient(r) and not isinstance(r, Refusal) and call.attempts < s.tool_max_retries:
         call.attempts += 1
         call.retry_at = now + timedelta(seconds=backoff_s(deps, call.attempts))
@@ -116,12 +116,12 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
             traces.append(trace)
     if not fresh and not retried and results:
         return None
-    stopped = team.stop_waiting(deps, state, now)  # rule M2: enough workers answered
+    stopped = team.stop_waiting(deps, state, now)  # rule D2: enough workers answered
     fresh += [(c, c.result) for c in stopped]  # type: ignore[misc]
     state.trace.extend({"phase": "tool", **t} for t in traces)
     step = Step(state).emit(*(_completed(c, r, now) for c, r in fresh))
     step.emit(*(TraceEvent(phase="tool", data=t) for t in traces))
-    step.effects += [CancelChild(team.child_task_id(c.idempotency_key), "the supervisor stopped waiting")  # rule M8
+    step.effects += [CancelChild(team.child_task_id(c.idempotency_key), "the supervisor stopped waiting")  # rule D8
                      for c, r in fresh if c.child is not None and (r.outcome == "timeout" or c in stopped)]
     done = state.all_results_in()
     after = [Public("tool.completed", {"tool": c.name, "outcome": r.outcome, "duration_ms": r.duration_ms})
@@ -139,7 +139,7 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
 
 
 def _completed(call: PendingCall, r: ToolResultPayload | Refusal, now: datetime) -> ToolCompletedEvent | WorkerCompleted:
-    """The client's event for a result: ``worker.completed`` for a started worker (rule M2), else ``tool.completed``."""
+    """The client's event for a result: ``worker.completed`` for a started worker (rule D2), else ``tool.completed``."""
     if call.child is None:
         return ToolCompletedEvent(call_id=call.call_id, tool=call.name, outcome=r.outcome, duration_ms=r.duration_ms,
                                   error_code=r.error.error_code if r.error else None, **_shown_output(r))
@@ -158,7 +158,7 @@ def advance(state: TaskState, now: datetime) -> Step:
     state.failed_steps = state.failed_steps + 1 if failed else 0  # rule E3
     for call in state.pending:
         assert call.result is not None
-        if call.child is not None:  # rules M4, M7: the worker's spend, evidence and summary
+        if call.child is not None:  # rules D4, D7: the worker's spend, evidence and summary
             _, new, content = team.absorb(state, pool, call)
             new_evidence.extend(new)
             state.messages.append({"role": "tool", "tool_call_id": call.call_id, "content": content})

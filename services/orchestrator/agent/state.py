@@ -90,7 +90,7 @@ class PendingCall(BaseModel):
     approval: Literal["pending", "approved", "rejected", "edited"] | None = None
     arguments_digest: str | None = None
     expires_at: datetime | None = None
-    child: ChildSpec | None = None  # a delegate call's child task, once started (team mode, rule M4)
+    child: ChildSpec | None = None  # a delegate call's child task, once started (team mode, rule D4)
 
     @model_validator(mode="before")
     @classmethod
@@ -158,11 +158,11 @@ class TaskState(BaseModel):
     finished_at: datetime | None = None
     answer: str | None = None
     confidence: float | None = None  # share of the answer's claims backed by a citation (rule O2)
-    team: bool = False  # a supervisor: offered ``delegate`` to the worker kinds in ``workers`` (team mode, rule M1)
+    team: bool = False  # a supervisor: offered ``delegate`` to the worker kinds in ``workers`` (team mode, rule D1)
     workers: list[str] = Field(default_factory=list)
-    tree_tools: list[str] = Field(default_factory=list)  # tools the task's workers may use: its own allowed ones (rule M6)
-    child: ChildSpec | None = None  # a worker's task: its parent, kind, depth and share of the tree's budget (rule M4)
-    draft: str | None = None  # the supervisor's answer while the finalizer rewrites it (rule M9)
+    tree_tools: list[str] = Field(default_factory=list)  # tools the task's workers may use: its own allowed ones (rule D6)
+    child: ChildSpec | None = None  # a worker's task: its parent, kind, depth and share of the tree's budget (rule D4)
+    draft: str | None = None  # the supervisor's answer while the finalizer rewrites it (rule D9)
 
     @property
     def terminal(self) -> bool:

@@ -1,25 +1,25 @@
 """Team mode: a supervisor delegates parts of a question to workers, each its own task on the bus.
 
-Rules (docs/agent-rules.md, M1-M9):
-- M1: team mode is chosen per request (``mode: "team"``) or per tenant, or (``auto``) when the
+Rules (docs/agent-rules.md, D1-D9):
+- D1: team mode is chosen per request (``mode: "team"``) or per tenant, or (``auto``) when the
   question names two or more ``team_topics``; the supervisor is offered
   only ``delegate`` and the worker kinds available (``workers.offered``), listed in its prompt.
-- M2: the delegate calls of one reply start their child tasks at once; the parent waits for all
+- D2: the delegate calls of one reply start their child tasks at once; the parent waits for all
   of them (or, with ``team_wait_for`` N, for the first N ok results; the rest are cancelled).
-- M3: a worker at depth ``team_max_depth`` is not offered ``delegate`` and a deeper call is
+- D3: a worker at depth ``team_max_depth`` is not offered ``delegate`` and a deeper call is
   refused (``depth_limit``); at most ``team_max_fan_out`` delegate calls of one reply run, the
   rest are refused (``fan_out_limit``).
-- M4: one budget for the whole tree: a step's children share what the parent has left (tool calls;
+- D4: one budget for the whole tree: a step's children share what the parent has left (tool calls;
   80 % of the tokens and of the time left, the rest kept for the supervisor's answer and the
   finalizer), each at most its kind's own budget; what a child spent is added to the parent's use
   (a child that never answered counts as its whole share). A share too small is refused
   (``tree_budget_exhausted``).
-- M5: a child reports back once it ends (``child_result``): its answer cut to
+- D5: a child reports back once it ends (``child_result``): its answer cut to
   ``team_summary_max_chars`` with the evidence it cites, renumbered 1..k; a failed, cancelled or
   timed-out child is an error result (kind ``business``, never retried) the supervisor reasons about.
-- M7: the child's evidence enters the parent's pool (rule A10: duplicates across children keep
+- D7: the child's evidence enters the parent's pool (rule A10: duplicates across children keep
   one number) and the summary's ``[k]`` become the parent's numbers (``absorb``).
-- M8: a parent that ends, or stops waiting, cancels its children still open (``cancel_open``).
+- D8: a parent that ends, or stops waiting, cancels its children still open (``cancel_open``).
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from services.orchestrator.agent.evidence import EvidencePool
 from services.orchestrator.agent.state import PendingCall, Refusal, TaskState
 
 CHILD_SHARE = 0.8
-"""Share of the tokens and of the time left that a step's children split (rule M4)."""
+"""Share of the tokens and of the time left that a step's children split (rule D4)."""
 MIN_CHILD_TOKENS = 2000
-"""Fewest tokens worth starting a child with (rule M4)."""
+"""Fewest tokens worth starting a child with (rule D4)."""
 MIN_CHILD_S = 5.0
-"""Fewest seconds worth starting a child with (rule M4)."""
+"""Fewest seconds worth starting a child with (rule D4)."""
 RESULT_GRACE_S = 5.0
 """Seconds the parent waits past a child's deadline for its report (its wrap-up) before a timeout."""
 
@@ -78,7 +78,7 @@ class Budget:
 
 def budget(deps: Deps, state: TaskState) -> Budget:
     """The task's limits: the settings' (``max_tool_calls``, ``max_tokens``, ``task_deadline_s``),
-    cut to its share of the tree's budget for a worker's task (rule M4)."""
+    cut to its share of the tree's budget for a worker's task (rule D4)."""
     s = deps.settings
     deadline = state.created_at + timedelta(seconds=s.task_deadline_s)
     if state.child is None:
@@ -104,7 +104,7 @@ def topics_named(deps: Deps, question: str) -> list[str]:
 
 
 def team_mode(deps: Deps, event: QuestionAsked) -> bool:
-    """Rule M1: the request's ``mode``, else its tenant's (``CONDUIT_TENANTS``); ``auto`` is team mode
+    """Rule D1: the request's ``mode``, else its tenant's (``CONDUIT_TENANTS``); ``auto`` is team mode
     for a question naming two or more ``team_topics``."""
     mode = event.payload.mode or tenants.policy(deps.settings, event.tenant_id).mode
     if mode == "auto":
@@ -129,7 +129,7 @@ def _refuse(code: str, message: str, hint: str) -> Refusal:
 
 
 def check_delegate(deps: Deps, state: TaskState, args: dict[str, Any] | None, ordinal: int) -> Refusal | None:
-    """Rule M3 for the ``ordinal``-th (1-based) delegate call of a reply: a worker kind offered to
+    """Rule D3 for the ``ordinal``-th (1-based) delegate call of a reply: a worker kind offered to
     this task, the depth limit, the fan-out limit. None: the usual vetting follows (rule A5)."""
     s = deps.settings
     name = str((args or {}).get("worker", ""))
@@ -152,7 +152,7 @@ def uncount(state: TaskState) -> None:
 
 
 def allot(deps: Deps, state: TaskState, calls: list[PendingCall], now: datetime) -> None:
-    """Rule M4: give each accepted delegate call of this step (already counted as a tool call) its
+    """Rule D4: give each accepted delegate call of this step (already counted as a tool call) its
     child's share of the tree's budget (``call.child``) and its result deadline; refuse them all
     (``tree_budget_exhausted``, uncounted) when a share would be too small."""
     if not calls:
@@ -203,7 +203,7 @@ def _cut(text: str, limit: int) -> str:
 
 
 def child_result(deps: Deps, state: TaskState) -> ToolResultPayload:
-    """Rule M5: what an ended worker's task reports to its parent's delegate call."""
+    """Rule D5: what an ended worker's task reports to its parent's delegate call."""
     assert state.child is not None
     c = state.child
     spent = Spent(tokens=state.usage.total_tokens, tool_calls=state.tool_calls_used)
@@ -230,7 +230,7 @@ def child_result(deps: Deps, state: TaskState) -> ToolResultPayload:
 
 
 def absorb(state: TaskState, pool: EvidencePool, call: PendingCall) -> tuple[list[NumberedEvidence], list[NumberedEvidence], str]:
-    """Rules M4, M7: add a delegate result's spend to the parent's use, number its evidence into the
+    """Rules D4, D7: add a delegate result's spend to the parent's use, number its evidence into the
     parent's pool and rewrite its summary's ``[k]`` to the pool's numbers (a ``[k]`` whose item the
     pool dropped is removed). Returns ``(in_context, new, tool message content)``."""
     r = call.result
@@ -264,12 +264,12 @@ def open_children(state: TaskState) -> list[PendingCall]:
 
 
 def cancel_open(state: TaskState, reason: str) -> list[CancelChild]:
-    """Rule M8: a ``CancelChild`` for every child still open."""
+    """Rule D8: a ``CancelChild`` for every child still open."""
     return [CancelChild(child_task_id(c.idempotency_key), reason) for c in open_children(state)]
 
 
 def stop_waiting(deps: Deps, state: TaskState, now: datetime) -> list[PendingCall]:
-    """Rule M2: with ``team_wait_for`` N, once N delegate calls of the step answered ok the open ones
+    """Rule D2: with ``team_wait_for`` N, once N delegate calls of the step answered ok the open ones
     get a ``not_waited_for`` refusal (their children are cancelled by the caller). Returns them."""
     n = deps.settings.team_wait_for
     done = [c for c in state.pending if c.tool == "delegate" and c.result is not None and c.result.outcome == "ok"]

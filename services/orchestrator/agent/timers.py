@@ -40,7 +40,7 @@ def timeout_result(deps: Deps, call: PendingCall, now: datetime) -> ToolResultPa
 def _postpone(deps: Deps, state: TaskState, call: PendingCall, now: datetime) -> bool:
     """Rule A15: move ``call``'s deadline to ``tool_timeout_s`` from ``now`` (never past the task's
     deadline, rule E2). False when the task's deadline leaves no time: the call times out."""
-    task_deadline = team.budget(deps, state).deadline_at  # a worker's: its share of the tree's time (rule M4)
+    task_deadline = team.budget(deps, state).deadline_at  # a worker's: its share of the tree's time (rule D4)
     moved = min(now + timedelta(seconds=deps.settings.tool_timeout_s), task_deadline)
     if moved <= now:
         return False

@@ -15,9 +15,9 @@ refused call never runs; its ``Refusal`` is shown to the model as an error):
 6. the tool's circuit breaker (``circuit_open``; half-open lets one trial call through);
 7. the approval policy (``policies.needs_approval``): the call waits for a person.
 
-A ``delegate`` call that passed them (team mode) is then checked by rule M3 (``team.check_delegate``:
+A ``delegate`` call that passed them (team mode) is then checked by rule D3 (``team.check_delegate``:
 worker kind, depth, fan-out) and the step's accepted ones get their children's shares of the
-tree's budget (rule M4, ``team.allot``); each starts as ``worker.started`` instead of ``tool.requested``.
+tree's budget (rule D4, ``team.allot``); each starts as ``worker.started`` instead of ``tool.requested``.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict
     for call_id, name, args in calls:
         call = new_call(deps, state, call_id, name, args, now)
         verdict = vet(deps, state, call, args, now)
-        if verdict is None and name == "delegate":  # rule M3: worker kind, depth, fan-out
+        if verdict is None and name == "delegate":  # rule D3: worker kind, depth, fan-out
             verdict = team.check_delegate(deps, state, args, len(delegates) + 1)
             if verdict is None:
                 delegates.append(call)
@@ -169,12 +169,12 @@ def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict
         if isinstance(verdict, Refusal):
             call.result, call.received_at = verdict, now
         pending.append(call)
-    team.allot(deps, state, delegates, now)  # rule M4: each child's share of the tree's budget
+    team.allot(deps, state, delegates, now)  # rule D4: each child's share of the tree's budget
     state.pending, state.phase = pending, Phase.TOOLS
     state.status = state.waiting_status()
     step = Step(state)
     for call in pending:
-        if call.child is not None and call.result is None:  # rule M2: a worker's task starts
+        if call.child is not None and call.result is None:  # rule D2: a worker's task starts
             step.emit(WorkerStarted(call_id=call.call_id, worker=call.child.worker, task=str(call.arguments["task"]),
                                     task_id=team.child_task_id(call.idempotency_key)))
             continue

@@ -1,9 +1,9 @@
-"""Worker kinds of team mode: configuration, not code (rule M6, docs/agent-rules.md).
+"""Worker kinds of team mode: configuration, not code (rule D6, docs/agent-rules.md).
 
 A kind has a ``name`` (what the supervisor's ``delegate`` call names), a ``description`` shown to
 the supervisor, a ``prompt`` added to the worker's system prompt, the ``tools`` it may use and its
 own budget (``max_tool_calls``, ``max_tokens``, ``deadline_s``), which the tree's budget may cut
-further (rule M4). ``CONDUIT_TEAM_WORKERS`` replaces the defaults; a kind none of whose tools is
+further (rule D4). ``CONDUIT_TEAM_WORKERS`` replaces the defaults; a kind none of whose tools is
 available (the web researcher without a search provider) is not offered.
 """
 
@@ -73,14 +73,14 @@ def kind(settings: Settings, name: str) -> WorkerKind | None:
 
 
 def offered(settings: Settings, available: list[str]) -> list[WorkerKind]:
-    """Kinds with at least one of their tools in ``available`` or ``delegate`` (rule M6: e.g. no web
+    """Kinds with at least one of their tools in ``available`` or ``delegate`` (rule D6: e.g. no web
     researcher without a search provider)."""
     return [k for k in kinds(settings) if any(t in available or t == "delegate" for t in k.tools)]
 
 
 def tools_of(kind_: WorkerKind, available: list[str], depth: int, max_depth: int) -> list[str]:
     """The tools a worker of ``kind_`` at ``depth`` is offered: its tools that are ``available``, and
-    ``delegate`` only when its children would stay within ``max_depth`` (rule M3)."""
+    ``delegate`` only when its children would stay within ``max_depth`` (rule D3)."""
     out = [t for t in kind_.tools if t in available and t != "delegate"]
     if "delegate" in kind_.tools and depth + 1 <= max_depth:
         out.append("delegate")
