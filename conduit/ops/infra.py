@@ -81,6 +81,7 @@ def wait_port_bindable(port: int, timeout_s: float = 90.0) -> bool:
     "Address in use" until they are gone.
     """
     deadline = time.monotonic() + timeout_s
+    cleared = False
     while True:
         with socket.socket() as s:
             try:
@@ -89,7 +90,22 @@ def wait_port_bindable(port: int, timeout_s: float = 90.0) -> bool:
             except OSError:
                 if time.monotonic() >= deadline:
                     return False
+        if not cleared:
+            cleared = True
+            clear_time_wait(port)
+            continue
         time.sleep(0.5)
+
+
+def clear_time_wait(port: int) -> None:
+    """Destroy the TIME_WAIT connections of local ``port`` (``ss -K``, iproute2) so it can be bound
+    at once. Needs CAP_NET_ADMIN (root) and a kernel with socket destroy; otherwise (or without
+    ``ss``) nothing happens and ``wait_port_bindable`` waits the 60 s out."""
+    ss = shutil.which("ss")
+    if ss is None:
+        return
+    subprocess.run([ss, "-K", "-tan", "state", "time-wait", f"sport = :{port}"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=10)
 
 
 def port_holders(port: int) -> list[tuple[int, str]]:

@@ -67,8 +67,9 @@ def site() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def stack(broker, infra_stack, tmp_path_factory, model, site) -> Iterator[Stack]:
-    # the deadline outlasts a broker restart (~60 s here: tansu binds without SO_REUSEADDR) and a
-    # timeout is not retried, so only a re-send before the deadline gives the tool's own result
+    # the deadline outlasts a broker restart (~1 s as root, when infra.clear_time_wait can destroy the
+    # old port's TIME_WAIT connections; else ~60 s: tansu binds without SO_REUSEADDR) and a timeout is
+    # not retried, so only a re-send before the deadline gives the tool's own result
     st = start_stack(broker.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("restart-data"),
                      ("web", "orchestrator", "gateway"),
                      {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
@@ -122,9 +123,9 @@ def test_a_tool_request_the_broker_lost_unread_is_sent_again_before_its_deadline
 
 
 def test_a_tool_request_whose_publish_fails_is_sent_once_the_broker_is_back(stack, broker, model, site):
-    # the broker dies while the model is still answering, so the request's publish itself fails
-    # (aiokafka gives up after its 40 s request timeout; the restart takes longer here): the
-    # checkpoint holds the request unsent and its wake-up sends it again, the task never fails
+    # the broker dies while the model is still answering, so the request's publish fails or waits
+    # for the new broker: the checkpoint holds the request unsent until a publish succeeds and its
+    # wake-up sends it again; the task never fails
     model.script.clear()
     model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/rate", "reason": "查征收率"}}],
                     delay_s=2.0))
