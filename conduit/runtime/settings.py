@@ -40,7 +40,9 @@ class Settings(BaseSettings):
         default=None, validation_alias=_alias("kafka_bootstrap_servers", "KAFKA_BOOTSTRAP_SERVERS"),
         description="Kafka bootstrap servers; unset = embedded tansu broker",
     )
-    kafka_fetch_max_wait_ms: int = Field(default=2, description="consumer fetch wait in ms: tansu answers a waiting fetch only when it ends, so each hop waits ~half of it; 500 for real Kafka (docs/benchmarks.md §1)")
+    kafka_fetch_max_wait_ms: int = Field(default=2, description="consumer fetch wait in ms: tansu answers a waiting fetch only when it ends, so each hop waits ~half of it; set 500 for real Kafka, which answers when data arrives (a wait ≥ 100 ms also turns the idle gate off; docs/benchmarks.md §1)")
+    kafka_idle_after_s: float = Field(default=1.0, ge=0, description="with a short fetch wait (< 100 ms, tansu): a consumer with no message for this long pauses its fetches until a Redis doorbell rung by the publisher wakes it (0 = always poll; conduit/runtime/idlefetch.py)")
+    kafka_idle_probe_s: float = Field(default=2.0, gt=0, description="a paused consumer fetches once this often anyway, so a message whose doorbell was lost (Redis down) waits at most about this long (seconds)")
     kafka_partitions: int = Field(default=6, description="partitions per topic created by Conduit")
     kafka_idempotent_producer: bool = Field(
         default=False, description="idempotent producer; tansu 0.6.0 rejects InitProducerId, enable on real Kafka")

@@ -104,7 +104,7 @@ class ToolService:
         self.max_workers = 1
         """Requests handled at once: one Kafka consumer (sequential) per worker; see ``bus.subscribe``."""
         self.redis: Redis = make_redis(settings)
-        self.broker = bus.make_broker(settings, client_id=name)
+        self.broker = bus.make_broker(settings, client_id=name, redis=self.redis)
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         """This process's name on the tool claims it takes (rule T6)."""
         self.extra: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
