@@ -110,6 +110,32 @@ class ToolCompletedEvent(StreamEvent):
     artifacts: list[ArtifactRef] = Field(default_factory=list)
 
 
+class WorkerStarted(StreamEvent):
+    """Team mode: the supervisor started a worker's task ``task_id`` (its own stream, readable by the
+    same owner) for its ``delegate`` call ``call_id``; ``worker`` is the kind, ``task`` the sub-question."""
+
+    type: Literal["worker.started"] = "worker.started"
+    call_id: str
+    worker: str
+    task_id: str
+    task: str
+
+
+class WorkerCompleted(StreamEvent):
+    """Team mode: a worker's result reached the supervisor. ``outcome`` ok, error or timeout;
+    ``summary`` its short answer (citations left out: the supervisor's numbers come with the
+    next ``evidence`` event); ``duration_ms`` from start to result."""
+
+    type: Literal["worker.completed"] = "worker.completed"
+    call_id: str
+    worker: str
+    task_id: str
+    outcome: str
+    summary: str = ""
+    duration_ms: float
+    error_code: str | None = None
+
+
 class EvidenceEvent(StreamEvent):
     """Evidence that just entered the model's context, with its pool numbers."""
 
@@ -119,7 +145,8 @@ class EvidenceEvent(StreamEvent):
 
 class ApprovalRequiredEvent(StreamEvent):
     """A tool call waits for a human decision at ``POST /v1/tasks/{id}/approvals/{call_id}``
-    until ``expires_at`` (UTC; ISO 8601 in JSON)."""
+    until ``expires_at`` (UTC; ISO 8601 in JSON). On a supervisor's stream (team mode) it also
+    announces a worker's call, with that worker's ``task_id`` as the ``{id}`` to decide it at."""
 
     type: Literal["tool.approval_required"] = "tool.approval_required"
     call_id: str
@@ -128,6 +155,7 @@ class ApprovalRequiredEvent(StreamEvent):
     reason: str = ""
     arguments_digest: str
     expires_at: datetime
+    task_id: str | None = None  # team mode: the worker's task whose call waits (decide it there); None: this task
 
 
 class TraceEvent(StreamEvent):
@@ -144,6 +172,15 @@ class TraceEvent(StreamEvent):
     data: dict[str, Any]
 
 
+class MemoryNote(BaseModel):
+    """A long-term memory item given to the model for this task (shown as "from memory")."""
+
+    id: str
+    type: Literal["fact", "episode"]
+    text: str
+    task_id: str
+
+
 class TaskCompleted(StreamEvent):
     """Terminal: the answer, its checked citations, token usage and latency (ms).
 
@@ -153,6 +190,9 @@ class TaskCompleted(StreamEvent):
     ``out_of_scope`` (the pre-router found the question outside the tenant's domain).
     ``confidence`` (0..1) is the share of the answer's sentences backed by a citation
     (None when the answer makes no factual claims to back: chit-chat, out of scope).
+    ``cache``: ``hit`` when the answer was replayed from the semantic cache (``latency_ms`` is
+    still the measured time), ``miss``/``bypass`` (``Cache-Control: no-cache``) on a new session's
+    first turn, ``off`` otherwise. ``memory``: the long-term memory items the model was given.
     """
 
     type: Literal["task.completed"] = "task.completed"
@@ -164,6 +204,8 @@ class TaskCompleted(StreamEvent):
     fallback_reason: str | None = None
     stop_reason: str | None = None
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    cache: Literal["hit", "miss", "bypass", "off"] | None = None
+    memory: list[MemoryNote] = Field(default_factory=list)
 
 
 class TaskFailed(StreamEvent):
@@ -202,6 +244,8 @@ TaskStreamEvent = Annotated[
         ThinkingDelta,
         ToolRequestedEvent,
         ToolCompletedEvent,
+        WorkerStarted,
+        WorkerCompleted,
         EvidenceEvent,
         ApprovalRequiredEvent,
         TraceEvent,

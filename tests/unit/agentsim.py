@@ -24,14 +24,20 @@ from services.orchestrator.agent import endings, planning, recording, timers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     Announce,
+    CancelChild,
     Emit,
+    Notify,
     Public,
     PublishTool,
     RunModelStep,
+    Remember,
+    SaveContext,
     SaveApproval,
     Step,
     UpdateApproval,
 )
+from contracts.api import SessionContext
+from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import PendingCall, TaskState
 from services.orchestrator.model import ModelError
@@ -89,18 +95,24 @@ class Sim:
         self.state: TaskState | None = None
         self.events: list[StreamEvent] = []
         self.publics: list[Public] = []
+        self.remembered: list[Remember] = []
+        self.contexts: list[SessionContext] = []
         self.requests: list[PendingCall] = []
         self.approvals: dict[str, dict[str, Any]] = {}
+        self.cancels: list[CancelChild] = []
+        self.notices: list[Notify] = []  # events for other tasks' logs
         self.due_steps = 0
         self.model_seconds: list[float] = []  # simulated duration of the next model calls (seconds)
 
     # ------------------------------------------------------------------ driving
     async def ask(self, q: QuestionAsked | None = None, turns: list[dict[str, str]] | None = None,
-                  route: RouteDecision | None = None) -> TaskState:
-        """Start a task (earlier ``turns`` of the session, the pre-router's ``route``) and run it
-        until it ends or waits for people or silent tools."""
+                  route: RouteDecision | None = None, recalled: Recalled | None = None,
+                  context: SessionContext | None = None) -> TaskState:
+        """Start a task (earlier ``turns`` of the session, the pre-router's ``route``, what memory and
+        the cache gave, ``recalled``) and run it until it ends or waits for people or silent tools."""
         q = q or question(occurred_at=self.now)
-        await self.run(planning.start(self.deps, q, list(self.allowed), turns or [], route=route))
+        await self.run(planning.start(self.deps, q, list(self.allowed), turns or [], route=route, recalled=recalled,
+                                      now=self.now, context=context))
         assert self.state is not None
         return self.state
 
@@ -130,7 +142,8 @@ class Sim:
             return planning.retrieval_only_step(self.deps, state, self.now)
 
         async def on_delta(text: str) -> None:
-            self.events.append(AnswerDelta(text=text))
+            if plan.stream:
+                self.events.append(AnswerDelta(text=text))
 
         async def on_thinking(text: str) -> None:
             self.events.append(ThinkingDelta(text=text))
@@ -180,6 +193,14 @@ class Sim:
                     results.append(answer)
             elif isinstance(e, RunModelStep):
                 self.due_steps += 1
+            elif isinstance(e, CancelChild):
+                self.cancels.append(e)
+            elif isinstance(e, Notify):
+                self.notices.append(e)
+            elif isinstance(e, Remember):
+                self.remembered.append(e)
+            elif isinstance(e, SaveContext):
+                self.contexts.append(e.context)
             elif isinstance(e, Announce):
                 assert self.state is not None
                 self.events.append(endings.terminal_event(self.state, self.now, e.citations))

@@ -9,6 +9,7 @@ Rules:
 - Output (rules O1-O3, ``answers``): uncited claims are marked, ``confidence`` is the share of
   backed claims, secrets are redacted from the answer.
 - A failed or cancelled task keeps why (``state.failure`` / ``state.cancellation``).
+- Cancel cascade (rule D8, docs/agent-rules.md): a task ending with workers still open cancels them.
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ from contracts.stream import (
     TaskNeedsInput,
 )
 from conduit.policy.redaction import redact
-from services.orchestrator.agent import answers
-from services.orchestrator.agent.effects import Announce, FaultPoint, Step
+from services.orchestrator.agent import answers, team
+from services.orchestrator.agent.effects import Announce, FaultPoint, Remember, Step
 from services.orchestrator.agent.evidence import EvidencePool
 from services.orchestrator.agent.state import Cancellation, Failure, Phase, TaskState
 
 def _end(state: TaskState, status: str, now: datetime) -> None:
     state.status, state.phase, state.finished_at = status, Phase.DONE, now  # type: ignore[assignment]
+
+
+def _announce(state: TaskState, citations: list[Citation] | None = None) -> list:
+    """The ending's effects: cancel the workers still open (rule D8), then ``Announce``."""
+    return [*team.cancel_open(state, f"the supervisor task ended ({state.status})"), Announce(citations)]
 
 
 def complete(state: TaskState, content: str, now: datetime, mark: bool = True) -> Step:
@@ -48,7 +54,10 @@ def complete(state: TaskState, content: str, now: datetime, mark: bool = True) -
         answer, state.confidence = answers.mark_uncited(answer, state.question)
     _end(state, "completed", now)
     state.answer = answer
-    return Step(state, [Announce(citations)])
+    effects = _announce(state, citations)
+    if state.user_id and state.child is None and (state.memory_on or state.cache in ("miss", "bypass")):
+        effects.append(Remember(citations))  # rules M1, M2, C2 (never a worker's task): after the client has its answer
+    return Step(state, effects)
 
 
 def wrap_up(state: TaskState, reason: str, now: datetime) -> Step:
@@ -70,7 +79,7 @@ def needs_input(state: TaskState, question: str, now: datetime) -> Step:
     ``task.needs_input`` and the session's next turn continues with this task's evidence."""
     _end(state, "needs_input", now)
     state.answer, state.stop_reason = question, "needs_input"
-    return Step(state).emit(AnswerReset(reason="the agent asks a question")).then(Step(state, [Announce()]))
+    return Step(state).emit(AnswerReset(reason="the agent asks a question")).then(Step(state, _announce(state)))
 
 
 def fail(state: TaskState, code: str, message: str, now: datetime) -> Step:
@@ -78,7 +87,7 @@ def fail(state: TaskState, code: str, message: str, now: datetime) -> Step:
     _end(state, "failed", now)
     state.failure = Failure(code=code, message=message)
     state.trace.append({"phase": "failed", "code": code, "message": message})
-    return Step(state, [Announce()])
+    return Step(state, _announce(state))
 
 
 def cancel(state: TaskState, reason: str, now: datetime) -> Step:
@@ -86,7 +95,7 @@ def cancel(state: TaskState, reason: str, now: datetime) -> Step:
     _end(state, "cancelled", now)
     state.cancellation = Cancellation(reason=reason)
     state.trace.append({"phase": "cancelled", "reason": reason})
-    return Step(state, [FaultPoint("cancel"), Announce()])
+    return Step(state, [FaultPoint("cancel"), *_announce(state)])
 
 
 def latency_ms(state: TaskState, now: datetime) -> float:
@@ -105,7 +114,7 @@ def terminal_event(state: TaskState, now: datetime, citations: list[Citation] | 
         return TaskCompleted(answer=state.answer or "", citations=citations if citations is not None else citations_of(state),
                              usage=state.usage, latency_ms=latency_ms(state, now), mode=state.mode,
                              fallback_reason=state.fallback_reason, stop_reason=state.stop_reason or "answered",
-                             confidence=state.confidence)
+                             confidence=state.confidence, cache=state.cache, memory=state.memory)
     if state.status == "needs_input":
         return TaskNeedsInput(question=state.answer or "", evidence=len(state.evidence))
     if state.status == "cancelled":
@@ -126,6 +135,7 @@ def record_view(state: TaskState, latency: float | None = None, citations: list[
         citations=citations if citations is not None else citations_of(state), steps=state.steps,
         usage=state.usage, mode=state.mode, error=error, created_at=state.created_at, finished_at=state.finished_at,
         latency_ms=latency, stop_reason=state.stop_reason, trace=state.trace, confidence=state.confidence,
+        cache=state.cache, memory=[m.model_dump() for m in state.memory],
         pending_approvals=[{"call_id": c.call_id, "tool": c.name, "arguments": c.arguments, "reason": c.reason,
                             "arguments_digest": c.arguments_digest,
                             "expires_at": c.expires_at.isoformat() if c.expires_at else None}
