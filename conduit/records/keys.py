@@ -44,6 +44,8 @@ Tool services and the bus
 - ``tool_result(idempotency_key)``: string, a stored ``ToolResultPayload`` (idempotent tools);
   ``tool_claim(idempotency_key)``: string, the owner of the delivery running it now (expires).
 - ``attempts(consumer, event_id)``: counter of an event's failed deliveries.
+- ``doorbell(topic)``: pub/sub channel (not a key) rung after a publish to ``topic``; it wakes the
+  topic's idle consumers (``conduit.runtime.idlefetch``).
 - ``artifact(artifact_id)``: hash ``{meta, data}`` of a stored tool output file.
 - ``alive(service, host, pid)`` / ``alive_pattern(service)``: liveness marks.
 - ``sandbox_status(host, pid)`` / ``SANDBOX_STATUS_PATTERN``: the sandbox's isolation status.
@@ -199,6 +201,11 @@ def tool_result(idempotency_key: str) -> str:
 def attempts(consumer: str, event_id: str) -> str:
     """The failed-delivery count of one event at one consumer."""
     return f"{PREFIX}:attempts:{consumer}:{event_id}"
+
+
+def doorbell(topic: str) -> str:
+    """The pub/sub channel whose message wakes the idle consumers of Kafka topic ``topic``."""
+    return f"{PREFIX}:doorbell:{topic}"
 
 
 def artifact(artifact_id: str) -> str:

@@ -10,12 +10,16 @@
   is committed only after the handler returns, and a raised error redelivers.
   Metrics, tracing, attempt counting and dead-lettering (a message that cannot be
   parsed, or fails ``MAX_ATTEMPTS`` = 5 times) are middlewares: ``conduit.runtime.middlewares``.
+- ``start_idle_fetch``: with a short fetch wait (tansu), idle consumers pause and a Redis
+  doorbell rung by ``publish`` wakes them (rule B1, ``conduit.runtime.idlefetch``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,7 +28,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker, KafkaRouter
 from redis.asyncio import Redis
 
-from conduit.runtime import tracing
+from conduit.runtime import idlefetch, tracing
 from conduit.runtime.middlewares import MAX_ATTEMPTS, ConsumerConfig, Delivery, consumer_middlewares, make_decoder
 from conduit.runtime.settings import Settings
 from contracts import channels, topics
@@ -34,17 +38,24 @@ log = logging.getLogger("conduit.runtime.bus")
 
 Handler = Callable[[Any], Awaitable[None]]
 
-__all__ = ["MAX_ATTEMPTS", "ensure_topics", "make_broker", "publish", "subscribe"]
+__all__ = ["MAX_ATTEMPTS", "ensure_topics", "make_broker", "fetch_gates", "publish", "start_idle_fetch", "subscribe"]
+
+_ringers: weakref.WeakKeyDictionary[KafkaBroker, idlefetch.Ringer] = weakref.WeakKeyDictionary()
+"""The doorbell ringer of each broker that publishes with idle fetching on (``make_broker``)."""
+_gates: weakref.WeakKeyDictionary[KafkaBroker, list[idlefetch.FetchGate]] = weakref.WeakKeyDictionary()
+"""The fetch gates of each broker's subscribers (``subscribe``), started by ``start_idle_fetch``."""
 
 
-def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
+def make_broker(settings: Settings, client_id: str, redis: Redis | None = None) -> KafkaBroker:
     """Return a FastStream KafkaBroker for ``settings.bootstrap_servers()``.
 
     Produces with ``acks=all`` so a published event is durable before
     ``publish`` returns; the idempotent producer is a setting
     (``kafka_idempotent_producer``) because tansu 0.6.0 rejects InitProducerId.
+    With idle fetching on (``idlefetch.enabled``), ``publish`` on this broker also rings the
+    topic's doorbell (rule B1) on ``redis``, or on a client of its own for ``settings.redis()``.
     """
-    return KafkaBroker(
+    broker = KafkaBroker(
         settings.bootstrap_servers(),
         graceful_timeout=settings.tool_timeout_s + 5,  # in-flight handlers may finish a tool call on SIGTERM
         client_id=client_id,
@@ -56,6 +67,10 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
         # annotation (a sync ``Context`` field) hopped to a worker thread on every message
         apply_types=False,
     )
+    if idlefetch.enabled(settings):
+        bell = redis if redis is not None else Redis.from_url(settings.redis())
+        _ringers[broker] = idlefetch.Ringer(bell, settings.kafka_idle_after_s / 4)
+    return broker
 
 
 async def ensure_topics(settings: Settings, names: tuple[str, ...] = topics.ALL_TOPICS) -> None:
@@ -90,6 +105,14 @@ async def publish(broker: KafkaBroker, topic: str, event: Envelope) -> None:
     carries that span's traceparent, so the consumer's span is its child.
     """
     channels.check(topic, event.type)
+    ringer = _ringers.get(broker)
+    if ringer is None:
+        await _publish(broker, topic, event)
+    else:  # the bell may land before the record: a rung consumer polls for idle_after_s (rule B1)
+        await asyncio.gather(_publish(broker, topic, event), ringer.ring(topic))
+
+
+async def _publish(broker: KafkaBroker, topic: str, event: Envelope) -> None:
     headers = {"type": event.type, "content-type": "application/json"}
     parent = tracing.current_traceparent(event.traceparent)
     body = event.model_dump_json().encode("utf-8")
@@ -141,11 +164,22 @@ def subscribe(
     config = ConsumerConfig(consumer=consumer_name, group_id=group_id, redis=redis,
                             dead_letter=functools.partial(publish, broker, topics.DEAD_LETTER))
     router = KafkaRouter(middlewares=consumer_middlewares(config))
+    gate = None
+    if idlefetch.enabled(settings):
+        gate = idlefetch.FetchGate(subscribed, settings.kafka_idle_after_s, settings.kafka_idle_probe_s)
+        _gates.setdefault(broker, []).append(gate)
 
     async def _consume(delivery: Delivery) -> None:
-        await handler(delivery.event)
+        if gate is None:
+            await handler(delivery.event)
+            return
+        gate.touch()
+        try:
+            await handler(delivery.event)
+        finally:
+            gate.touch()  # the quiet second counts from the end of the last handler
 
-    router.subscriber(
+    subscriber = router.subscriber(
         *subscribed,
         group_id=group_id,
         ack_policy=AckPolicy.NACK_ON_ERROR,
@@ -157,5 +191,27 @@ def subscribe(
         title=f"{consumer_name}:{','.join(subscribed)}",
         decoder=make_decoder(model, subscribed[0]),
         **({"max_workers": max_workers} if max_workers > 1 else {}),
-    )(_consume)
+    )
+    subscriber(_consume)
+    if gate is not None:
+        gate.subscriber = subscriber
     broker.include_router(router)
+
+
+def fetch_gates(broker: KafkaBroker) -> list[idlefetch.FetchGate]:
+    """The fetch gates of ``broker``'s subscribers (none when idle fetching is off)."""
+    return list(_gates.get(broker, []))
+
+
+def start_idle_fetch(broker: KafkaBroker, settings: Settings) -> list[asyncio.Task]:
+    """Start the fetch gates of ``broker``'s subscribers and the process's doorbell (rule B1).
+
+    Call after ``broker.start()``; cancel the returned tasks before stopping the subscribers.
+    Returns no task when idle fetching is off (``idlefetch.enabled``) or nothing subscribed.
+    """
+    gates = _gates.get(broker, [])
+    if not gates:
+        return []
+    tasks = [asyncio.create_task(g.run(), name=f"fetch-gate:{','.join(g.topics)}") for g in gates]
+    tasks.append(asyncio.create_task(idlefetch.Doorbell(settings.redis(), gates).run(), name="doorbell"))
+    return tasks

@@ -51,6 +51,10 @@ TOOL_LATENCY = Histogram("conduit_tool_call_duration_seconds", "Tool execution t
 CONSUMER_HANDLING = Histogram("conduit_consumer_handling_seconds", "Bus message handling time per consumer",
                               ["consumer", "outcome"], buckets=_FAST)
 DEAD_LETTERS = Counter("conduit_dead_letters_total", "Messages sent to the dead-letter topic", ["consumer", "reason"])
+TOOL_REQUESTS_RUNNING = Gauge("conduit_tool_requests_running", "Requests a tool service handles now (rule T7)", ["service"])
+TOOL_REQUEST_WAIT = Histogram("conduit_tool_request_slot_wait_seconds",
+                              "Time a tool service's consumer waited for a free slot before starting a request",
+                              ["service"], buckets=_FAST)
 APPROVALS_PENDING = Gauge("conduit_approvals_pending", "Tool calls waiting for a human approval")
 
 
@@ -82,6 +86,17 @@ def tool_call(tool: str, outcome: str, seconds: float) -> None:
     """Count one executed tool call (``outcome`` ok/error/timeout) taking ``seconds``."""
     TOOL_CALLS.labels(tool, outcome).inc()
     TOOL_LATENCY.labels(tool).observe(seconds)
+
+
+def tool_request_admitted(service: str, waited_s: float, running: int) -> None:
+    """A tool service started one request after waiting ``waited_s`` seconds for a slot; ``running`` now."""
+    TOOL_REQUEST_WAIT.labels(service).observe(waited_s)
+    TOOL_REQUESTS_RUNNING.labels(service).set(running)
+
+
+def tool_requests_running(service: str, running: int) -> None:
+    """Set the number of requests ``service`` handles now."""
+    TOOL_REQUESTS_RUNNING.labels(service).set(running)
 
 
 def set_approvals_pending(n: int) -> None:

@@ -60,6 +60,7 @@ async def serve_process(
     stop = stop or asyncio.Event()
     await bus.ensure_topics(settings)
     await broker.start()
+    idle = bus.start_idle_fetch(broker, settings)  # rule B1: idle consumers pause until a doorbell
     loop = asyncio.get_running_loop()
     signals = SIGNALS if threading.current_thread() is threading.main_thread() else ()  # a test's thread: ``stop`` only
     for sig in signals:
@@ -75,6 +76,9 @@ async def serve_process(
         for sig in signals:
             loop.remove_signal_handler(sig)
         heartbeat.cancel()  # stop announcing liveness first
+        for t in idle:
+            t.cancel()
+        await asyncio.gather(*idle, return_exceptions=True)  # consumers left resumed
         for sub in broker.subscribers:  # stop taking messages; in-flight handlers finish and commit
             await sub.stop()
         for t in tasks:

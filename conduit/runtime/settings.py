@@ -40,7 +40,9 @@ class Settings(BaseSettings):
         default=None, validation_alias=_alias("kafka_bootstrap_servers", "KAFKA_BOOTSTRAP_SERVERS"),
         description="Kafka bootstrap servers; unset = embedded tansu broker",
     )
-    kafka_fetch_max_wait_ms: int = Field(default=2, description="consumer fetch wait in ms: tansu answers a waiting fetch only when it ends, so each hop waits ~half of it; 500 for real Kafka (docs/benchmarks.md §1)")
+    kafka_fetch_max_wait_ms: int = Field(default=2, description="consumer fetch wait in ms: tansu answers a waiting fetch only when it ends, so each hop waits ~half of it; set 500 for real Kafka, which answers when data arrives (a wait ≥ 100 ms also turns the idle gate off; docs/benchmarks.md §1)")
+    kafka_idle_after_s: float = Field(default=1.0, ge=0, description="with a short fetch wait (< 100 ms, tansu): a consumer with no message for this long pauses its fetches until a Redis doorbell rung by the publisher wakes it (0 = always poll; conduit/runtime/idlefetch.py)")
+    kafka_idle_probe_s: float = Field(default=2.0, gt=0, description="a paused consumer fetches once this often anyway, so a message whose doorbell was lost (Redis down) waits at most about this long (seconds)")
     kafka_partitions: int = Field(default=6, description="partitions per topic created by Conduit")
     kafka_idempotent_producer: bool = Field(
         default=False, description="idempotent producer; tansu 0.6.0 rejects InitProducerId, enable on real Kafka")
@@ -179,18 +181,20 @@ class Settings(BaseSettings):
     retrieval_dense_weight: float = Field(default=1.0, description="weight of the dense branch in weighted RRF (bench/retrieval)")
     retrieval_sparse_weight: float = Field(default=1.0, description="weight of the sparse branch in weighted RRF (bench/retrieval)")
     retrieval_exact: bool = Field(default=False, description="exact (brute-force) dense search instead of HNSW (bench/retrieval: recall check)")
+    retriever_concurrency: int = Field(default=4, ge=1, le=64, description="requests one retriever handles at once (searches run in worker threads; per-task order kept; rule T7)")
 
     # ---- web
     searxng_url: str | None = Field(default=None, description="SearXNG base URL; enables web_search/web_fetch")
     tavily_api_key: str | None = Field(default=None, description="Tavily API key; enables web_search/web_fetch")
     web_allow_private: bool = Field(default=False, description="TESTS ONLY: allow fetching 127.0.0.1")
+    web_concurrency: int = Field(default=8, ge=1, le=64, description="requests one web replica handles at once (per-task order kept; rule T7)")
 
     # ---- sandbox
     sandbox_timeout_s: float = Field(default=10.0, description="wall-time limit of one code_exec run (seconds, rule S3)")
     sandbox_memory_mb: int = Field(default=512, description="resident-memory limit of a run (MiB, watchdog)")
     sandbox_output_bytes: int = Field(default=64_000, description="output kept per run (bytes); the rest is cut with a note")
     sandbox_unsafe: bool = Field(default=False, description="run code without bubblewrap (logged loudly)")
-    sandbox_concurrency: int = Field(default=1, ge=1, le=16, description="code_exec runs at once per sandbox replica (one Kafka consumer each; the rest wait in the topic)")
+    sandbox_concurrency: int = Field(default=1, ge=1, le=16, description="code_exec runs at once per sandbox replica (the isolation limit; the rest wait in the topic; rule T7)")
     sandbox_artifact_max_files: int = Field(default=10, ge=0, description="output files kept per run as artifacts (0 = none)")
     sandbox_artifact_max_bytes: int = Field(default=8 * 1024 * 1024, description="bytes of output files kept per run, all files together")
     sandbox_artifact_ttl_s: int = Field(default=86400, description="lifetime of a code_exec artifact in Redis (seconds)")

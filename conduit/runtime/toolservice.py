@@ -14,6 +14,13 @@ A tool service (retriever, web, sandbox) registers tool functions with
 
 Tool functions have the shape ``async def tool(args: ArgsModel, request: ToolRequested) -> ToolOutput``
 and raise ``ToolFailure`` for a structured error the model can reason about.
+
+Concurrency (rule T7, docs/rules.md): ``concurrency`` = 1 handles one message at a time and
+commits its offset after it. With ``concurrency`` = N > 1 the one consumer hands each message to a
+job and takes the next while fewer than N jobs run (it waits for a free slot otherwise, so the rest
+stay in the topic); jobs of the same partition key (task id) run one after the other, in order.
+Such an offset is committed when the job starts: a process that dies loses its running calls,
+which the orchestrator sends again (rule A14), and the stop waits for the running jobs.
 """
 
 from __future__ import annotations
@@ -106,10 +113,14 @@ class ToolService:
         self.settings = settings
         self.timeout_s = timeout_s or settings.tool_timeout_s
         self.tools: dict[str, ToolFn] = {}
-        self.max_workers = 1
-        """Requests handled at once: one Kafka consumer (sequential) per worker; see ``bus.subscribe``."""
+        self.concurrency = 1
+        """Messages handled at once by the one consumer (rule T7; see the module doc)."""
+        self._slots: asyncio.Semaphore | None = None
+        self._lanes: dict[str, asyncio.Task] = {}
+        """The last job of each partition key (task id): the next one of that key waits for it."""
+        self._jobs: set[asyncio.Task] = set()
         self.redis: Redis = make_redis(settings)
-        self.broker = bus.make_broker(settings, client_id=name)
+        self.broker = bus.make_broker(settings, client_id=name, redis=self.redis)
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         """This process's name on the tool claims it takes (rule T6)."""
         self.extra: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
@@ -281,24 +292,69 @@ class ToolService:
         if await self.redis.get(claim) == self._owner.encode():
             await self.redis.delete(claim)
 
+    def _concurrent(self, handler: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+        """``handler`` itself for ``concurrency`` 1, else a bus handler that starts it as a job (rule T7)."""
+        if self.concurrency <= 1:
+            return handler
+        self._slots = asyncio.Semaphore(self.concurrency)
+
+        async def admit(event: Any) -> None:
+            waited = time.perf_counter()
+            assert self._slots is not None
+            await self._slots.acquire()
+            metrics.tool_request_admitted(self.name, time.perf_counter() - waited, len(self._jobs) + 1)
+            key = channels.partition_key(event) or ""
+            job = asyncio.create_task(self._job(self._lanes.get(key), handler, event, key))
+            self._lanes[key] = job
+            self._jobs.add(job)
+            job.add_done_callback(self._job_done)
+
+        return admit
+
+    async def _job(self, before: asyncio.Task | None, handler: Callable[[Any], Awaitable[None]], event: Any,
+                   key: str) -> None:
+        try:
+            if before is not None:  # per-task order: after the previous message of the same key
+                await asyncio.gather(before, return_exceptions=True)
+            await handler(event)
+        except Exception:  # noqa: BLE001 - the offset is committed: logged, the orchestrator re-sends (rule A14)
+            log.exception("%s: handling %s failed", self.name, type(event).__name__)
+        finally:
+            assert self._slots is not None
+            self._slots.release()
+            if self._lanes.get(key) is asyncio.current_task():
+                del self._lanes[key]
+
+    def _job_done(self, job: asyncio.Task) -> None:
+        self._jobs.discard(job)
+        metrics.tool_requests_running(self.name, len(self._jobs))
+
+    async def _drain(self) -> None:
+        """Wait (up to the call deadline) for the running jobs after the consumer stopped."""
+        if self._jobs:
+            await asyncio.wait(set(self._jobs), timeout=self.timeout_s + 5)
+
+    def subscribe(self, group_id: str | None = None) -> None:
+        """Register this service's one subscriber (``group_id`` defaults to the service's group).
+
+        It reads ``topic`` and every ``consume`` topic; the message model is the union of the
+        events ``contracts.channels`` lists for them; ``concurrency`` applies (rule T7).
+        """
+        names = tuple(dict.fromkeys([self.topic, *(t for t, _ in self.extra)]))
+        model = channels.message_model(tuple(e for t in names for e in channels.events_on(t)))
+        handler = self._dispatch if self.extra else self.handle
+        bus.subscribe(self.broker, self.settings, self.redis, topic=names if self.extra else self.topic,
+                      group_id=group_id or self.group_id, model=model, handler=self._concurrent(handler),
+                      consumer_name=self.name)
+
     async def serve(self, ready: Callable[[], Awaitable[None]] | None = None,
                     background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
                     stop: asyncio.Event | None = None) -> None:
-        """Consume until SIGTERM/SIGINT (or ``stop``), then stop cleanly (offsets committed).
-
-        One subscriber reads ``topic`` and every ``consume`` topic; the message model is the
-        union of the events ``contracts.channels`` lists for them. ``ready``, ``background``
-        and ``stop``: see ``conduit.runtime.process.serve_process``.
+        """Consume (``subscribe``) until SIGTERM/SIGINT (or ``stop``), then stop cleanly: running
+        jobs finish and offsets are committed. ``ready``, ``background`` and ``stop``: see
+        ``conduit.runtime.process.serve_process``.
         """
-        if self.extra:  # one subscriber for every topic: a tuple of topics and a union model
-            names = tuple(dict.fromkeys([self.topic, *(t for t, _ in self.extra)]))
-            bus.subscribe(self.broker, self.settings, self.redis, topic=names, group_id=self.group_id,
-                          model=channels.message_model(tuple(e for t in names for e in channels.events_on(t))),
-                          handler=self._dispatch, consumer_name=self.name)
-        else:
-            bus.subscribe(self.broker, self.settings, self.redis, topic=self.topic, group_id=self.group_id,
-                          model=channels.message_model(channels.events_on(self.topic)), handler=self.handle,
-                          consumer_name=self.name, max_workers=self.max_workers)
-        log.info("%s serves %s", self.name, ", ".join(self.tools))
+        self.subscribe()
+        log.info("%s serves %s (%d at once)", self.name, ", ".join(self.tools), self.concurrency)
         await serve_process(self.name, self.settings, self.broker, self.redis, background=background,
-                            ready=ready, stop=stop)
+                            ready=ready, drain=self._drain, stop=stop)

@@ -56,7 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         redis = make_redis(settings)
-        broker = bus.make_broker(settings, client_id=SERVICE)
+        broker = bus.make_broker(settings, client_id=SERVICE, redis=redis)
         beat: asyncio.Task | None = None
         hub: StreamHub | None = None
         try:

@@ -20,7 +20,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Run the orchestrator until SIGTERM/SIGINT (or ``stop``); running steps are checkpointed,
     so stopping loses nothing (``conduit.runtime.process.serve_process`` orders the shutdown)."""
     redis = make_redis(settings)
-    broker = bus.make_broker(settings, client_id="orchestrator")
+    broker = bus.make_broker(settings, client_id="orchestrator", redis=redis)
     orch = Orchestrator(settings, redis, broker, hooks=load_hooks(redis))
 
     async def dispatch(event: Any) -> None:

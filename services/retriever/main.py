@@ -80,6 +80,7 @@ async def run(settings: Settings) -> None:
     memory_store = await asyncio.to_thread(open_memory_store, settings, searcher.embedder.dim)
     try:
         service = ToolService("retriever", topics.TOOL_REQUESTS_KB, topics.GROUP_RETRIEVER, settings)
+        service.concurrency = settings.retriever_concurrency  # rule T7: searches run in worker threads
         service.tool("kb_search", make_kb_search_tool(searcher))
         # POST /v1/search and /v1/documents, memory and the cache: same consumer (one group join),
         # see services/retriever/requests.py

@@ -15,11 +15,11 @@ Files the code leaves in ``/tmp/out`` (``./out``) are stored as artifacts
 request's task, user and tenant, listed in ``ToolResultPayload.artifacts`` and named in the
 text output, so the model can mention them.
 
-Concurrency: ``sandbox_concurrency`` (N) Kafka consumers in the sandbox group, each handling
-one request at a time (FastStream ``max_workers``; ``conduit.runtime.bus.subscribe``), so a replica runs
-at most N programs at once. Offsets are committed after a run, so waiting requests stay in
-the topic: only what aiokafka has already fetched (bounded by its fetch size) sits in memory,
-uncommitted, and is redelivered if the process dies.
+Concurrency: the tool-service runtime's (``ToolService.concurrency``, rule T7) with
+``sandbox_concurrency`` (N) as the isolation limit: a replica runs at most N programs at once and
+its one consumer takes no further request while N run, so waiting requests stay in the topic. With
+N = 1 (the default) an offset is committed after the run, and a run lost with the process is
+redelivered; with N > 1 it is committed when the run starts (the orchestrator re-sends, rule A14).
 
 Readiness: ``python -m conduit.ops.probe ready sandbox`` also reads the status key written by
 ``publish_status`` (``conduit:sandbox:status:{host}:{pid}``: ``{"isolated", "unsafe", "reason"}``)
@@ -124,7 +124,7 @@ def build_service(settings: Settings, setup: Setup | None = None) -> ToolService
 
     service = ToolService("sandbox", topics.TOOL_REQUESTS_SANDBOX, topics.GROUP_SANDBOX, settings,
                           timeout_s=settings.sandbox_timeout_s + 5)
-    service.max_workers = settings.sandbox_concurrency
+    service.concurrency = settings.sandbox_concurrency
     service.tool("code_exec", code_exec)  # type: ignore[arg-type]
     return service
 

@@ -47,6 +47,7 @@ def build_service(settings: Settings) -> ToolService:
         return ToolOutput(evidence=await pipeline.web_fetch(args.url, args.reason, policy))
 
     service = ToolService("web", topics.TOOL_REQUESTS_WEB, topics.GROUP_WEB, settings)
+    service.concurrency = settings.web_concurrency  # rule T7
     service.tool("web_search", web_search)  # type: ignore[arg-type]
     service.tool("web_fetch", web_fetch)  # type: ignore[arg-type]
     return service

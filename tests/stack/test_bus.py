@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 from prometheus_client import REGISTRY
 from redis.asyncio import Redis
@@ -114,3 +115,82 @@ async def test_serve_process_starts_and_stops_in_order(settings: Settings) -> No
         await probe.aclose()
     assert order == ["drain"]
     assert background_cancelled.is_set()
+
+
+async def _serve_gated(settings: Settings, service: str, handler) -> tuple[asyncio.Task, asyncio.Event, Any]:
+    """Serve one consumer of ``conduit.questions`` through ``serve_process`` (so its fetch gate runs)."""
+    broker = bus.make_broker(settings, client_id=service)
+    bus.subscribe(broker, settings, Redis.from_url(settings.redis()), topic=topics.QUESTIONS, group_id=service,
+                  model=QuestionAsked, handler=handler, consumer_name=service)
+    ready, stop = asyncio.Event(), asyncio.Event()
+
+    async def on_ready() -> None:
+        ready.set()
+
+    served = asyncio.create_task(serve_process(service, settings, broker, Redis.from_url(settings.redis()),
+                                               ready=on_ready, stop=stop))
+    await asyncio.wait_for(ready.wait(), timeout=60)
+    [gate] = bus.fetch_gates(broker)
+    return served, stop, gate
+
+
+async def _until(check, timeout: float) -> None:
+    async def poll() -> None:
+        while not check():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), timeout=timeout)
+
+
+async def test_an_idle_consumer_stops_fetching_and_a_publish_wakes_it(settings: Settings) -> None:
+    """Rule B1: after the quiet period the consumer sends no fetch; the publisher's doorbell wakes it,
+    well before its next probe (60 s), also after a long idle period."""
+    gated = settings.model_copy(update={"kafka_idle_after_s": 0.3, "kafka_idle_probe_s": 60.0})
+    service = f"idle-{uuid.uuid4().hex[:6]}"
+    got: dict[str, float] = {}
+    served, stop, gate = await _serve_gated(gated, service, lambda e: _note(got, e))
+    publisher = bus.make_broker(gated, client_id=f"{service}-pub")
+    await publisher.start()
+    try:
+        first = f"first-{uuid.uuid4().hex[:8]}"
+        await bus.publish(publisher, topics.QUESTIONS, _question(first))  # joined and fetching: delivered
+        await _until(lambda: first in got, 60)
+        await _until(lambda: gate.paused, 30)
+        [consumer] = gate._consumers()
+        polls = {tp: consumer.last_poll_timestamp(tp) for tp in consumer.assignment()}
+        await asyncio.sleep(3.0)  # idle ten times the quiet period
+        assert gate.paused and {tp: consumer.last_poll_timestamp(tp) for tp in consumer.assignment()} == polls
+        late = [f"late-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+        sent = asyncio.get_running_loop().time()
+        for task_id in late:  # the second publish rings no bell (one per quarter second): still delivered
+            await bus.publish(publisher, topics.QUESTIONS, _question(task_id))
+        await _until(lambda: all(t in got for t in late), 30)
+        assert max(got[t] for t in late) - sent < 30  # the bell, not the 60 s probe
+    finally:
+        stop.set()
+        await asyncio.wait_for(served, timeout=60)
+        await publisher.stop()
+
+
+async def test_a_message_without_a_bell_is_fetched_by_the_idle_probe(settings: Settings) -> None:
+    """A lost bell (the publisher rings none here) costs at most the probe interval, not the message."""
+    gated = settings.model_copy(update={"kafka_idle_after_s": 0.3, "kafka_idle_probe_s": 1.0})
+    service = f"probe-{uuid.uuid4().hex[:6]}"
+    got: dict[str, float] = {}
+    served, stop, gate = await _serve_gated(gated, service, lambda e: _note(got, e))
+    silent = bus.make_broker(settings.model_copy(update={"kafka_idle_after_s": 0.0}), client_id=f"{service}-pub")
+    await silent.start()
+    try:
+        await _until(lambda: gate.paused and gate._consumers() and gate._consumers()[0].assignment(), 60)
+        task_id = f"nobell-{uuid.uuid4().hex[:8]}"
+        await bus.publish(silent, topics.QUESTIONS, _question(task_id))
+        await _until(lambda: task_id in got, 30)
+        await _until(lambda: gate.paused, 30)  # and quiet again afterwards
+    finally:
+        stop.set()
+        await asyncio.wait_for(served, timeout=60)
+        await silent.stop()
+
+
+async def _note(got: dict[str, float], event: QuestionAsked) -> None:
+    got[event.task_id] = asyncio.get_running_loop().time()

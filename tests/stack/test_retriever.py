@@ -9,6 +9,7 @@ tests that write get their own copy of the shard.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import time
@@ -304,6 +305,45 @@ class ResultReader:
         return self.buffer.pop(0)
 
 
+CONCURRENT_QUERIES = [SAMPLE, "发票和个税", "资源税怎么算", "城市维护建设税的税率", "增值税的纳税义务发生时间",
+                      "车船税谁来交", "印花税的计税依据", "契税的税率是多少"]
+
+
+async def _concurrent_searches_match_sequential(broker, consumer: AIOKafkaConsumer) -> None:
+    """Rule T7: the retriever (retriever_concurrency 4) answers searches sent all at once exactly as one by one."""
+
+    def request(query: str, task_id: str) -> ToolRequested:
+        call = f"call-{uuid.uuid4().hex[:8]}"
+        return ToolRequested(task_id=task_id, session_id="sess-1", tenant_id="default", payload=ToolRequestPayload(
+            call_id=call, tool="kb_search", arguments={"query": query, "reason": "并发检查"}, step=1,
+            idempotency_key=f"{task_id}:1:{call}"))
+
+    alone: dict[str, list] = {}
+    for query in CONCURRENT_QUERIES:
+        task_id = f"seq-{uuid.uuid4().hex[:8]}"
+        await bus.publish(broker, topics.TOOL_REQUESTS_KB, request(query, task_id))
+        alone[query] = _located((await ResultReader(consumer, task_id).next(60)).payload.evidence)
+    task_ids = {f"par-{uuid.uuid4().hex[:8]}": q for q in CONCURRENT_QUERIES}
+    await asyncio.gather(*(bus.publish(broker, topics.TOOL_REQUESTS_KB, request(q, t)) for t, q in task_ids.items()))
+    together = await _collect(consumer, set(task_ids))
+    assert {task_ids[t]: _located(r.payload.evidence) for t, r in together.items()} == alone
+
+
+async def _collect(consumer: AIOKafkaConsumer, task_ids: set[str], timeout_s: float = 90.0) -> dict[str, ToolResult]:
+    """The first ``ToolResult`` of each of ``task_ids`` read from ``consumer``."""
+    got: dict[str, ToolResult] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(got) < len(task_ids) and time.monotonic() < deadline:
+        for records in (await consumer.getmany(timeout_ms=200)).values():
+            for record in records:
+                with contextlib.suppress(ValidationError):
+                    event = ToolResult.model_validate_json(record.value)
+                    if event.task_id in task_ids:
+                        got.setdefault(event.task_id, event)
+    assert len(got) == len(task_ids), f"results for {len(got)} of {len(task_ids)} searches within {timeout_s} s"
+    return got
+
+
 async def test_kb_search_over_the_bus_with_idempotency(law_kb: Path, settings: Settings, redis, infra_stack,
                                                        tmp_path: Path) -> None:
     shutil.copytree(law_kb, settings.data_dir)
@@ -337,6 +377,7 @@ async def test_kb_search_over_the_bus_with_idempotency(law_kb: Path, settings: S
         second = await results.next()
         assert second.event_id != first.event_id
         assert second.payload == first.payload  # the stored result (same duration_ms), not a re-run
+        await _concurrent_searches_match_sequential(broker, consumer)
     finally:
         await consumer.stop()
         await broker.stop()

@@ -269,33 +269,22 @@ def _task_id_on(partition: int, partitions: int) -> str:
 
 
 @needs_bwrap
-async def test_concurrency_limit_runs_n_at_once(settings: Settings) -> None:
-    """sandbox_concurrency=2: two programs run at the same time, a third waits (never three at once).
-
-    The ToolService runs in-process (its consumers are FastStream's, one per worker). Once both
-    consumers hold partitions, two requests are keyed to partitions of different consumers and a
-    third to the first consumer's again; overlap is read from the times the programs print."""
+async def test_concurrency_limit_runs_n_at_once_in_task_order(settings: Settings) -> None:
+    """sandbox_concurrency=2 (rule T7): two programs run at the same time, never three; two requests
+    of the same task run one after the other, in order. Overlap is read from the times the programs print."""
     settings = settings.model_copy(update={"sandbox_concurrency": 2})
     service = build_service(settings)
-    assert service.max_workers == 2
+    assert service.concurrency == 2
     await bus.ensure_topics(settings)
-    bus.subscribe(service.broker, settings, service.redis, topic=service.topic,
-                  group_id=f"{service.group_id}-conc-{uuid.uuid4().hex[:6]}", model=ToolRequested,
-                  handler=service.handle, consumer_name=service.name, max_workers=service.max_workers)
+    service.subscribe(group_id=f"{service.group_id}-conc-{uuid.uuid4().hex[:6]}")
     await service.broker.start()
     try:
         (subscriber,) = service.broker.subscribers
-        owned: list[set[int]] = []
-
-        def assigned() -> bool:  # both consumers joined the group and got their partitions (joins take seconds)
-            owned[:] = [{tp.partition for tp in c.assignment()} for c in subscriber.consumer_subgroup]
-            return len(owned) == 2 and all(owned)
-
-        assert await until(assigned, 30), owned
-        partitions = len(owned[0] | owned[1])
-        first, second = min(owned[0]), min(owned[1])
+        assert await until(lambda: bool(subscriber.consumer.assignment()), 30)  # joined (joins take seconds)
         code = "import time\nprint(time.time())\ntime.sleep(1.5)\nprint(time.time())"
-        requests = [_request(code, _task_id_on(p, partitions)) for p in (first, second, first)]
+        first_task = f"t-{uuid.uuid4().hex[:8]}"
+        requests = [_request(code, t) for t in (first_task, f"t-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}",
+                                               first_task)]
         for request in requests:
             await bus.publish(service.broker, topics.TOOL_REQUESTS_SANDBOX, request)
         spans = []
@@ -309,6 +298,7 @@ async def test_concurrency_limit_runs_n_at_once(settings: Settings) -> None:
         await service.redis.aclose()
     at_once = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
     assert at_once == 2, spans  # 1 would mean no concurrency, 3 a broken limit
+    assert spans[3][0] >= spans[0][1], spans  # the task's second request ran after its first
 
 
 @needs_bwrap
