@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.envelope import Envelope
 from contracts.evidence import EvidenceItem
-from contracts.tools import ToolName
+from contracts.tools import AnyToolName
 
 
 class Payload(BaseModel):
@@ -27,7 +27,7 @@ class QuestionPayload(Payload):
     """A person's question. ``allowed_tools`` None means every configured tool."""
 
     question: str
-    allowed_tools: list[ToolName] | None = None
+    allowed_tools: list[AnyToolName] | None = None
 
 
 class ToolRequestPayload(Payload):
@@ -39,7 +39,7 @@ class ToolRequestPayload(Payload):
     """
 
     call_id: str
-    tool: ToolName
+    tool: AnyToolName
     arguments: dict[str, Any]
     reason: str = ""
     step: int
@@ -85,7 +85,7 @@ class ToolResultPayload(Payload):
     """
 
     call_id: str
-    tool: ToolName
+    tool: AnyToolName
     idempotency_key: str
     outcome: Literal["ok", "error", "timeout"]
     evidence: list[EvidenceItem] = Field(default_factory=list)

@@ -130,7 +130,7 @@ def _supervise(stack: "Stack") -> int:
 
 
 @app.command()
-def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orchestrator | gateway")) -> None:
+def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | mcp | orchestrator | gateway")) -> None:
     """Run one service in the foreground until SIGTERM (what each process of the stack runs)."""
     from conduit.runtime.logs import configure_logging
     from conduit.ops.services import SERVICES

@@ -31,6 +31,7 @@ from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
+from conduit.records import mcp as mcp_records
 from conduit.runtime.toolcatalog import available_tools, unavailable_tools
 from contracts.envelope import utcnow
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
@@ -131,16 +132,18 @@ class Orchestrator:
     async def on_question(self, event: QuestionAsked) -> None:
         """Start a task. A redelivered question (checkpoint exists) changes nothing."""
         s = self.settings
-        # three independent reads in one round trip's time (each costs a loopback send here)
-        existing, sealed, turns = await asyncio.gather(
+        # four independent reads in one round trip's time (each costs a loopback send here)
+        existing, sealed, turns, catalog = await asyncio.gather(
             self.store.load(event.task_id), self.events.is_sealed(event.task_id),
-            self.tasks.turns(event.session_id, s.history_turns))
+            self.tasks.turns(event.session_id, s.history_turns), mcp_records.load_catalog(self.redis, event.tenant_id))
         if existing is not None or sealed:
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
         route = await router.decide(s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
-        step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools, self.unavailable),
-                              turns, route=route)
+        asked = event.payload.allowed_tools
+        mcp_tools = [t for t in (catalog.tools if catalog else []) if asked is None or t.name in asked]
+        step = planning.start(self.deps, event, available_tools(s, asked, self.unavailable),
+                              turns, route=route, mcp_tools=mcp_tools)
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:

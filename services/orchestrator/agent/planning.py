@@ -30,6 +30,7 @@ from conduit.policy import guardrails
 from contracts.api import StepRecord
 from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
+from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import openai_tool_schema
 from services.orchestrator.agent import endings, fallback, prompt, routing, vetting
@@ -45,20 +46,22 @@ SOFT_LIMIT_MARGIN = 2
 
 
 def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
-          route: RouteDecision | None = None) -> Step:
+          route: RouteDecision | None = None, mcp_tools: list[McpTool] | None = None) -> Step:
     """A new task from ``event`` with the session's earlier ``turns`` as history.
 
     Effects: the lease is taken in the save (a crash after it is resumed by the sweeper),
     then the first model step, the record and the public ``task.started``. A question the
     input guardrail rejects (rule G1; the gateway checks it first, this guards the bus) fails
     at once with ``input_rejected``, before any model call. ``route`` is the pre-router's
-    decision (rule R1; None: the rules of ``routing.by_rules`` are applied here).
+    decision (rule R1; None: the rules of ``routing.by_rules`` are applied here). ``mcp_tools``:
+    the tenant's MCP tools to offer besides (their canonical names join ``allowed_tools``).
     """
     model = deps.model_configured
     state = TaskState(
         task_id=event.task_id, session_id=event.session_id, tenant_id=event.tenant_id, user_id=event.user_id,
         traceparent=event.traceparent, cause_id=event.event_id, question=event.payload.question,
-        allowed_tools=allowed_tools, status="running", created_at=event.occurred_at,
+        allowed_tools=[*allowed_tools, *(t.name for t in mcp_tools or [])], mcp_tools=mcp_tools or [],
+        status="running", created_at=event.occurred_at,
         mode="agent" if model else "retrieval_only", fallback_reason=None if model else "no_model_configured",
         messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
                   {"role": "user", "content": event.payload.question}],
@@ -206,8 +209,15 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         messages.append({"role": "system", "content": prompt.EMPTY_NOTE if hit == "empty_answer" else prompt.LIMIT_NOTE})
     elif soft:
         messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
-    tools = None if hit or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
+    tools = None if hit or not state.allowed_tools else [tool_schema(state, t) for t in state.allowed_tools]
     return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout)
+
+
+def tool_schema(state: TaskState, name: str) -> dict[str, Any]:
+    """The chat-completions ``tools`` entry of ``name``: a built-in tool's, or an MCP tool's under
+    its OpenAI function name (rule M1, ``contracts.mcp``)."""
+    mcp = state.mcp_tool(name)
+    return mcp.openai_schema() if mcp is not None else openai_tool_schema(name)
 
 
 def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse, now: datetime,
