@@ -286,6 +286,16 @@ def ask(question: str = typer.Argument(..., help="the question"),
     raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence, key))
 
 
+@app.command("mcp")
+def mcp_stdio(url: str = typer.Option(None, help="gateway base URL (default from settings)"),
+              key: str = typer.Option(None, help="API key (default: CONDUIT_API_KEY, else <data_dir>/admin.key)")) -> None:
+    """Serve Conduit as an MCP server over stdio (tools search, ask, documents) for a running gateway."""
+    from conduit.ops.client import default_key
+    from services.gateway.mcp_out import run_stdio
+
+    run_stdio(url or _gateway(get_settings()), key or default_key())
+
+
 @app.command()
 def demo(question: str = typer.Argument(SAMPLE_QUESTION, help="question to ask"),
          keep: bool = typer.Option(False, help="keep the stack running (supervised) after the answer")) -> None:

@@ -33,6 +33,7 @@ from conduit.records.taskstream import TaskEventLog
 from services.gateway import approvals, artifacts, health, identity, routes
 from services.gateway import sessions as sessions_routes
 from services.gateway.auth import check_auth_mode
+from services.gateway.mcp_route import install_mcp
 from services.gateway.page import install_page
 from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers
@@ -81,7 +82,8 @@ def create_app(settings: Settings) -> FastAPI:
             gc.freeze()
             log.info("gateway ready (kafka %s, redis %s, allocator %s)", settings.bootstrap_servers(), settings.redis(),
                      allocator.in_use())
-            yield
+            async with mcp_endpoint.manager.run():  # the MCP SDK's task group of /mcp
+                yield
         finally:
             if beat is not None:
                 beat.cancel()
@@ -109,6 +111,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(documents_routes.router)  # /v1/search, /v1/documents (served by the retriever over the bus)
     app.include_router(identity.router)  # /v1/me, /v1/login
     app.include_router(sessions_routes.router)
+    mcp_endpoint = install_mcp(app)  # /mcp: Conduit as an MCP server (streamable HTTP)
     install_openapi(app)
     install_page(app)  # GET / (the chat page) and /static (its files), public
     return app
