@@ -90,3 +90,20 @@ async def load_catalog(redis: Redis, tenant_id: str) -> McpCatalog | None:
         return McpCatalog.model_validate_json(raw)
     except ValidationError:
         return None
+
+
+async def summary(redis: Redis) -> dict[str, int]:
+    """Every tenant's MCP servers as the mcp service last saw them: ``{"servers": n, "failing": n}``
+    (one SCAN plus one GET per tenant; for readiness, which stays up while a tenant's server fails)."""
+    servers = failing = 0
+    async for key in redis.scan_iter(match=keys.mcp_catalog("*"), count=500):
+        raw = await redis.get(key)
+        if raw is None:
+            continue
+        try:
+            catalog = McpCatalog.model_validate_json(raw)
+        except ValidationError:
+            continue
+        servers += len(catalog.servers)
+        failing += sum(1 for s in catalog.servers if not s.ok)
+    return {"servers": servers, "failing": failing}
