@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 RATES = {"books": "9%", "software": "13%", "food": "9%", "services": "6%"}
@@ -25,7 +26,7 @@ RATES = {"books": "9%", "software": "13%", "food": "9%", "services": "6%"}
 
 def build(notes: Path) -> MCPServer:
     """The test server; ``file_note`` appends to ``notes`` (a JSON-lines file)."""
-    server = MCPServer("conduit-test-tools")
+    server = MCPServer("conduit-test-tools", log_level="WARNING")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def lookup_rate(category: str) -> str:
@@ -44,7 +45,7 @@ def build(notes: Path) -> MCPServer:
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def broken() -> str:
         """A tool that always fails."""
-        raise RuntimeError("this tool always fails")
+        raise ToolError("this tool always fails")
 
     return server
 
