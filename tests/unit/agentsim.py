@@ -154,11 +154,12 @@ class Sim:
         self.deps.model_breaker.success()
         return planning.on_reply(self.deps, state, plan, reply, self.now)
 
-    async def wake(self, after_s: float) -> None:
-        """Move time on by ``after_s`` seconds and fire the task's timers."""
+    async def wake(self, after_s: float, bus_up: bool = True) -> None:
+        """Move time on by ``after_s`` seconds and fire the task's timers (``bus_up`` False: the
+        broker does not answer)."""
         self.now += timedelta(seconds=after_s)
         assert self.state is not None
-        await self.run(timers.wake(self.deps, self.state, self.now))
+        await self.run(timers.wake(self.deps, self.state, self.now, bus_up))
 
     def _carry_out(self, step: Step) -> list[ToolResultPayload]:
         results: list[ToolResultPayload] = []
