@@ -175,7 +175,7 @@ class Settings(BaseSettings):
     # ---- MCP tools in (services/mcp/, docs/mcp.md)
     mcp_servers: dict[str, list[dict]] = Field(default={}, description="MCP servers per tenant, JSON {tenant: [{name, command: [argv] | url, env, headers, timeout_s}]}; tenant `*` = every tenant (docs/mcp.md)")
     mcp_refresh_s: float = Field(default=5.0, gt=0, description="seconds between two looks of the mcp service at the servers' configurations (a changed one is listed again, rule M2)")
-    mcp_list_ttl_s: float = Field(default=300.0, gt=0, description="seconds a server's tool list is kept before it is listed again; a failing server is tried again every mcp_refresh_s")
+    mcp_list_ttl_s: float = Field(default=300.0, gt=0, description="seconds a server's tool list is kept before it is listed again; a failing server is tried again after mcp_refresh_s, doubled per failure in a row up to this")
     mcp_api_commands: bool = Field(default=False, description="let admins register stdio commands with POST /v1/mcp-servers (runs them on the mcp service's host); off: URLs only")
 
     # ---- logging

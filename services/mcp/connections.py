@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx2
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, Tool
 
@@ -32,13 +33,11 @@ class ServerUnavailable(Exception):
     """The server could not be started, reached or listed (a transient failure)."""
 
 
-def _target(config: McpServerConfig) -> Any:
-    """What ``mcp.Client`` connects to: stdio parameters or a streamable HTTP transport."""
-    if config.command:
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV")}
-        return StdioServerParameters(command=config.command[0], args=config.command[1:], env={**env, **config.env})
-    http = httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(config.timeout_s, read=300.0))
-    return streamable_http_client(config.url or "", http_client=http)
+def _stdio(config: McpServerConfig) -> StdioServerParameters:
+    """A command's parameters: its own ``env`` over a small part of ours (never our secrets)."""
+    assert config.command
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV")}
+    return StdioServerParameters(command=config.command[0], args=config.command[1:], env={**env, **config.env})
 
 
 class Connection:
@@ -50,6 +49,9 @@ class Connection:
         self.tools: list[Tool] = []
         self.listed_at = 0.0
         self.error: str | None = None
+        self.failures = 0
+        """Listings that failed in a row (the next try backs off: ``retry_after_s``)."""
+        self.tried_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -60,12 +62,15 @@ class Connection:
         return self.client is not None and self._task is not None and not self._task.done()
 
     async def _run(self, opened: asyncio.Future[None]) -> None:
+        http: httpx2.AsyncClient | None = None
         try:
             with open(os.devnull, "w") as quiet:  # noqa: PTH123 - the server's stderr is not ours to show
-                target = _target(self.config)
-                if isinstance(target, StdioServerParameters):
-                    from mcp.client.stdio import stdio_client  # noqa: PLC0415
-                    target = stdio_client(target, errlog=quiet)
+                if self.config.command:
+                    target: Any = stdio_client(_stdio(self.config), errlog=quiet)
+                else:
+                    http = httpx2.AsyncClient(headers=self.config.headers,
+                                              timeout=httpx2.Timeout(self.config.timeout_s, read=300.0))
+                    target = streamable_http_client(self.config.url or "", http_client=http)
                 async with Client(target, read_timeout_seconds=self.config.timeout_s, cache=None) as client:
                     self.client = client
                     opened.set_result(None)
@@ -77,6 +82,8 @@ class Connection:
                 log.warning("mcp server %s closed: %r", self.config.name, exc)
         finally:
             self.client = None
+            if http is not None:
+                await http.aclose()
 
     async def ensure_open(self) -> Client:
         """The open client, connecting first when needed; raises ``ServerUnavailable`` within ``timeout_s``."""
@@ -95,8 +102,13 @@ class Connection:
             assert self.client is not None
             return self.client
 
+    def retry_after_s(self, base_s: float, cap_s: float) -> float:
+        """Seconds after a failed listing before the next: ``base_s`` doubled per failure in a row, at most ``cap_s``."""
+        return min(cap_s, base_s * 2 ** max(0, self.failures - 1))
+
     async def list_tools(self) -> list[Tool]:
         """List the server's tools (every page) and keep them in ``tools``; raises ``ServerUnavailable``."""
+        self.tried_at = time.time()
         try:
             client = await self.ensure_open()
             tools: list[Tool] = []
@@ -108,13 +120,13 @@ class Connection:
                 if not cursor:
                     break
         except ServerUnavailable as exc:
-            self.error = str(exc)
+            self.error, self.failures = str(exc), self.failures + 1
             raise
         except Exception as exc:  # noqa: BLE001 - a broken server is reported, not a crash
-            self.error = f"{type(exc).__name__}: {exc}"[:300]
+            self.error, self.failures = f"{type(exc).__name__}: {exc}"[:300], self.failures + 1
             await self.close()
             raise ServerUnavailable(self.error) from exc
-        self.tools, self.listed_at, self.error = tools, time.time(), None
+        self.tools, self.listed_at, self.error, self.failures = tools, time.time(), None, 0
         return tools
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout_s: float) -> CallToolResult:

@@ -4,8 +4,9 @@ Run as ``python -m conduit serve mcp``. Consumes ``contracts.topics.TOOL_REQUEST
 ``GROUP_MCP`` through the shared ``ToolService`` runtime (idempotency key, claim, deadline,
 cancel; rules T3-T6) and publishes ``ToolResult`` events. Besides, every ``mcp_refresh_s``
 seconds it reads every tenant's server configurations (``conduit.records.mcp``), lists the tools
-of a server whose configuration digest changed, that failed last time, or whose list is older than
-``mcp_list_ttl_s`` (rule M2), and writes each tenant's ``McpCatalog``: the tools of the servers
+of a server whose configuration digest changed or whose list is older than ``mcp_list_ttl_s``
+(rule M2), tries a failing one again (after ``mcp_refresh_s`` doubled per failure in a row, at
+most ``mcp_list_ttl_s``), and writes each tenant's ``McpCatalog``: the tools of the servers
 that answered, and every server's status (a failing server's tools are withheld).
 
 A call's result text becomes one evidence item of kind ``tool`` (numbered and cited like any
@@ -90,9 +91,12 @@ class McpTools:
         return catalogs
 
     async def _listed(self, config: McpServerConfig, source: str) -> tuple[McpServerStatus, list[McpTool]]:
-        conn = self.pool.get(config)
-        fresh = conn.error is None and conn.listed_at and time.time() - conn.listed_at < self.settings.mcp_list_ttl_s
-        if not fresh:
+        s, conn, now = self.settings, self.pool.get(config), time.time()
+        if conn.error is None:
+            due = not conn.listed_at or now - conn.listed_at >= s.mcp_list_ttl_s
+        else:  # a failing server is tried again, backing off (a broken command is not started every refresh)
+            due = now - conn.tried_at >= conn.retry_after_s(s.mcp_refresh_s, s.mcp_list_ttl_s)
+        if due:
             try:
                 await conn.list_tools()
                 log.info("mcp server %s lists %d tools", config.name, len(conn.tools))
@@ -101,7 +105,7 @@ class McpTools:
         tools = [] if conn.error else [offered(config.name, t) for t in conn.tools]
         status = McpServerStatus(name=config.name, source=source, transport=config.transport,  # type: ignore[arg-type]
                                  digest=config.digest(), ok=conn.error is None, error=conn.error,
-                                 tools=[t.name for t in tools], checked_at=conn.listed_at or time.time())
+                                 tools=[t.name for t in tools], checked_at=conn.tried_at or now)
         return status, tools
 
     async def keep_refreshing(self) -> None:

@@ -116,3 +116,18 @@ async def test_bad_arguments_and_unknown_servers_are_refused_before_anything_run
     await sim.ask()
     codes = [e.error_code for e in sim.of("tool.completed")]
     assert codes == ["bad_arguments", "tool_not_available"] and sim.requests == []
+
+
+def test_a_failing_server_is_tried_again_with_a_doubling_back_off():
+    from services.mcp.connections import Connection, Pool
+
+    conn = Connection(McpServerConfig(name="dead", command=["false"]))
+    waits = []
+    for failures in range(1, 8):
+        conn.failures = failures
+        waits.append(conn.retry_after_s(5.0, 300.0))
+    assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0]
+    pool = Pool()
+    a = McpServerConfig(name="s", url="http://x/mcp")
+    assert pool.get(a) is pool.get(McpServerConfig(name="s", url="http://x/mcp")), "one connection per digest"
+    assert pool.get(a) is not pool.get(McpServerConfig(name="s", url="http://x/mcp", headers={"A": "b"}))
