@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.ops.stack import Stack
 from conduit.testing.page import evidence_number
+from conduit.testing.page_fixtures import fresh_script  # noqa: F401 - autouse fixture: an empty script per test
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import auth, start_stack
 from conduit.testing.waits import wait_until
@@ -56,13 +57,6 @@ def stack(infra_stack, tmp_path_factory, model, notes) -> Iterator[Stack]:
                      laws=[VAT_LAW])
     yield st
     st.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(model):
-    model.script.clear()
-    model.default = Turn(content="好的。")
-    yield
 
 
 def servers(stack: Stack) -> dict[str, dict]:
