@@ -64,7 +64,7 @@ class McpServerConfig(BaseModel):
     Raises ``ValueError`` (pydantic ``ValidationError``) unless exactly one of ``command``/``url`` is set.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [{"required": ["command"]}, {"required": ["url"]}]})
 
     name: str = Field(pattern=SERVER_NAME_PATTERN, description="server name: the <server> of mcp.<server>.<tool>")
     command: list[str] | None = Field(default=None, min_length=1, description="stdio: the command and its arguments")
