@@ -19,8 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from contracts import topics
 from contracts.mcp import McpToolName, is_mcp
 
-ToolName = Literal["kb_search", "web_search", "web_fetch", "code_exec"]
+ToolName = Literal["kb_search", "web_search", "web_fetch", "code_exec", "delegate"]
 ALL_TOOLS: tuple[ToolName, ...] = ("kb_search", "web_search", "web_fetch", "code_exec")
+"""The tools a tool service runs; ``delegate`` (a child task on the bus, team mode) is offered
+by the orchestrator itself to supervisors only (docs/agent-rules.md, rules D1-D9)."""
 AnyToolName = ToolName | McpToolName
 """A built-in tool or a tenant's MCP server tool (``mcp.<server>.<tool>``, ``contracts.mcp``)."""
 
@@ -67,6 +69,15 @@ class CodeExecArgs(ToolArgs):
     reason: str = REASON_FIELD
 
 
+class DelegateArgs(ToolArgs):
+    """Arguments of ``delegate`` (team mode): one self-contained sub-question for one worker kind."""
+
+    worker: str = Field(min_length=1, max_length=64, description="worker kind, one of those listed in the system prompt")
+    task: str = Field(min_length=1, max_length=2000,
+                      description="the sub-question, self-contained (the worker sees nothing else)")
+    reason: str = REASON_FIELD
+
+
 class ToolSpec(BaseModel):
     """Static description of one tool: its arguments model, description and request topic."""
 
@@ -109,6 +120,15 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         args_model=CodeExecArgs,
         request_topic=topics.TOOL_REQUESTS_SANDBOX,
+    ),
+    "delegate": ToolSpec(
+        name="delegate",
+        description=(
+            "Give one independent part of the question to a worker; it researches it as its own task and "
+            "returns a short summary with numbered evidence. Several delegate calls in one reply run in parallel."
+        ),
+        args_model=DelegateArgs,
+        request_topic=topics.QUESTIONS,
     ),
 }
 
