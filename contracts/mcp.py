@@ -1,11 +1,11 @@
 """MCP tools in: server configurations, the tools they offer, and how tools are named.
 
-Rule M1 (docs/mcp.md): a tenant's MCP server tool is named ``mcp.<server>.<tool>`` everywhere
+Rule X1 (docs/mcp.md): a tenant's MCP server tool is named ``mcp.<server>.<tool>`` everywhere
 Conduit shows it (events, approvals, records, quotas, policies); the model is offered the same
 tool under an OpenAI function name (``^[A-Za-z0-9_-]{1,64}$``, no dots): ``mcp__<server>__<tool>``,
 or, when the tool name has other characters or the whole is too long, a cut name ending in
 ``_`` + 8 hex digits of the canonical name's SHA-256 (``function_name``), so two tools never share one.
-Rule M2: a server's tool list is cached under the digest of its configuration (``McpServerConfig.digest``);
+Rule X2: a server's tool list is cached under the digest of its configuration (``McpServerConfig.digest``);
 a changed configuration is listed again.
 """
 
@@ -41,12 +41,12 @@ def is_mcp(name: str) -> bool:
 
 
 def canonical_name(server: str, tool: str) -> str:
-    """``mcp.<server>.<tool>`` (rule M1)."""
+    """``mcp.<server>.<tool>`` (rule X1)."""
     return f"mcp.{server}.{tool}"
 
 
 def function_name(server: str, tool: str) -> str:
-    """The OpenAI function name of ``mcp.<server>.<tool>`` (rule M1): ``mcp__<server>__<tool>``
+    """The OpenAI function name of ``mcp.<server>.<tool>`` (rule X1): ``mcp__<server>__<tool>``
     when that is at most 64 characters of ``[A-Za-z0-9_-]``, else the unsafe characters replaced
     by ``_``, cut to 55 characters, and ``_<8 hex digits of the canonical name's SHA-256>`` appended."""
     plain = f"mcp__{server}__{tool}"
@@ -85,7 +85,7 @@ class McpServerConfig(BaseModel):
         return "stdio" if self.command else "http"
 
     def digest(self) -> str:
-        """SHA-256 hex of the canonical JSON of the whole configuration (rule M2)."""
+        """SHA-256 hex of the canonical JSON of the whole configuration (rule X2)."""
         raw = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
@@ -101,8 +101,8 @@ class McpTool(BaseModel):
     """One tool of a tenant's MCP server as offered to the model.
 
     ``name`` is canonical (``mcp.<server>.<tool>``), ``function`` the OpenAI function name
-    (rule M1), ``tool`` the server's own name, ``input_schema`` its JSON Schema, ``read_only``
-    the server's ``readOnlyHint`` annotation (False when absent: the approval default asks, rule M3).
+    (rule X1), ``tool`` the server's own name, ``input_schema`` its JSON Schema, ``read_only``
+    the server's ``readOnlyHint`` annotation (False when absent: the approval default asks, rule X3).
     """
 
     name: str
@@ -134,7 +134,7 @@ class McpTool(BaseModel):
 
 class McpServerStatus(BaseModel):
     """A server's state as the mcp service last saw it: ``ok`` with its ``tools`` (canonical
-    names), or ``error``; ``digest`` of the configuration it was listed under (rule M2);
+    names), or ``error``; ``digest`` of the configuration it was listed under (rule X2);
     ``checked_at`` in epoch seconds; ``source`` where the configuration came from."""
 
     name: str

@@ -21,9 +21,13 @@ def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[
                 env: dict[str, str], laws: list[str] | None = None) -> Stack:
     """Ingest ``laws`` (real articles from the law corpus) into ``data_dir``, then start ``services``.
 
-    ``env`` is given to every service process (model endpoint, limits...). Returns the
-    running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
+    ``env`` is given to every service process (model endpoint, limits...). Long-term memory and the
+    semantic cache are off unless ``env`` sets ``CONDUIT_MEMORY_OFF_TENANTS`` / ``CONDUIT_CACHE_ENABLED``:
+    a test about something else asks the same question in several sessions and expects the model
+    to be called with exactly its own history (``tests/stack/test_memory.py`` turns them on).
+    Returns the running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
     """
+    env = {"CONDUIT_CACHE_ENABLED": "false", "CONDUIT_MEMORY_OFF_TENANTS": '["*"]'} | env
     settings = Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
                         gateway_port=infra.free_port())
     if laws:

@@ -30,8 +30,9 @@ from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
-from services.gateway import approvals, artifacts, health, identity, mcp_servers, routes
+from services.gateway import approvals, artifacts, health, identity, routes
 from services.gateway import sessions as sessions_routes
+from services.gateway import memory as memory_routes
 from services.gateway.auth import check_auth_mode
 from services.gateway.mcp_route import install_mcp
 from services.gateway.page import install_page
@@ -111,8 +112,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(documents_routes.router)  # /v1/search, /v1/documents (served by the retriever over the bus)
     app.include_router(identity.router)  # /v1/me, /v1/login
     app.include_router(sessions_routes.router)
-    app.include_router(mcp_servers.router)  # /v1/mcp-servers (tenants' MCP servers)
-    mcp_endpoint = install_mcp(app)  # /mcp: Conduit as an MCP server (streamable HTTP)
+    mcp_endpoint = install_mcp(app)  # /mcp (Conduit as an MCP server) and /v1/mcp-servers (tenants' servers)
+    app.include_router(memory_routes.router)  # /v1/memory (conduit.records.memory; vectors in the retriever)
     install_openapi(app)
     install_page(app)  # GET / (the chat page) and /static (its files), public
     return app

@@ -39,7 +39,7 @@ _ERRORS = {c: {"model": ErrorBody} for c in (403, 404, 409, 422)}
 
 async def _check_edit(state: GatewayState, tenant_id: str, tool: str, arguments: dict) -> None:
     """422 ``invalid_arguments`` unless ``arguments`` fit ``tool``: a built-in tool's model, or an
-    MCP tool's JSON Schema (plus ``reason``) from the tenant's catalog (rule M1)."""
+    MCP tool's JSON Schema (plus ``reason``) from the tenant's catalog (rule X1)."""
     if tool in TOOL_SPECS:
         try:
             TOOL_SPECS[tool].args_model.model_validate(arguments)

@@ -23,6 +23,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 
+from services.gateway import mcp_servers
 from services.gateway.auth import authenticate
 from services.gateway.errors import ApiError, error_response
 from services.gateway.mcp_out import Backend, build_server
@@ -81,8 +82,10 @@ class McpEndpoint:
 
 
 def install_mcp(app: FastAPI) -> McpEndpoint:
-    """Route ``GET|POST|DELETE /mcp`` to a new ``McpEndpoint``; the caller runs ``endpoint.manager.run()``
-    in the app's lifespan (the SDK's task group)."""
+    """Route ``GET|POST|DELETE /mcp`` to a new ``McpEndpoint`` and add ``/v1/mcp-servers``
+    (``services.gateway.mcp_servers``); the caller runs ``endpoint.manager.run()`` in the app's
+    lifespan (the SDK's task group)."""
+    app.include_router(mcp_servers.router)
     endpoint = McpEndpoint(app)
     app.router.routes.append(Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     return endpoint

@@ -8,7 +8,7 @@
   (settings and registered; env and header values hidden) with its status as the mcp service last
   saw it (``ok``, ``error``, ``tools``), or ``status: null`` before it looked.
 - ``DELETE /v1/mcp-servers/{name}`` -> 204 (admin only; 404 ``mcp_server_not_found``).
-The mcp service picks a change up within ``CONDUIT_MCP_REFRESH_S`` seconds (rule M2).
+The mcp service picks a change up within ``CONDUIT_MCP_REFRESH_S`` seconds (rule X2).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ anyio context managers that must be entered and left in one task); calls from ot
 the session while it is open. A stdio server is started once and kept (starting a Python MCP
 server costs seconds on a busy machine); a streamable HTTP server keeps its session too.
 A connection that fails (the process died, the URL stopped answering) is closed and opened
-again on the next use. Connections are keyed by the configuration's digest (rule M2): the same
+again on the next use. Connections are keyed by the configuration's digest (rule X2): the same
 configuration shared by several tenants is one connection.
 """
 
@@ -155,7 +155,7 @@ class Connection:
 
 
 class Pool:
-    """Connections by configuration digest (rule M2)."""
+    """Connections by configuration digest (rule X2)."""
 
     def __init__(self) -> None:
         self.by_digest: dict[str, Connection] = {}

@@ -5,7 +5,7 @@ Run as ``python -m conduit serve mcp``. Consumes ``contracts.topics.TOOL_REQUEST
 cancel; rules T3-T6) and publishes ``ToolResult`` events. Besides, every ``mcp_refresh_s``
 seconds it reads every tenant's server configurations (``conduit.records.mcp``), lists the tools
 of a server whose configuration digest changed or whose list is older than ``mcp_list_ttl_s``
-(rule M2), tries a failing one again (after ``mcp_refresh_s`` doubled per failure in a row, at
+(rule X2), tries a failing one again (after ``mcp_refresh_s`` doubled per failure in a row, at
 most ``mcp_list_ttl_s``), and writes each tenant's ``McpCatalog``: the tools of the servers
 that answered, and every server's status (a failing server's tools are withheld).
 
@@ -45,7 +45,7 @@ INVALID_PARAMS = -32602
 
 
 def offered(server: str, tool: Tool) -> McpTool:
-    """The ``McpTool`` Conduit offers for ``tool`` of ``server`` (names: rule M1; read-only: the
+    """The ``McpTool`` Conduit offers for ``tool`` of ``server`` (names: rule X1; read-only: the
     server's ``readOnlyHint``, False when absent)."""
     read_only = bool(tool.annotations and tool.annotations.read_only_hint)
     return McpTool(name=canonical_name(server, tool.name), function=function_name(server, tool.name), server=server,

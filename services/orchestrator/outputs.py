@@ -142,10 +142,12 @@ class Outputs:
             metrics.task_finished(state.status, state.mode)
             turn = state.child is None  # a worker's task is no turn of the person's session (team mode)
             if turn and state.status == "completed":
-                writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or ""))
+                writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or "",
+                                                  n=state.turn_no))
             elif turn and state.status == "needs_input":  # the reply continues with this evidence (rule E10)
                 writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or "",
-                                                  evidence=[e.model_dump(mode="json") for e in state.evidence]))
+                                                  evidence=[e.model_dump(mode="json") for e in state.evidence],
+                                                  n=state.turn_no))
             kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled",
                     "needs_input": "task.needs_input"}[state.status]
             self.public(state, kind, latency_ms=latency_ms, code=getattr(event, "code", None))

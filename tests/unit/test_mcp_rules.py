@@ -1,5 +1,5 @@
-"""MCP tools in, in process: naming (rule M1), configuration digests (rule M2), the approval default
-(rule M3), and the agent offering, vetting and citing a tenant's MCP tool (docs/mcp.md)."""
+"""MCP tools in, in process: naming (rule X1), configuration digests (rule X2), the approval default
+(rule X3), and the agent offering, vetting and citing a tenant's MCP tool (docs/mcp.md)."""
 
 from __future__ import annotations
 

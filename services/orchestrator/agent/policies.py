@@ -2,7 +2,7 @@
 docs/architecture.md).
 
 - Approval policy per tool: ``never``, ``always`` or a rule ``if:<argument>~<regex>``
-  (approval needed when that argument matches). Default: ``code_exec`` always asks; rule M3
+  (approval needed when that argument matches). Default: ``code_exec`` always asks; rule X3
   (docs/mcp.md): an MCP tool whose server does not mark it read-only (``readOnlyHint``) always
   asks unless the tenant's policy names it.
 - Loop detection signature (rule A6): tool name + normalised arguments (strings trimmed and
@@ -55,7 +55,7 @@ def signature(tool: str, arguments: dict[str, Any]) -> str:
 
 
 def default_approval(mcp_tool: McpTool | None) -> str:
-    """The policy of a tool no rule names: ``always`` for an MCP tool not marked read-only (rule M3),
+    """The policy of a tool no rule names: ``always`` for an MCP tool not marked read-only (rule X3),
     else ``never``."""
     return "always" if mcp_tool is not None and not mcp_tool.read_only else "never"
 

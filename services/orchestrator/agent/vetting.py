@@ -14,7 +14,7 @@ refused call never runs; its ``Refusal`` is shown to the model as an error):
    ``tool_quotas`` for one question (``TOOL_CALL_LIMIT_REACHED``, rule E5);
 6. the tool's circuit breaker (``circuit_open``; half-open lets one trial call through);
 7. the approval policy (``policies.needs_approval``): the call waits for a person (an MCP
-   tool not marked read-only by its server asks by default, rule M3).
+   tool not marked read-only by its server asks by default, rule X3).
 
 A ``delegate`` call that passed them (team mode) is then checked by rule D3 (``team.check_delegate``:
 worker kind, depth, fan-out) and the step's accepted ones get their children's shares of the
@@ -59,7 +59,7 @@ def _refuse(code: str, kind: str, message: str, hint: str) -> Refusal:
 
 def check_arguments(state: TaskState, name: str, args: dict[str, Any] | None) -> Refusal | None:
     """Checks 1-2: the tool is offered and the arguments fit its schema (an MCP tool's: its JSON
-    Schema plus ``reason``, rule M1); a ``Refusal`` if not."""
+    Schema plus ``reason``, rule X1); a ``Refusal`` if not."""
     mcp = state.mcp_tool(name)
     if name not in state.allowed_tools or (name not in TOOL_SPECS and mcp is None):
         return _refuse("tool_not_available", "forbidden", f"tool {name!r} is not available",
@@ -149,7 +149,7 @@ def new_call(deps: Deps, state: TaskState, call_id: str, name: str, args: dict[s
              now: datetime) -> PendingCall:
     """A ``PendingCall`` for the model's call (``tool`` None for a name that is no known tool;
     unparsable arguments are kept as ``{}`` and refused by ``vet``). An offered MCP tool called by
-    its function name is named canonically (``mcp.<server>.<tool>``, rule M1). Its result deadline
+    its function name is named canonically (``mcp.<server>.<tool>``, rule X1). Its result deadline
     is ``tool_timeout_s`` away, and never after the task's deadline (rule E2)."""
     task_deadline = team.budget(deps, state).deadline_at
     mcp = state.mcp_tool(name)
