@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from contracts.evidence import Citation
 from contracts.stream import Usage
-from contracts.tools import ToolName
+from contracts.tools import AnyToolName
 
 TaskStatus = Literal[
     "accepted", "running", "waiting_tool", "waiting_approval", "completed", "failed", "cancelled", "needs_input"
@@ -31,7 +31,7 @@ class TaskCreate(BaseModel):
     user_id: str | None = Field(default=None, max_length=128,
                                 description="deprecated: the caller's user comes from the credential; "
                                             "another value is refused (403 user_mismatch)")
-    allowed_tools: list[ToolName] | None = Field(default=None, description="subset of tools the agent may use")
+    allowed_tools: list[AnyToolName] | None = Field(default=None, description="subset of tools the agent may use (built-in names, mcp.<server>.<tool>)")
     mode: Literal["agent", "team", "auto"] | None = Field(
         default=None, description="team: a supervisor delegates parts of the question to workers running in "
                                   "parallel (docs/agent-rules.md, rules D1-D9); auto: team when the question names "

@@ -97,7 +97,9 @@ CHANNELS: tuple[Channel, ...] = (
             "web_search / web_fetch tool calls for the web service."),
     Channel(topics.TOOL_REQUESTS_SANDBOX, (ToolRequested,), "orchestrator", (topics.GROUP_SANDBOX,),
             "code_exec tool calls for the sandbox."),
-    Channel(topics.TOOL_RESULTS, (ToolResult,), "retriever, web, sandbox, orchestrator", (topics.GROUP_ORCHESTRATOR,),
+    Channel(topics.TOOL_REQUESTS_MCP, (ToolRequested,), "orchestrator", (topics.GROUP_MCP,),
+            "Calls of tenants' MCP server tools (mcp.<server>.<tool>) for the mcp service."),
+    Channel(topics.TOOL_RESULTS, (ToolResult,), "retriever, web, sandbox, mcp, orchestrator", (topics.GROUP_ORCHESTRATOR,),
             "The outcome of one tool call (ToolResult), matched by call_id / idempotency_key; a worker's "
             "task reports to its supervisor's delegate call here (team mode)."),
     Channel(topics.AGENT_EVENTS, (AgentEvent,), "orchestrator", (),

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.envelope import Envelope
 from contracts.evidence import EvidenceItem
-from contracts.tools import ToolName
+from contracts.tools import AnyToolName
 
 
 class Payload(BaseModel):
@@ -55,7 +55,7 @@ class QuestionPayload(Payload):
     """
 
     question: str
-    allowed_tools: list[ToolName] | None = None
+    allowed_tools: list[AnyToolName] | None = None
     mode: Literal["agent", "team", "auto"] | None = None
     child: ChildSpec | None = None
     use_cache: bool = True
@@ -70,7 +70,7 @@ class ToolRequestPayload(Payload):
     """
 
     call_id: str
-    tool: ToolName
+    tool: AnyToolName
     arguments: dict[str, Any]
     reason: str = ""
     step: int
@@ -125,7 +125,7 @@ class ToolResultPayload(Payload):
     """
 
     call_id: str
-    tool: ToolName
+    tool: AnyToolName
     idempotency_key: str
     outcome: Literal["ok", "error", "timeout"]
     evidence: list[EvidenceItem] = Field(default_factory=list)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-EvidenceKind = Literal["original", "summary", "web"]
+EvidenceKind = Literal["original", "summary", "web", "tool"]
 
 
 class EvidenceItem(BaseModel):
@@ -22,7 +22,8 @@ class EvidenceItem(BaseModel):
         chunk_id: stable id of the chunk (knowledge base) or the URL (web).
         document_id: the document the chunk belongs to (used to drop a summary
             whose original text is already in the pool).
-        kind: ``original`` (source text), ``summary`` (generated summary) or ``web``.
+        kind: ``original`` (source text), ``summary`` (generated summary), ``web`` or ``tool``
+            (what a tenant's MCP server tool returned, ``services.mcp``).
         title: document title, e.g. 《中华人民共和国增值税法》.
         locator: where inside the document, e.g. ``第十一条`` or ``第 3 页``.
         url: source URL for web evidence.

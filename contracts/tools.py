@@ -17,11 +17,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts import topics
+from contracts.mcp import McpToolName, is_mcp
 
 ToolName = Literal["kb_search", "web_search", "web_fetch", "code_exec", "delegate"]
 ALL_TOOLS: tuple[ToolName, ...] = ("kb_search", "web_search", "web_fetch", "code_exec")
 """The tools a tool service runs; ``delegate`` (a child task on the bus, team mode) is offered
 by the orchestrator itself to supervisors only (docs/agent-rules.md, rules D1-D9)."""
+AnyToolName = ToolName | McpToolName
+"""A built-in tool or a tenant's MCP server tool (``mcp.<server>.<tool>``, ``contracts.mcp``)."""
 
 REASON_FIELD = Field(
     description="为什么需要调用这个工具，一句话，会展示给用户 (why this call is needed; shown to the user)",
@@ -128,6 +131,16 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         request_topic=topics.QUESTIONS,
     ),
 }
+
+
+def request_topic(name: str) -> str:
+    """The request topic of tool ``name``: its spec's, or ``TOOL_REQUESTS_MCP`` for an MCP tool.
+
+    Raises KeyError for a name that is neither.
+    """
+    if is_mcp(name):
+        return topics.TOOL_REQUESTS_MCP
+    return TOOL_SPECS[name].request_topic
 
 
 def openai_tool_schema(name: str) -> dict[str, Any]:

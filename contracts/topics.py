@@ -14,6 +14,7 @@ CONTROL = f"{PREFIX}.control"  # TaskCancelled, ApprovalDecided: gateway -> orch
 TOOL_REQUESTS_KB = f"{PREFIX}.tools.kb.requests"  # ToolRequested(kb_search) -> retriever
 TOOL_REQUESTS_WEB = f"{PREFIX}.tools.web.requests"  # ToolRequested(web_search|web_fetch) -> web
 TOOL_REQUESTS_SANDBOX = f"{PREFIX}.tools.sandbox.requests"  # ToolRequested(code_exec) -> sandbox
+TOOL_REQUESTS_MCP = f"{PREFIX}.tools.mcp.requests"  # ToolRequested(mcp.<server>.<tool>) -> mcp
 TOOL_RESULTS = f"{PREFIX}.tools.results"  # ToolResult: tool services -> orchestrator
 AGENT_EVENTS = f"{PREFIX}.agent.events"  # public, coarse AgentEvent stream for other teams
 DEAD_LETTER = f"{PREFIX}.dead-letter"  # DeadLetter: messages no consumer could handle
@@ -25,6 +26,7 @@ ALL_TOPICS: tuple[str, ...] = (
     TOOL_REQUESTS_KB,
     TOOL_REQUESTS_WEB,
     TOOL_REQUESTS_SANDBOX,
+    TOOL_REQUESTS_MCP,
     TOOL_RESULTS,
     AGENT_EVENTS,
     DEAD_LETTER,
@@ -38,6 +40,7 @@ GROUP_ORCHESTRATOR = f"{PREFIX}-orchestrator"
 GROUP_RETRIEVER = f"{PREFIX}-retriever"
 GROUP_WEB = f"{PREFIX}-web"
 GROUP_SANDBOX = f"{PREFIX}-sandbox"
+GROUP_MCP = f"{PREFIX}-mcp"
 
 
 def partition_key(task_id: str) -> bytes:

@@ -130,7 +130,7 @@ def _supervise(stack: "Stack") -> int:
 
 
 @app.command()
-def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | orchestrator | gateway")) -> None:
+def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | mcp | orchestrator | gateway")) -> None:
     """Run one service in the foreground until SIGTERM (what each process of the stack runs)."""
     from conduit.runtime.logs import configure_logging
     from conduit.ops.services import SERVICES
@@ -290,6 +290,16 @@ def ask(question: str = typer.Argument(..., help="the question"),
         mode: str = typer.Option(None, help="agent, team (a supervisor and parallel workers) or auto")) -> None:
     """Ask a running stack one question and stream the answer; exits 0 only on task.completed."""
     raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence, key, mode))
+
+
+@app.command("mcp")
+def mcp_stdio(url: str = typer.Option(None, help="gateway base URL (default from settings)"),
+              key: str = typer.Option(None, help="API key (default: CONDUIT_API_KEY, else <data_dir>/admin.key)")) -> None:
+    """Serve Conduit as an MCP server over stdio (tools search, ask, documents) for a running gateway."""
+    from conduit.ops.client import default_key
+    from services.gateway.mcp_out import run_stdio
+
+    run_stdio(url or _gateway(get_settings()), key or default_key())
 
 
 @app.command()

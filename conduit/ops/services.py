@@ -17,7 +17,7 @@ from pathlib import Path
 from conduit.ops import infra
 from conduit.runtime.settings import Settings
 
-SERVICES = ("retriever", "web", "sandbox", "orchestrator", "gateway")
+SERVICES = ("retriever", "web", "sandbox", "mcp", "orchestrator", "gateway")
 """Every service, in start order (tool services before the orchestrator, gateway last)."""
 
 STOP_MARGIN_S = 5.0
@@ -30,7 +30,7 @@ def shutdown_budget_s(service: str, settings: Settings) -> float:
     - gateway: uvicorn's graceful shutdown (``gateway_shutdown_grace_s``);
     - orchestrator: running model steps (``shutdown_grace_s``) plus a handler in flight
       (``tool_timeout_s``: the longest a handler waits on anything);
-    - retriever, web: a tool handler in flight (``tool_timeout_s + 5``, the FastStream deadline);
+    - retriever, web, mcp: a tool handler in flight (``tool_timeout_s + 5``, the FastStream deadline);
     - sandbox: a run in flight (``sandbox_timeout_s + 5``).
     Each stopper (``ServiceProcess.stop``, Kubernetes' ``terminationGracePeriodSeconds``)
     waits this plus ``STOP_MARGIN_S``; tests/deploy checks the manifests agree.

@@ -22,7 +22,8 @@ from contracts import topics
 GROUPS = {"orchestrator": (topics.GROUP_ORCHESTRATOR, (topics.QUESTIONS, topics.TOOL_RESULTS, topics.CONTROL)),
           "retriever": (topics.GROUP_RETRIEVER, (topics.TOOL_REQUESTS_KB, topics.RETRIEVER_REQUESTS)),
           "web": (topics.GROUP_WEB, (topics.TOOL_REQUESTS_WEB,)),
-          "sandbox": (topics.GROUP_SANDBOX, (topics.TOOL_REQUESTS_SANDBOX,))}
+          "sandbox": (topics.GROUP_SANDBOX, (topics.TOOL_REQUESTS_SANDBOX,)),
+          "mcp": (topics.GROUP_MCP, (topics.TOOL_REQUESTS_MCP,))}
 """Consumer group and input topics of each service that consumes (the gateway has none)."""
 
 

@@ -49,6 +49,12 @@ Tool services and the bus
 - ``artifact(artifact_id)``: hash ``{meta, data}`` of a stored tool output file.
 - ``alive(service, host, pid)`` / ``alive_pattern(service)``: liveness marks.
 - ``sandbox_status(host, pid)`` / ``SANDBOX_STATUS_PATTERN``: the sandbox's isolation status.
+
+MCP tools in (``conduit.records.mcp``)
+- ``mcp_servers(tenant)``: hash, server name -> ``contracts.mcp.McpServerConfig`` JSON registered
+  with ``POST /v1/mcp-servers`` (gateway writes, mcp service reads); ``MCP_SERVERS_PATTERN`` finds them.
+- ``mcp_catalog(tenant)``: string, the tenant's ``contracts.mcp.McpCatalog`` JSON (mcp service
+  writes with a TTL, orchestrator and gateway read).
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ LEASES = f"{PREFIX}:leases"
 TOOL_DEADLINES = f"{PREFIX}:tool_deadlines"
 QUESTIONS_PENDING = f"{PREFIX}:questions:pending"
 SANDBOX_STATUS_PATTERN = f"{PREFIX}:sandbox:status:*"
+MCP_SERVERS_PATTERN = f"{PREFIX}:mcp:servers:*"
 APIKEYS = f"{PREFIX}:apikeys"
 RATELIMIT_PREFIX = f"{PREFIX}:ratelimit"
 
@@ -231,6 +238,16 @@ def sandbox_status_pattern(host: str = "*") -> str:
 def sandbox_status(host: str, pid: int) -> str:
     """The isolation status of the sandbox process ``pid`` on ``host``."""
     return f"{PREFIX}:sandbox:status:{host}:{pid}"
+
+
+def mcp_servers(tenant_id: str) -> str:
+    """The MCP servers a tenant's admins registered (hash: name -> config JSON)."""
+    return f"{PREFIX}:mcp:servers:{tenant_id}"
+
+
+def mcp_catalog(tenant_id: str) -> str:
+    """The tenant's MCP tools and server statuses (``McpCatalog`` JSON)."""
+    return f"{PREFIX}:mcp:catalog:{tenant_id}"
 
 
 def memory(tenant_id: str, owner_digest: str) -> str:

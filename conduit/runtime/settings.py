@@ -199,6 +199,12 @@ class Settings(BaseSettings):
     sandbox_artifact_max_bytes: int = Field(default=8 * 1024 * 1024, description="bytes of output files kept per run, all files together")
     sandbox_artifact_ttl_s: int = Field(default=86400, description="lifetime of a code_exec artifact in Redis (seconds)")
 
+    # ---- MCP tools in (services/mcp/, docs/mcp.md)
+    mcp_servers: dict[str, list[dict]] = Field(default={}, description="MCP servers per tenant, JSON {tenant: [{name, command: [argv] | url, env, headers, timeout_s}]}; tenant `*` = every tenant (docs/mcp.md)")
+    mcp_refresh_s: float = Field(default=5.0, gt=0, description="seconds between two looks of the mcp service at the servers' configurations (a changed one is listed again, rule X2)")
+    mcp_list_ttl_s: float = Field(default=300.0, gt=0, description="seconds a server's tool list is kept before it is listed again; a failing server is tried again after mcp_refresh_s, doubled per failure in a row up to this")
+    mcp_api_commands: bool = Field(default=False, description="let admins register stdio commands with POST /v1/mcp-servers (runs them on the mcp service's host); off: URLs only")
+
     # ---- logging
     log_level: str = Field(default="INFO", description="log level")
     log_json: bool = Field(default=True, description="JSON log lines (structlog); false = console format")

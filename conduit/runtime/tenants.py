@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from conduit.runtime.settings import Settings
-from contracts.tools import ToolName
+from contracts.tools import AnyToolName
 
 
 class TenantPolicy(BaseModel):
@@ -24,7 +24,7 @@ class TenantPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    allowed_tools: list[ToolName] | None = Field(default=None, description="tools this tenant's tasks may use")
+    allowed_tools: list[AnyToolName] | None = Field(default=None, description="tools this tenant's tasks may use")
     model: str | None = Field(default=None, description="chat model name for this tenant")
     approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")

@@ -93,6 +93,9 @@ class ToolFailure(Exception):
 
 
 ToolFn = Callable[[ToolArgs, ToolRequested], Awaitable[ToolOutput]]
+RawToolFn = Callable[[dict[str, Any], ToolRequested], Awaitable[ToolOutput]]
+"""A tool of a family without a contract model (MCP tools): it gets the arguments as sent and
+checks them itself (``ToolFailure`` of kind ``bad_arguments``)."""
 
 
 class ToolService:
@@ -125,6 +128,8 @@ class ToolService:
         """This process's name on the tool claims it takes (rule T6)."""
         self.extra: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
         """Other (topic, handler) read by the same consumer; see ``consume``."""
+        self.families: list[tuple[Callable[[str], bool], RawToolFn]] = []
+        """Tools named at run time (``tool_family``): (name test, implementation)."""
 
     def consume(self, topic: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         """Also handle the events of ``topic`` (those ``contracts.channels`` lists for it).
@@ -154,6 +159,11 @@ class ToolService:
             raise KeyError(name)
         self.tools[name] = fn
 
+    def tool_family(self, matches: Callable[[str], bool], fn: RawToolFn) -> None:
+        """Serve every tool whose name ``matches`` (e.g. ``contracts.mcp.is_mcp``) with ``fn``,
+        which receives the arguments unvalidated and validates them itself."""
+        self.families.append((matches, fn))
+
     async def execute(self, request: ToolRequested) -> ToolResultPayload:
         """Run one request and return its result payload (never raises for tool errors)."""
         p = request.payload
@@ -172,11 +182,11 @@ class ToolService:
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
             )
 
-        fn = self.tools.get(p.tool)
+        fn: Any = self.tools.get(p.tool) or next((f for match, f in self.families if match(p.tool)), None)
         if fn is None:
             return result("error", error=ToolError(error_code="unknown_tool", message=f"{p.tool} is not served by {self.name}", kind="bad_arguments"))
         try:
-            args = TOOL_SPECS[p.tool].args_model.model_validate(p.arguments)
+            args = TOOL_SPECS[p.tool].args_model.model_validate(p.arguments) if p.tool in self.tools else p.arguments
         except ValidationError as exc:
             return result("error", error=ToolError(
                 error_code="bad_arguments", message=str(exc.errors(include_url=False))[:500],

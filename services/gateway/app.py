@@ -34,6 +34,7 @@ from services.gateway import approvals, artifacts, health, identity, routes
 from services.gateway import sessions as sessions_routes
 from services.gateway import memory as memory_routes
 from services.gateway.auth import check_auth_mode
+from services.gateway.mcp_route import install_mcp
 from services.gateway.page import install_page
 from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers
@@ -82,7 +83,8 @@ def create_app(settings: Settings) -> FastAPI:
             gc.freeze()
             log.info("gateway ready (kafka %s, redis %s, allocator %s)", settings.bootstrap_servers(), settings.redis(),
                      allocator.in_use())
-            yield
+            async with mcp_endpoint.manager.run():  # the MCP SDK's task group of /mcp
+                yield
         finally:
             if beat is not None:
                 beat.cancel()
@@ -110,6 +112,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(documents_routes.router)  # /v1/search, /v1/documents (served by the retriever over the bus)
     app.include_router(identity.router)  # /v1/me, /v1/login
     app.include_router(sessions_routes.router)
+    mcp_endpoint = install_mcp(app)  # /mcp (Conduit as an MCP server) and /v1/mcp-servers (tenants' servers)
     app.include_router(memory_routes.router)  # /v1/memory (conduit.records.memory; vectors in the retriever)
     install_openapi(app)
     install_page(app)  # GET / (the chat page) and /static (its files), public

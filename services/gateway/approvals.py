@@ -16,12 +16,14 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+import jsonschema
 from pydantic import ValidationError
 
 from conduit.records import approvals
 from contracts import topics
 from contracts.api import ApprovalDecisionBody, ErrorBody
 from contracts.events import ApprovalDecided, ApprovalDecisionPayload
+from conduit.records import mcp as mcp_records
 from contracts.tools import TOOL_SPECS, arguments_digest
 from services.gateway import inputs, tasks
 from services.gateway.auth import Principal, authenticate
@@ -33,6 +35,26 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 
 
 _ERRORS = {c: {"model": ErrorBody} for c in (403, 404, 409, 422)}
+
+
+async def _check_edit(state: GatewayState, tenant_id: str, tool: str, arguments: dict) -> None:
+    """422 ``invalid_arguments`` unless ``arguments`` fit ``tool``: a built-in tool's model, or an
+    MCP tool's JSON Schema (plus ``reason``) from the tenant's catalog (rule X1)."""
+    if tool in TOOL_SPECS:
+        try:
+            TOOL_SPECS[tool].args_model.model_validate(arguments)
+        except ValidationError as exc:
+            raise ApiError(422, "invalid_arguments", f"arguments do not fit {tool}",
+                           validation_details(exc.errors(include_url=False, include_input=False))) from None
+        return
+    catalog = await mcp_records.load_catalog(state.redis, tenant_id)
+    spec = next((t for t in (catalog.tools if catalog else []) if t.name == tool), None)
+    if spec is None:
+        raise ApiError(422, "invalid_arguments", f"{tool} is no longer offered; reject the call instead")
+    try:
+        jsonschema.validate(arguments, spec.openai_schema()["function"]["parameters"])
+    except jsonschema.ValidationError as exc:
+        raise ApiError(422, "invalid_arguments", f"arguments do not fit {tool}: {exc.message}"[:500]) from None
 
 
 @router.post("/tasks/{task_id}/approvals/{call_id}", status_code=202, openapi_extra=body_doc(ApprovalDecisionBody),
@@ -60,11 +82,7 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
     if body.decision == "edit":
         if body.arguments is None:
             raise ApiError(422, "invalid_arguments", "an edit needs the new arguments")
-        try:
-            TOOL_SPECS[record.tool].args_model.model_validate(body.arguments)
-        except ValidationError as exc:
-            raise ApiError(422, "invalid_arguments", f"arguments do not fit {record.tool}",
-                           validation_details(exc.errors(include_url=False, include_input=False))) from None
+        await _check_edit(state, view.tenant_id, record.tool, body.arguments)
         arguments, new_digest = body.arguments, arguments_digest(body.arguments)
     event = ApprovalDecided(
         task_id=task_id, session_id=view.session_id, tenant_id=view.tenant_id, user_id=view.user_id,

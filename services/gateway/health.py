@@ -2,10 +2,12 @@
 
 - ``GET /healthz`` -> 200 ``{"status": "ok"}`` while the process serves HTTP (liveness).
 - ``GET /readyz``  -> 200 ``{"status": "ready", "checks": {"redis": true, "kafka": true},
-  "alive_services": {name: live process count}}`` when Redis answers PING and Kafka
+  "alive_services": {name: live process count}, "mcp": {"servers", "failing"}}`` when Redis answers PING and Kafka
   answers a metadata request (``DescribeCluster`` via ``broker.ping``), each within
   ``settings.gateway_ready_timeout_s`` seconds; else 503 ``ErrorBody`` with code
-  ``not_ready`` and the same ``checks``/``alive_services`` in ``details``.
+  ``not_ready`` and the same ``checks``/``alive_services`` in ``details``. ``mcp`` counts the
+  tenants' MCP servers and those failing (their tools are withheld; which ones and why:
+  ``GET /v1/mcp-servers``); a failing server does not make the gateway unready.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
+from conduit.records import mcp as mcp_records
 from conduit.runtime.liveness import alive_services
 from services.gateway.errors import error_response
 from services.gateway.state import GatewayState, get_state
@@ -51,14 +54,16 @@ async def readyz(state: GatewayState = Depends(get_state)) -> JSONResponse:
     """Readiness: Redis and Kafka reachable; lists live services from the liveness keys."""
     redis_ok, kafka_ok = await asyncio.gather(_redis_ok(state), _kafka_ok(state))
     alive: dict[str, int] = {}
+    mcp: dict[str, int] = {}
     if redis_ok:
         try:
-            alive = await asyncio.wait_for(alive_services(state.redis), state.settings.gateway_ready_timeout_s)
+            alive, mcp = await asyncio.wait_for(asyncio.gather(alive_services(state.redis), mcp_records.summary(state.redis)),
+                                                state.settings.gateway_ready_timeout_s)
         except Exception as exc:  # noqa: BLE001
             log.warning("readyz: alive_services failed: %r", exc)
     checks = {"redis": redis_ok, "kafka": kafka_ok}
     if redis_ok and kafka_ok:
-        return JSONResponse({"status": "ready", "checks": checks, "alive_services": alive})
+        return JSONResponse({"status": "ready", "checks": checks, "alive_services": alive, "mcp": mcp})
     down = ", ".join(k for k, ok in checks.items() if not ok)
     return error_response(503, "not_ready", f"not ready: {down} unreachable",
                           {"checks": checks, "alive_services": alive})

@@ -33,7 +33,7 @@ from contracts.events import (
 )
 from contracts.evidence import Citation
 from contracts.stream import StreamEvent
-from contracts.tools import TOOL_SPECS
+from contracts.tools import request_topic
 from services.orchestrator.agent import endings, team
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import UpdateApproval
@@ -101,7 +101,7 @@ class Outputs:
         request = parent_of(state).child(ToolRequested, payload=ToolRequestPayload(
             call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason, step=call.step,
             idempotency_key=call.idempotency_key, deadline_at=call.deadline_at))
-        await bus.publish(self.broker, TOOL_SPECS[call.tool].request_topic, request)
+        await bus.publish(self.broker, request_topic(call.tool), request)
         self.public(state, "tool.requested", tool=call.name)
 
     def public(self, state: TaskState, kind: str, **fields: Any) -> None:

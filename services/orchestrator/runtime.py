@@ -32,6 +32,7 @@ from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
+from conduit.records import mcp as mcp_records
 from conduit.runtime.toolcatalog import available_tools, unavailable_tools
 from contracts.envelope import utcnow
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
@@ -148,11 +149,12 @@ class Orchestrator:
         """Start a task. A redelivered question (checkpoint exists) changes nothing."""
         s = self.settings
         child = event.payload.child is not None  # a worker's task (team mode): no session history, no pre-router
-        # three independent reads in one round trip's time (each costs a loopback send here)
-        existing, sealed, turns, context = await asyncio.gather(
+        # five independent reads in one round trip's time (each costs a loopback send here)
+        existing, sealed, turns, context, catalog = await asyncio.gather(
             self.store.load(event.task_id), self.events.is_sealed(event.task_id),
             self._no_turns() if child else self.tasks.turns(event.session_id, SESSION_TURNS_READ),
-            self._no_context() if child else sessions.load_context(self.redis, event.session_id))
+            self._no_context() if child else sessions.load_context(self.redis, event.session_id),
+            mcp_records.load_catalog(self.redis, event.tenant_id))
         if existing is not None and existing.terminal and existing.child is not None:
             await self.out.report_to_parent(existing, self.deps)  # the parent asked again (rule A14): its result may be lost
         if existing is not None or sealed:
@@ -162,8 +164,10 @@ class Orchestrator:
         recalled = Recalled() if child else await self.memory.before(event, first_turn=not turns)
         route = None if child or recalled.cached is not None else await router.decide(
             s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
-        step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools, self.unavailable),
-                              turns, route=route, recalled=recalled, now=utcnow(), context=context)
+        asked = event.payload.allowed_tools
+        mcp_tools = [t for t in (catalog.tools if catalog else []) if asked is None or t.name in asked]
+        step = planning.start(self.deps, event, available_tools(s, asked, self.unavailable),
+                              turns, route=route, recalled=recalled, now=utcnow(), context=context, mcp_tools=mcp_tools)
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:

@@ -587,7 +587,8 @@ def test_keda_scales_each_consumer_group_on_its_topics(base: list[Obj]) -> None:
             assert int(meta["lagThreshold"]) > 0
         assert 1 <= scaled["spec"]["minReplicaCount"] <= scaled["spec"]["maxReplicaCount"] <= PARTITIONS
         seen[group] = scaled
-    assert set(seen) == {topics.GROUP_ORCHESTRATOR, topics.GROUP_RETRIEVER, topics.GROUP_WEB, topics.GROUP_SANDBOX}
+    assert set(seen) == {topics.GROUP_ORCHESTRATOR, topics.GROUP_RETRIEVER, topics.GROUP_WEB, topics.GROUP_SANDBOX,
+                         topics.GROUP_MCP}
 
 
 def _settings_keys() -> set[str]:

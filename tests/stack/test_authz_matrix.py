@@ -189,6 +189,10 @@ MATRIX: dict[tuple[str, str], Case] = {
     ("GET", "/v1/sessions/{session_id}"): Case("/v1/sessions/{session}", 200, 200, 404, 404),
     ("PATCH", "/v1/sessions/{session_id}"): Case("/v1/sessions/{session}", 200, 200, 404, 404, {"title": "renamed"}),
     ("DELETE", "/v1/sessions/{session_id}"): Case("/v1/sessions/{session}", 200, 200, 404, 404, fresh_session=True),
+    ("POST", "/v1/mcp-servers"): Case("/v1/mcp-servers", 403, 201, 403, 403,
+                                      {"name": "scratch", "url": "http://127.0.0.1:9/mcp"}),
+    ("GET", "/v1/mcp-servers"): Case("/v1/mcp-servers", 200, 200, 200, 200),
+    ("DELETE", "/v1/mcp-servers/{name}"): Case("/v1/mcp-servers/scratch", 403, 204, 403, 403),
     ("GET", "/v1/memory"): Case("/v1/memory", 200, 200, 200, 200),  # each caller's own items
     ("DELETE", "/v1/memory/{item_id}"): Case(f"/v1/memory/{MEMORY_ID}", 200, 404, 404, 404),  # the owner's goes first
     ("DELETE", "/v1/memory"): Case("/v1/memory", 200, 200, 200, 200),  # each caller forgets their own
@@ -259,6 +263,24 @@ def test_route_answers_each_caller_as_expected(world: World, route: tuple[str, s
             seen = text + " ".join(headers.values())
             leaked = [m for m in LEAKS if m in seen]
             assert not leaked, f"{route} as {caller} saw {leaked}"
+
+
+MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "m", "version": "1"}}}
+
+
+def test_mcp_endpoint_authenticates_like_the_api(world: World) -> None:
+    """``POST /mcp`` (not in the OpenAPI document: it speaks JSON-RPC) answers 401 to every
+    unauthenticated caller before the MCP SDK sees the request, and serves every credential."""
+    headers = {"Accept": "application/json, text/event-stream"}
+    with world.client() as c:
+        for caller in CALLERS:
+            r = c.post("/mcp", json=MCP_INITIALIZE, headers={**headers, **world.headers[caller]})
+            if caller in UNAUTHENTICATED:
+                assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated", (caller, r.text)
+                assert r.headers.get("www-authenticate", "").startswith("Bearer"), caller
+            else:
+                assert r.status_code == 200 and '"serverInfo"' in r.text, (caller, r.status_code, r.text[:300])
 
 
 def test_owner_and_admin_see_the_data(world: World) -> None:

@@ -2,7 +2,7 @@
 no process behind; a start that finds an earlier stack's processes on its ports names their pids.
 
 Each test runs `conduit up --no-ingest` with its own data directory and free ports (its own
-tansu, redis-server and five services). Leftovers are found by their environment: every
+tansu, redis-server and six services). Leftovers are found by their environment: every
 process the stack starts inherits ``CONDUIT_DATA_DIR``.
 """
 
@@ -52,7 +52,7 @@ def test_sigterm_after_ready_stops_everything_and_exits_zero(up_factory):
     up = up_factory()
     up.wait_for(up.ready, "ready")
     pids = [c["pid"] for c in up.state()["children"].values()]
-    assert len(pids) == 7  # tansu, redis and five services
+    assert len(pids) == 8  # tansu, redis and six services
     up.proc.send_signal(signal.SIGTERM)
     assert up.proc.wait(120) == 0, up.output()
     assert not wait_no_processes(up.data_dir, 10)

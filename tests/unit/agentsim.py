@@ -19,6 +19,7 @@ from typing import Any
 from conduit.runtime.settings import Settings
 from contracts.events import QuestionAsked, QuestionPayload, ToolResultPayload
 from contracts.evidence import EvidenceItem
+from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, StreamEvent, ThinkingDelta
 from services.orchestrator.agent import endings, planning, recording, timers
 from services.orchestrator.agent.deps import Deps
@@ -84,13 +85,14 @@ class Sim:
     """One task driven through the core in memory (see the module docstring)."""
 
     def __init__(self, model: TestModel | None = None, tools: dict[str, ToolFn] | None = None,
-                 allowed: list[str] | None = None, **fields: Any) -> None:
+                 allowed: list[str] | None = None, mcp_tools: list[McpTool] | None = None, **fields: Any) -> None:
         ids = itertools.count(1)
         self.deps = Deps.from_settings(settings(**fields), model_configured=model is not None, rng=random.Random(7),
                                        new_call_id=lambda: f"call_own_{next(ids)}")
         self.model = model
         self.tools: dict[str, ToolFn] = tools if tools is not None else {"kb_search": lambda c: ok(c, passage("p1"))}
         self.allowed = allowed if allowed is not None else ["kb_search", "code_exec"]
+        self.mcp_tools = mcp_tools or []  # the tenant's MCP tools offered besides (contracts.mcp)
         self.now = T0
         self.state: TaskState | None = None
         self.events: list[StreamEvent] = []
@@ -112,7 +114,7 @@ class Sim:
         the cache gave, ``recalled``) and run it until it ends or waits for people or silent tools."""
         q = q or question(occurred_at=self.now)
         await self.run(planning.start(self.deps, q, list(self.allowed), turns or [], route=route, recalled=recalled,
-                                      now=self.now, context=context))
+                                      now=self.now, context=context, mcp_tools=list(self.mcp_tools)))
         assert self.state is not None
         return self.state
 

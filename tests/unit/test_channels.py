@@ -56,6 +56,7 @@ def test_subscriptions_follow_the_table() -> None:
     assert channels.subscription(topics.GROUP_RETRIEVER)[0] == (topics.TOOL_REQUESTS_KB, topics.RETRIEVER_REQUESTS)
     assert channels.subscription(topics.GROUP_WEB) == ((topics.TOOL_REQUESTS_WEB,), ToolRequested)
     assert channels.subscription(topics.GROUP_SANDBOX) == ((topics.TOOL_REQUESTS_SANDBOX,), ToolRequested)
+    assert channels.subscription(topics.GROUP_MCP) == ((topics.TOOL_REQUESTS_MCP,), ToolRequested)
     with pytest.raises(channels.UnknownChannel):
         channels.subscription("conduit-nobody")
     for spec in TOOL_SPECS.values():
@@ -76,7 +77,7 @@ def test_every_key_has_the_prefix_and_its_parts() -> None:
              keys.events_terminal("t"), keys.cancel("t"), keys.approval("t", "c"), keys.approval_decision("t", "c"), keys.fault("t"),
              keys.idempotency("ten", "d"), keys.hub_wake("h"), keys.reply("r"), keys.document("ten", "d"),
              keys.documents("ten"), keys.tool_result("k"), keys.attempts("c", "e"), keys.artifact("a"),
-             keys.alive("web", "host", 7), keys.sandbox_status("host", 7), keys.LEASES, keys.TOOL_DEADLINES]
+             keys.alive("web", "host", 7), keys.sandbox_status("host", 7), keys.mcp_servers("ten"), keys.mcp_catalog("ten"), keys.LEASES, keys.TOOL_DEADLINES]
     assert all(k.startswith("conduit:") for k in built)
     assert len(set(built)) == len(built)
     assert keys.alive("web", "h", 7) == "conduit:alive:web:h:7"

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from pydantic import ValidationError
-
 from contracts.events import ApprovalDecisionPayload, ToolError
-from contracts.tools import TOOL_SPECS, arguments_digest
-from services.orchestrator.agent import policies, recording
+from contracts.tools import arguments_digest
+from services.orchestrator.agent import policies, recording, vetting
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import IN_SAVE, Metric, Public, PublishTool, Step, UpdateApproval, Wake, WriteView
 from services.orchestrator.agent.state import PendingCall, Phase, Refusal, TaskState
@@ -54,10 +52,8 @@ def decide(deps: Deps, state: TaskState, d: ApprovalDecisionPayload, now: dateti
             return None  # the person saw other arguments: nothing runs
         call.approval = "approved"
     elif d.decision == "edit":
-        try:
-            TOOL_SPECS[call.name].args_model.model_validate(d.arguments or {})
-        except ValidationError:
-            return None
+        if vetting.check_arguments(state, call.name, d.arguments or {}) is not None:
+            return None  # rule A7: edited arguments must fit the tool's schema
         call.arguments = dict(d.arguments or {})
         call.arguments_digest = arguments_digest(call.arguments)
         call.approval = "edited"

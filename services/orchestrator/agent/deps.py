@@ -36,6 +36,15 @@ class Deps:
     rng: random.Random = field(default_factory=random.Random)
     new_call_id: Callable[[], str] = lambda: f"call_{uuid.uuid4().hex[:12]}"
 
+    def breaker(self, tool: str) -> CircuitBreaker | None:
+        """The breaker of ``tool``: a built-in tool's, or an MCP tool's (made on first use, sized
+        like the others); None for an unknown name."""
+        found = self.tool_breakers.get(tool)
+        if found is None and tool.startswith("mcp."):
+            s = self.settings
+            found = self.tool_breakers[tool] = CircuitBreaker(s.tool_breaker_failures, s.tool_breaker_cooldown_s)
+        return found
+
     @classmethod
     def from_settings(cls, settings: Settings, model_configured: bool, **fields: object) -> "Deps":
         """Deps with breakers sized by ``settings`` (model and one per tool)."""

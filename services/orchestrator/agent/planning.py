@@ -31,6 +31,7 @@ from conduit.runtime import tenants
 from contracts.api import SessionContext, StepRecord
 from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
+from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import openai_tool_schema
 from services.orchestrator.agent import cache, endings, fallback, finalizer, prompt, routing, team, vetting, workers
@@ -49,7 +50,8 @@ SOFT_LIMIT_MARGIN = 2
 
 def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
           route: RouteDecision | None = None, recalled: Recalled | None = None,
-          now: datetime | None = None, context: SessionContext | None = None) -> Step:
+          now: datetime | None = None, context: SessionContext | None = None,
+          mcp_tools: list[McpTool] | None = None) -> Step:
     """A new task from ``event`` with the session's earlier ``turns`` as history.
 
     Effects: the lease is taken in the save (a crash after it is resumed by the sweeper),
@@ -61,6 +63,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     replayed at once (rule C3, no model or tool call). ``now``: UTC (default: the question's time).
     ``turns`` are all the session's stored turns; with the session's ``context`` they are folded
     (rules M6, M7): the newest are history messages, the rest are in the state's system message.
+    ``mcp_tools``: the tenant's MCP tools to offer besides (their canonical names join ``allowed_tools``).
     """
     first_turn = not turns
     turn_no = context_rules.turn_number(turns, len(turns) - 1) + 1 if turns else 1
@@ -71,7 +74,8 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     state = TaskState(
         task_id=event.task_id, session_id=event.session_id, tenant_id=event.tenant_id, user_id=event.user_id,
         traceparent=event.traceparent, cause_id=event.event_id, question=event.payload.question,
-        allowed_tools=allowed_tools, status="running", created_at=event.occurred_at,
+        allowed_tools=[*allowed_tools, *(t.name for t in mcp_tools or [])], mcp_tools=mcp_tools or [],
+        status="running", created_at=event.occurred_at,
         mode="agent" if model else "retrieval_only", fallback_reason=None if model else "no_model_configured",
         messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
                   {"role": "user", "content": event.payload.question}],
@@ -268,10 +272,19 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         messages.append({"role": "system", "content": prompt.EMPTY_NOTE if hit == "empty_answer" else prompt.LIMIT_NOTE})
     elif soft:
         messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
-    tools = None if hit or not state.allowed_tools else [
-        team.delegate_schema(state.workers) if t == "delegate" else openai_tool_schema(t) for t in state.allowed_tools]
+    tools = None if hit or not state.allowed_tools else [tool_schema(state, t) for t in state.allowed_tools]
     return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout,
                     model=tenants.policy(deps.settings, state.tenant_id).model, stream=not finalizer.wanted(state))
+
+
+def tool_schema(state: TaskState, name: str) -> dict[str, Any]:
+    """The chat-completions ``tools`` entry of ``name``: a built-in tool's, ``delegate`` with the
+    task's worker kinds (team mode), or an MCP tool's under its OpenAI function name (rule X1,
+    ``contracts.mcp``)."""
+    mcp = state.mcp_tool(name)
+    if mcp is not None:
+        return mcp.openai_schema()
+    return team.delegate_schema(state.workers) if name == "delegate" else openai_tool_schema(name)
 
 
 def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse, now: datetime,

@@ -2,7 +2,9 @@
 docs/architecture.md).
 
 - Approval policy per tool: ``never``, ``always`` or a rule ``if:<argument>~<regex>``
-  (approval needed when that argument matches). Default: ``code_exec`` always asks.
+  (approval needed when that argument matches). Default: ``code_exec`` always asks; rule X3
+  (docs/mcp.md): an MCP tool whose server does not mark it read-only (``readOnlyHint``) always
+  asks unless the tenant's policy names it.
 - Loop detection signature (rule A6): tool name + normalised arguments (strings trimmed and
   case-folded, keys sorted, ``reason`` ignored): on the third identical call the model is
   told it already has that result; a fourth ends the task.
@@ -14,6 +16,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+
+from contracts.mcp import McpTool
 
 LOOP_WARN_AT = 3
 """Identical calls at which the model is told it already has the result (rule A6)."""
@@ -50,12 +54,20 @@ def signature(tool: str, arguments: dict[str, Any]) -> str:
     return f"{tool}:{json.dumps(canonical(args), ensure_ascii=False, sort_keys=True)}"
 
 
-def needs_approval(policies: dict[str, str], tool: str, arguments: dict[str, Any]) -> bool:
+def default_approval(mcp_tool: McpTool | None) -> str:
+    """The policy of a tool no rule names: ``always`` for an MCP tool not marked read-only (rule X3),
+    else ``never``."""
+    return "always" if mcp_tool is not None and not mcp_tool.read_only else "never"
+
+
+def needs_approval(policies: dict[str, str], tool: str, arguments: dict[str, Any], default: str = "never") -> bool:
     """True when ``tool`` called with ``arguments`` must wait for a human decision.
 
-    Raises ValueError for a malformed policy string.
+    ``policies`` names tools (``mcp.<server>.*`` names every tool of one MCP server); a tool it
+    does not name gets ``default``. Raises ValueError for a malformed policy string.
     """
-    policy = policies.get(tool, "never").strip()
+    server_wide = f"{tool.rsplit('.', 1)[0]}.*" if tool.startswith("mcp.") else None
+    policy = policies.get(tool, policies.get(server_wide or "", default)).strip()
     if policy == "never":
         return False
     if policy == "always":

@@ -58,7 +58,7 @@ def backoff_s(deps: Deps, attempt: int) -> float:
 
 
 def _feed_breaker(deps: Deps, call: PendingCall, result: ToolResultPayload | Refusal, now: datetime) -> None:
-    breaker = deps.tool_breakers.get(call.name)
+    breaker = deps.breaker(call.name)
     if breaker is None or isinstance(result, Refusal):
         return
     if transient(result):

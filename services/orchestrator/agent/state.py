@@ -20,8 +20,9 @@ from contracts.api import StepRecord, TaskStatus
 from contracts.envelope import utcnow
 from contracts.events import ChildSpec, ToolError, ToolResultPayload
 from contracts.evidence import NumberedEvidence
+from contracts.mcp import McpTool
 from contracts.stream import MemoryNote, Usage
-from contracts.tools import ToolName
+from contracts.tools import AnyToolName, ToolName
 
 TOOL_RESEND_S = 10.0
 """Seconds between two sends of a request still without a result (rule A14): a request the
@@ -74,7 +75,7 @@ class PendingCall(BaseModel):
 
     call_id: str
     name: str
-    tool: ToolName | None = None
+    tool: AnyToolName | None = None
     arguments: dict[str, Any]
     reason: str = ""
     step: int
@@ -131,6 +132,7 @@ class TaskState(BaseModel):
     cause_id: UUID | None = None
     question: str
     allowed_tools: list[str]
+    mcp_tools: list[McpTool] = Field(default_factory=list)  # the tenant's MCP tools offered, as listed at the start
     status: TaskStatus = "accepted"
     phase: Phase = Phase.MODEL
     step: int = 0
@@ -178,6 +180,10 @@ class TaskState(BaseModel):
         """Envelope header fields of every event this task sends (task, session, tenant, user, trace)."""
         return dict(task_id=self.task_id, session_id=self.session_id, tenant_id=self.tenant_id,
                     user_id=self.user_id, traceparent=self.traceparent)
+
+    def mcp_tool(self, name: str) -> McpTool | None:
+        """The offered MCP tool named ``name`` (canonical ``mcp.<server>.<tool>`` or its function name)."""
+        return next((t for t in self.mcp_tools if name in (t.name, t.function)), None)
 
     def call(self, call_id: str) -> PendingCall | None:
         """The pending call ``call_id`` or None."""

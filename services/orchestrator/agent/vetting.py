@@ -13,7 +13,8 @@ refused call never runs; its ``Refusal`` is shown to the model as an error):
 5. the tool-call budget ``max_tool_calls`` (``tool_budget_exhausted``), then the per-tool quota
    ``tool_quotas`` for one question (``TOOL_CALL_LIMIT_REACHED``, rule E5);
 6. the tool's circuit breaker (``circuit_open``; half-open lets one trial call through);
-7. the approval policy (``policies.needs_approval``): the call waits for a person.
+7. the approval policy (``policies.needs_approval``): the call waits for a person (an MCP
+   tool not marked read-only by its server asks by default, rule X3).
 
 A ``delegate`` call that passed them (team mode) is then checked by rule D3 (``team.check_delegate``:
 worker kind, depth, fan-out) and the step's accepted ones get their children's shares of the
@@ -25,6 +26,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import jsonschema
 from pydantic import ValidationError
 
 from conduit.runtime import tenants
@@ -56,18 +58,28 @@ def _refuse(code: str, kind: str, message: str, hint: str) -> Refusal:
 
 
 def check_arguments(state: TaskState, name: str, args: dict[str, Any] | None) -> Refusal | None:
-    """Checks 1-2: the tool is offered and the arguments fit its schema; a ``Refusal`` if not."""
-    if name not in state.allowed_tools or name not in TOOL_SPECS:
+    """Checks 1-2: the tool is offered and the arguments fit its schema (an MCP tool's: its JSON
+    Schema plus ``reason``, rule X1); a ``Refusal`` if not."""
+    mcp = state.mcp_tool(name)
+    if name not in state.allowed_tools or (name not in TOOL_SPECS and mcp is None):
         return _refuse("tool_not_available", "forbidden", f"tool {name!r} is not available",
                        f"available tools: {', '.join(state.allowed_tools) or 'none'}")
     if args is None:
         return _refuse("bad_arguments", "bad_arguments", "arguments are not a JSON object",
                        "send the arguments as a JSON object matching the schema")
     try:
-        TOOL_SPECS[name].args_model.model_validate(args)
+        if mcp is not None:
+            jsonschema.validate(args, mcp.openai_schema()["function"]["parameters"])
+        else:
+            TOOL_SPECS[name].args_model.model_validate(args)
     except ValidationError as exc:
         return _refuse("bad_arguments", "bad_arguments", str(exc.errors(include_url=False))[:500],
                        "fix the arguments to match the tool's JSON Schema")
+    except jsonschema.ValidationError as exc:
+        return _refuse("bad_arguments", "bad_arguments", exc.message[:500],
+                       "fix the arguments to match the tool's JSON Schema")
+    except jsonschema.SchemaError:
+        return None  # the MCP server's own schema is broken: the server judges the arguments
     return None
 
 
@@ -117,14 +129,15 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
         return _refuse("TOOL_CALL_LIMIT_REACHED", "business",
                        f"{call.name} may run at most {quota} times for one question and has run that often",
                        "answer with the results you already have")
-    breaker = deps.tool_breakers.get(call.name)
+    breaker = deps.breaker(call.name)
     if breaker is not None and not breaker.allow(now.timestamp()):
         return _refuse("circuit_open", "transient",
                        f"{call.name} failed repeatedly and is paused for {s.tool_breaker_cooldown_s:.0f} s",
                        "use another tool or answer with what you have")
     state.tool_calls_used += 1
     state.tool_counts[call.name] = state.tool_counts.get(call.name, 0) + 1
-    if policies.needs_approval(tenants.policy(s, state.tenant_id).approval_policies or {}, call.name, call.arguments):
+    rules = tenants.policy(s, state.tenant_id).approval_policies or {}
+    if policies.needs_approval(rules, call.name, call.arguments, default=policies.default_approval(state.mcp_tool(call.name))):
         call.approval = "pending"
         call.arguments_digest = arguments_digest(call.arguments)
         deadline = team.budget(deps, state).deadline_at  # rule E2: never past the task's deadline
@@ -135,11 +148,14 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
 def new_call(deps: Deps, state: TaskState, call_id: str, name: str, args: dict[str, Any] | None,
              now: datetime) -> PendingCall:
     """A ``PendingCall`` for the model's call (``tool`` None for a name that is no known tool;
-    unparsable arguments are kept as ``{}`` and refused by ``vet``). Its result deadline is
-    ``tool_timeout_s`` away, and never after the task's deadline (rule E2)."""
+    unparsable arguments are kept as ``{}`` and refused by ``vet``). An offered MCP tool called by
+    its function name is named canonically (``mcp.<server>.<tool>``, rule X1). Its result deadline
+    is ``tool_timeout_s`` away, and never after the task's deadline (rule E2)."""
     task_deadline = team.budget(deps, state).deadline_at
+    mcp = state.mcp_tool(name)
+    name = mcp.name if mcp is not None else name
     return PendingCall(
-        call_id=call_id, name=name, tool=name if name in TOOL_SPECS else None, arguments=args or {},
+        call_id=call_id, name=name, tool=name if name in TOOL_SPECS or mcp is not None else None, arguments=args or {},
         reason=str((args or {}).get("reason", ""))[:500], step=state.step,
         idempotency_key=f"{state.task_id}:{state.step}:{call_id}", requested_at=now,
         deadline_at=max(now, min(now + timedelta(seconds=deps.settings.tool_timeout_s), task_deadline)))
