@@ -20,6 +20,8 @@ Tasks (orchestrator writes, gateway reads)
 
 Gateway
 - ``idempotency(tenant, digest)``: string, the task id an ``Idempotency-Key`` created.
+- ``chat_conversation(digest)``: string, the session an OpenAI-style conversation continues
+  (``digest``: SHA-256 of tenant, user and the messages so far; ``services.gateway.chat``).
 - ``hub_wake(hub_id)``: stream the SSE hub's reader blocks on to be woken.
 - ``reply(request_id)`` / ``document(tenant, id)`` / ``documents(tenant)``: search replies
   and document records (``contracts.documents``).
@@ -158,6 +160,11 @@ def fault(task_id: str) -> str:
 def idempotency(tenant_id: str, digest: str) -> str:
     """The task created under one ``Idempotency-Key`` (``digest``: its SHA-256 hex) of a tenant."""
     return f"{PREFIX}:idempotency:{tenant_id}:{digest}"
+
+
+def chat_conversation(digest: str) -> str:
+    """The session id of the conversation whose messages so far hash to ``digest``."""
+    return f"{PREFIX}:chat:{digest}"
 
 
 def hub_wake(hub_id: str) -> str:
