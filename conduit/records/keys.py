@@ -17,6 +17,10 @@ Tasks (orchestrator writes, gateway reads)
 - ``approval(task_id, call_id)``: string, a pending ``contracts.api.ApprovalRecord``;
   ``approval_decision(task_id, call_id)``: the one decision the gateway accepted for it.
 - ``fault(task_id)``: string, a crash test's once-only fault marker.
+- ``PUBLIC_OUTBOX``: stream of public ``AgentEvent`` JSON (``task``, ``data`` fields) written in the
+  checkpoint's save script and by the terminal append; ``PUBLIC_RELAY``: string, the replica whose
+  relay publishes it to ``conduit.agent.events`` and deletes what was sent
+  (``services.orchestrator.public``).
 
 Gateway
 - ``idempotency(tenant, digest)``: string, the task id an ``Idempotency-Key`` created.
@@ -55,6 +59,8 @@ QUESTIONS_PENDING = f"{PREFIX}:questions:pending"
 SANDBOX_STATUS_PATTERN = f"{PREFIX}:sandbox:status:*"
 APIKEYS = f"{PREFIX}:apikeys"
 RATELIMIT_PREFIX = f"{PREFIX}:ratelimit"
+PUBLIC_OUTBOX = f"{PREFIX}:outbox:public"
+PUBLIC_RELAY = f"{PREFIX}:outbox:public:relay"
 
 
 def apikey(key_id: str) -> str:

@@ -80,8 +80,10 @@ async def ensure_topics(settings: Settings, names: tuple[str, ...] = topics.ALL_
         await admin.close()
 
 
-async def publish(broker: KafkaBroker, topic: str, event: Envelope) -> None:
+async def publish(broker: KafkaBroker, topic: str, event: Envelope, headers: dict[str, str] | None = None) -> None:
     """Publish ``event`` to ``topic`` keyed by its ``task_id`` and wait for the broker's ack.
+
+    ``headers``: more record headers (the public topic's CloudEvents ``ce_*`` attributes).
 
     Raises ``contracts.channels.UnknownChannel`` (a ``ValueError``) before sending when
     ``topic`` does not carry ``event.type`` in ``contracts.channels.CHANNELS``. Headers carry ``type`` and ``traceparent`` so consumers and tracing can route
@@ -90,7 +92,7 @@ async def publish(broker: KafkaBroker, topic: str, event: Envelope) -> None:
     carries that span's traceparent, so the consumer's span is its child.
     """
     channels.check(topic, event.type)
-    headers = {"type": event.type, "content-type": "application/json"}
+    headers = {"type": event.type, "content-type": "application/json", **(headers or {})}
     parent = tracing.current_traceparent(event.traceparent)
     body = event.model_dump_json().encode("utf-8")
     if parent is None:

@@ -34,7 +34,7 @@ from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import openai_tool_schema
 from services.orchestrator.agent import endings, fallback, prompt, routing, vetting
 from services.orchestrator.agent.deps import Deps
-from services.orchestrator.agent.effects import HoldLease, Public, RunModelStep, Step, WriteView
+from services.orchestrator.agent.effects import FaultPoint, HoldLease, Public, RunModelStep, Step, WriteView
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import Phase, TaskState
 from services.orchestrator.agent.window import window
@@ -70,7 +70,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         return Step(state, [Public("task.started")]).then(
             endings.fail(state, "input_rejected", rejected.message(state.question), event.occurred_at))
     route = route or routing.by_rules(state.question)
-    step = Step(state, [Public("task.started")])
+    step = Step(state, [Public("task.started"), FaultPoint("started")])  # a crash test's point after the save
     if route is not None:
         state.trace.append({"phase": "route", **route.trace()})
         step.emit(TraceEvent(phase="route", data=route.trace()))
