@@ -8,8 +8,12 @@ OpenAI-compatible model plays the agent's model.
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -19,6 +23,7 @@ from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import auth, new_key, start_stack
 
+ROOT = Path(__file__).resolve().parents[2]
 VAT_LAW = "中华人民共和国增值税法"
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 
@@ -128,3 +133,18 @@ def test_sdk_errors_have_openai_shape(client: openai.OpenAI, stack: Stack, infra
                         headers={**auth(other), "X-Conduit-Session": first.headers["x-conduit-session"]},
                         json={"model": "conduit", "messages": [{"role": "user", "content": "你好"}]})
     assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "session_not_found"
+
+
+def test_example_subscriber_prints_a_tasks_cloudevents(client: openai.OpenAI, stack: Stack, model) -> None:
+    model.push(KB_CALL, cite)
+    raw = client.chat.completions.with_raw_response.create(model="conduit", messages=[{"role": "user", "content": QUESTION}])
+    task_id = raw.headers["x-task-id"]
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / "subscriber.py"), "--bootstrap",
+                          stack.settings.bootstrap_servers(), "--from-beginning", "--task", task_id, "--until-terminal",
+                          "--timeout", "90", "--fetch-max-wait-ms", "10"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [x["kind"] for x in lines] == ["task.started", "tool.requested", "tool.completed", "task.completed"], lines
+    for x in lines:
+        assert x["type"] == f"conduit.agent.{x['kind']}" and x["subject"] == task_id and x["source"] == "/conduit/orchestrator"
+        assert x["id"] == x["data"]["event_id"] and x["tenant"] == "default" and x["time"]
