@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -21,11 +23,16 @@ def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[
                 env: dict[str, str], laws: list[str] | None = None) -> Stack:
     """Ingest ``laws`` (real articles from the law corpus) into ``data_dir``, then start ``services``.
 
-    ``env`` is given to every service process (model endpoint, limits...). Returns the
-    running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
+    ``env`` is given to every service process (model endpoint, limits...). With ``QDRANT_URL`` set
+    (pytest ``--containers``) the knowledge base is a collection of its own on that Qdrant server.
+    Returns the running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
     """
+    server = os.environ.get("QDRANT_URL")
+    vectors = {"qdrant_url": server, "qdrant_collection": f"conduit-{uuid.uuid4().hex[:12]}"} if server else {}
+    if server:
+        env = {**env, "QDRANT_URL": server, "CONDUIT_QDRANT_COLLECTION": vectors["qdrant_collection"]}
     settings = Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
-                        gateway_port=infra.free_port())
+                        gateway_port=infra.free_port(), **vectors)
     if laws:
         from services.retriever.ingest import ingest_law_db
 
