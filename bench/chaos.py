@@ -48,6 +48,7 @@ from conduit.records.taskstream import TaskEventLog
 from conduit.runtime.liveness import alive_key
 from conduit.runtime.settings import Settings
 from conduit.testing.scripted_model import ScriptedModel, Turn
+from conduit.testing.site import reply
 from contracts.stream import TERMINAL_TYPES
 
 APPROVAL_EVERY = 7
@@ -95,11 +96,7 @@ class _Page(BaseHTTPRequestHandler):
             self.server.hits[self.path] += 1
         body = ("<html><head><title>征收率</title></head><body><article><h1>小规模纳税人征收率</h1>"
                 + "<p>小规模纳税人适用简易计税方法，征收率为百分之三。</p>" * 6 + "</article></body></html>").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, body)
 
 
 def script(site: Site):  # noqa: ANN201 - a TurnSource

@@ -7,7 +7,7 @@ A tool service (retriever, web, sandbox) registers tool functions with
    (rule T3, docs/rules.md: idempotent tools; results kept ``RESULT_TTL_S`` seconds; transient
    failures and timeouts are not stored, so a retry runs the tool again); a delivery runs the
    tool only while it holds the key's claim, and a second delivery of a call that is running
-   (a redelivery after a rebalance, a re-send) waits for that run's result instead (rule T6);
+   (a redelivery after a rebalance, a re-send) leaves it to that run (rule T6);
 2. validates the arguments with the tool's contract model (``bad_arguments`` error);
 3. runs the tool under its deadline (``timeout`` outcome);
 4. publishes a ``ToolResult`` to ``conduit.tools.results`` keyed by task id.
@@ -52,10 +52,15 @@ log = logging.getLogger("conduit.runtime.toolservice")
 
 RESULT_TTL_S = 3600
 """Seconds a tool result is kept under its idempotency key."""
-CLAIM_POLL_S = 0.1
-"""Seconds between two looks of a delivery waiting for the claimed run of the same call (rule T6)."""
 CANCEL_POLL_S = 0.5
 """Seconds between checks of a running call's task cancel flag (a cancel stops the call within this)."""
+CLAIM_TTL_S = 10
+"""Seconds a call's claim lives unless its run renews it (every ``CANCEL_POLL_S``): a delivery
+waiting behind a run whose process died takes the call over within this (rule T6)."""
+_RENEW_CLAIM = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end
+return 0
+"""
 
 
 class TaskCancelled(Exception):
@@ -166,7 +171,8 @@ class ToolService:
                 error_code="bad_arguments", message=str(exc.errors(include_url=False))[:500],
                 hint="fix the arguments to match the tool's JSON Schema", kind="bad_arguments"))
         try:
-            out = await asyncio.wait_for(self._unless_cancelled(fn(args, request), request.task_id), timeout=self.timeout_s)
+            out = await asyncio.wait_for(self._unless_cancelled(fn(args, request), request.task_id, p.idempotency_key),
+                                         timeout=self.timeout_s)
         except TaskCancelled:
             return result("error", error=ToolError(
                 error_code="task_cancelled", message="the task was cancelled while the call ran; it was stopped",
@@ -182,8 +188,9 @@ class ToolService:
             return result("error", error=ToolError(error_code="tool_crashed", message=f"{type(exc).__name__}: {exc}"[:500], kind="transient"))
         return result("ok", out)
 
-    async def _unless_cancelled(self, work: Awaitable[ToolOutput], task_id: str) -> ToolOutput:
-        """Await ``work`` while checking the task's cancel flag every ``CANCEL_POLL_S`` seconds.
+    async def _unless_cancelled(self, work: Awaitable[ToolOutput], task_id: str, idempotency_key: str) -> ToolOutput:
+        """Await ``work`` while checking the task's cancel flag every ``CANCEL_POLL_S`` seconds
+        and, in the same round trip, renewing this run's claim on ``idempotency_key`` (rule T6).
 
         When the task is cancelled the tool's coroutine is cancelled (the sandbox then
         kills its process tree) and ``TaskCancelled`` is raised. A failed check (Redis
@@ -196,7 +203,11 @@ class ToolService:
                 if done:
                     return tool.result()
                 try:
-                    cancelled = bool(await self.redis.exists(keys.cancel(task_id)))
+                    async with self.redis.pipeline(transaction=False) as pipe:
+                        pipe.exists(keys.cancel(task_id))
+                        pipe.eval(_RENEW_CLAIM, 1, keys.tool_claim(idempotency_key), self._owner, CLAIM_TTL_S)
+                        exists, _renewed = await pipe.execute()
+                    cancelled = bool(exists)
                 except RedisError as exc:
                     log.warning("cancel check failed for %s: %r", task_id, exc)
                     cancelled = False
@@ -223,7 +234,11 @@ class ToolService:
                                 kind="forbidden"))))
             return
         if not cached:
-            cached = await self._claim_or_wait(request.payload.idempotency_key)
+            taken, cached = await self._claim(request.payload.idempotency_key)
+            if not taken and not cached:
+                log.info("call %s runs elsewhere; this delivery leaves it to that run",
+                         request.payload.idempotency_key)
+                return
         if cached:
             payload = ToolResultPayload.model_validate_json(cached)
         else:
@@ -241,24 +256,24 @@ class ToolService:
                 await self._release(request.payload.idempotency_key)
         await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload))
 
-    async def _claim_or_wait(self, idempotency_key: str) -> bytes | None:
-        """Take the call's claim (None: run it) or wait for the run that holds it (its stored result).
+    async def _claim(self, idempotency_key: str) -> tuple[bool, bytes | None]:
+        """Take the call's claim: ``(True, None)`` to run it, ``(False, stored)`` when its result
+        is stored, ``(False, None)`` when another live run holds it.
 
-        Rule T6: one run per idempotency key at a time. The claim expires ``timeout_s + 5`` s
-        after it was taken, so a delivery whose process died mid-run is run again by the next one
-        (the at-least-once floor: a side effect the dead run already caused may happen twice).
-        Returns the stored result JSON when the other run stored one, None once this delivery
-        holds the claim (also when the other run ended without storing: a transient failure).
+        Rule T6: one run per idempotency key at a time. A delivery that finds the call running
+        elsewhere (a redelivery after a rebalance, a re-send) leaves it to that run, which publishes
+        the result; it never waits, so it holds up no later request of its partition. The claim
+        lives ``CLAIM_TTL_S`` seconds and its run renews it while the tool works, so when the runner
+        died the orchestrator's next re-send (rule A14) finds it lapsed and runs the call (the
+        at-least-once floor: a side effect the dead run already caused may happen twice).
         """
         claim, result = keys.tool_claim(idempotency_key), keys.tool_result(idempotency_key)
-        while True:
-            if await self.redis.set(claim, self._owner, nx=True, ex=int(self.timeout_s) + 5):
-                if (stored := await self.redis.get(result)) is not None:  # stored just before the claim
-                    await self.redis.delete(claim)
-                return stored
-            await asyncio.sleep(CLAIM_POLL_S)
-            if (stored := await self.redis.get(result)) is not None:
-                return stored
+        if await self.redis.set(claim, self._owner, nx=True, ex=CLAIM_TTL_S):
+            if (stored := await self.redis.get(result)) is not None:  # stored just before the claim
+                await self.redis.delete(claim)
+                return False, stored
+            return True, None
+        return False, await self.redis.get(result)
 
     async def _release(self, idempotency_key: str) -> None:
         """Drop the call's claim if this delivery still holds it."""

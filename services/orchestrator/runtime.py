@@ -66,6 +66,10 @@ log = structlog.get_logger("conduit.orchestrator")
 
 TOOL_AVAILABILITY_EVERY_S = 2.0
 """Seconds between two reads of the tool services' availability (sandbox status keys live 30 s)."""
+BUS_PING_EVERY_S = 1.0
+"""Seconds a broker ping's answer is kept by ``Orchestrator.bus_up``."""
+BUS_PING_TIMEOUT_S = 1.0
+"""Seconds a broker ping may take before the broker counts as unreachable (rule A15)."""
 
 
 def model_from_settings(settings: Settings) -> Model | None:
@@ -113,6 +117,7 @@ class Orchestrator:
         self.hooks: Hooks = hooks or NoHooks()
         self.steps = ModelSteps(self)
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
+        self._bus_up, self._bus_checked_at = True, float("-inf")
         self.unavailable: frozenset[str] = frozenset()
         """Tools that cannot run now (e.g. ``code_exec`` without isolation), refreshed by
         ``watch_tool_availability``; left out of every new task's tool list (rule T2)."""
@@ -161,9 +166,21 @@ class Orchestrator:
                 event.event_id, lambda st: endings.on_cancel(st, event.payload.reason, utcnow())))
 
     async def wake(self, task_id: str) -> None:
-        """Fire a task's due timers (the sweeper claimed its wake-up)."""
-        deps = self.deps
-        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow()))
+        """Fire a task's due timers (the sweeper claimed its wake-up); deadlines are postponed
+        while the broker does not answer (rule A15)."""
+        deps, bus_up = self.deps, await self.bus_up()
+        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up))
+
+    async def bus_up(self) -> bool:
+        """Whether the broker answered a cluster description within ``BUS_PING_TIMEOUT_S`` (the
+        answer is kept ``BUS_PING_EVERY_S`` seconds, so a sweep with many wake-ups asks once)."""
+        now = time.monotonic()
+        if now - self._bus_checked_at >= BUS_PING_EVERY_S:
+            self._bus_up = await self.broker.ping(timeout=BUS_PING_TIMEOUT_S)
+            self._bus_checked_at = time.monotonic()
+            if not self._bus_up:
+                log.warning("the broker does not answer; tool deadlines wait for it (rule A15)")
+        return self._bus_up
 
     async def sweep(self) -> None:
         """One sweeper pass (``sweeper.sweep``)."""
@@ -218,7 +235,12 @@ class Orchestrator:
         state, sent = step.state, []
         for e in step.effects:
             if isinstance(e, PublishTool):
-                await self.out.publish_request(state, e.call)
+                try:
+                    await self.out.publish_request(state, e.call)
+                except Exception as exc:  # noqa: BLE001 - the checkpoint holds it unsent; the wake-up sends it again
+                    log.warning("tool request not sent; its wake-up sends it again (rule A14)",
+                                task_id=state.task_id, call_id=e.call.call_id, error=repr(exc)[:200])
+                    continue
                 sent.append(e.call.call_id)
             else:
                 await self._carry_out_one(state, e, step.save, new_task)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from conduit.runtime import metrics, tenants
+from conduit.runtime import metrics
 from contracts.envelope import utcnow
 from contracts.stream import AnswerDelta, AnswerReset, ThinkingDelta
 from services.orchestrator.agent import endings, planning
@@ -171,7 +171,7 @@ class ModelSteps:
             try:
                 return await orch.model.stream(plan.messages, plan.tools, on_delta, should_stop, max_tokens=plan.max_tokens,
                                                on_thinking=thinking.add if thinking is not None else None,
-                                               model=tenants.policy(orch.settings, state.tenant_id).model)
+                                               model=plan.model)
             finally:
                 if thinking is not None:
                     await thinking.flush()

@@ -140,7 +140,7 @@ async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
         await svc.broker.stop()
         await svc.redis.aclose()
 async def test_two_deliveries_of_one_call_at_once_run_the_tool_once(settings, redis):
-    """Rule T6: a redelivery (rebalance) or re-send arriving while the call runs waits for its result."""
+    """Rule T6: a redelivery (rebalance) or re-send arriving while the call runs leaves it to that run."""
     import uuid
 
     from conduit.runtime.toolservice import ToolOutput, ToolService
@@ -178,3 +178,49 @@ async def test_two_deliveries_of_one_call_at_once_run_the_tool_once(settings, re
         await svc.redis.aclose()
 
 
+
+
+async def test_a_claim_lapses_when_its_run_dies_and_is_renewed_while_it_runs(settings, redis, monkeypatch):
+    """Rule T6: a run renews its claim (here past a 1 s lifetime), and the claim of a run whose
+    process died lapses, so the next re-send runs the call instead of leaving it to a dead run."""
+    import uuid
+
+    from conduit.records import keys
+    from conduit.runtime import toolservice
+    from conduit.runtime.toolservice import ToolOutput, ToolService
+    from contracts import topics
+    from contracts.events import ToolRequested, ToolRequestPayload
+
+    monkeypatch.setattr(toolservice, "CLAIM_TTL_S", 1)
+    ran: list[str] = []
+
+    async def tool(args, request) -> ToolOutput:
+        ran.append(args.query)
+        await asyncio.sleep(2.5)  # longer than the claim's lifetime: only renewals keep it
+        return ToolOutput(output="done")
+
+    def request_for(query: str) -> ToolRequested:
+        task_id, call_id = uuid.uuid4().hex, f"call_{uuid.uuid4().hex[:8]}"
+        return ToolRequested(task_id=task_id, session_id="s", payload=ToolRequestPayload(
+            call_id=call_id, tool="kb_search", arguments={"query": query, "reason": "r"}, step=1,
+            idempotency_key=f"{task_id}:1:{call_id}"))
+
+    svc = ToolService("claim-ttl-test", topics.TOOL_REQUESTS_KB, "claim-ttl-test", settings)
+    svc.tool("kb_search", tool)
+    await svc.broker.start()
+    try:
+        running = request_for("renewed")
+        first = asyncio.create_task(svc.handle(running))
+        await asyncio.sleep(1.8)  # past the 1 s lifetime: the run renewed its claim
+        await asyncio.wait_for(asyncio.gather(first, svc.handle(running)), 30)
+        assert ran == ["renewed"]
+        orphan = request_for("orphan")  # a run that died holding the claim: nobody renews it
+        await redis.set(keys.tool_claim(orphan.payload.idempotency_key), "dead-host:1:gone", ex=1)
+        await asyncio.wait_for(svc.handle(orphan), 10)
+        assert ran == ["renewed"]  # the claim still stands: this delivery leaves the call to its run
+        await asyncio.sleep(1.5)
+        await asyncio.wait_for(svc.handle(orphan), 10)  # the orchestrator's re-send (rule A14)
+        assert ran == ["renewed", "orphan"]
+    finally:
+        await svc.broker.stop()
+        await svc.redis.aclose()

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conduit.ops.client import StreamCutShort, stream_task
+from conduit.testing.site import reply
 
 
 class CutShort(BaseHTTPRequestHandler):
@@ -29,11 +30,7 @@ class CutShort(BaseHTTPRequestHandler):
         seq = int(last or 0) + 1
         event = "task.completed" if seq >= type(self).terminal_after else "step.started"
         body = f'id: {seq}\nevent: {event}\ndata: {{"type": "{event}"}}\n\n'.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, body, "text/event-stream")
 
     def log_message(self, *args: object) -> None:
         pass

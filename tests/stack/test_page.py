@@ -14,7 +14,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conduit.ops.stack import Stack
 from conduit.testing.page import (
     CHROMIUM,
     VAT_LAW,
@@ -27,9 +26,9 @@ from conduit.testing.page import (
     make_identity,
     markdown_answer,
     open_page,
-    page_stack,
     shot,
 )
+from conduit.testing.page_fixtures import fresh_script, stack  # noqa: F401 - fixtures
 from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import restart
 
@@ -37,20 +36,6 @@ pytest.importorskip("playwright")
 from playwright.sync_api import Browser, expect  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)")
-
-
-@pytest.fixture(scope="module")
-def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
-    st = page_stack(infra_stack, tmp_path_factory.mktemp("page-data"), model)
-    yield st
-    st.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(model):
-    model.script.clear()
-    model.default = Turn(content="好的。")
-    yield
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from conduit.ops.stack import Stack
 from conduit.testing.page import (
     CHROMIUM,
     WAIT_MS,
@@ -29,31 +28,17 @@ from conduit.testing.page import (
     last_turn,
     markdown_answer,
     open_page,
-    page_stack,
     sandbox_outputs,
     shot,
 )
 from conduit.testing.pdf import minimal_pdf
+from conduit.testing.page_fixtures import fresh_script, stack  # noqa: F401 - fixtures
 from conduit.testing.scripted_model import Turn
 
 pytest.importorskip("playwright")
 from playwright.sync_api import Browser, Page, expect  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)")
-
-
-@pytest.fixture(scope="module")
-def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
-    st = page_stack(infra_stack, tmp_path_factory.mktemp("page-data"), model)
-    yield st
-    st.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(model):
-    model.script.clear()
-    model.default = Turn(content="好的。")
-    yield
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from conduit.ops.services import STOP_MARGIN_S, shutdown_budget_s
 from conduit.ops.stack import Stack
 from conduit.runtime.settings import Settings
 from conduit.testing.scripted_model import ScriptedModel, Turn
+from conduit.testing.site import reply
 from services.sandbox.isolation import sandbox_status
 
 ANSWER = "收到工具结果后的完整答案。"
@@ -55,11 +56,7 @@ class _Held(BaseHTTPRequestHandler):
         self.server.release.wait(60)
         body = ("<html><body><article><h1>征收率</h1>" + "<p>小规模纳税人征收率为百分之三。</p>" * 5
                 + "</article></body></html>").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, body)
 
 
 @pytest.fixture(scope="module")

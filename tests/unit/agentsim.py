@@ -138,7 +138,7 @@ class Sim:
         try:
             reply = await self.model.stream(plan.messages, plan.tools, on_delta, max_tokens=plan.max_tokens,
                                             on_thinking=on_thinking if state.tenant_id in self.deps.settings.thinking_tenants
-                                            else None)
+                                            else None, model=plan.model)
             if self.model_seconds:  # a slow model: the call takes this long (the step's limit applies)
                 took = self.model_seconds.pop(0)
                 if plan.timeout_s is not None and took > plan.timeout_s:
@@ -151,11 +151,12 @@ class Sim:
         self.deps.model_breaker.success()
         return planning.on_reply(self.deps, state, plan, reply, self.now)
 
-    async def wake(self, after_s: float) -> None:
-        """Move time on by ``after_s`` seconds and fire the task's timers."""
+    async def wake(self, after_s: float, bus_up: bool = True) -> None:
+        """Move time on by ``after_s`` seconds and fire the task's timers (``bus_up`` False: the
+        broker does not answer)."""
         self.now += timedelta(seconds=after_s)
         assert self.state is not None
-        await self.run(timers.wake(self.deps, self.state, self.now))
+        await self.run(timers.wake(self.deps, self.state, self.now, bus_up))
 
     def _carry_out(self, step: Step) -> list[ToolResultPayload]:
         results: list[ToolResultPayload] = []

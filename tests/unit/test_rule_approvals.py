@@ -109,3 +109,12 @@ async def test_a_tenants_own_approval_policy_replaces_the_default():
     other = _sim(Reply(tool_calls=[code("print(3)")]), tenants={"acme": {"approval_policies": {"code_exec": "never"}}})
     await other.ask()
     assert len(other.state.pending_approvals()) == 1 and other.requests == []  # the default policy: always ask
+
+
+async def test_a_tenants_own_model_is_asked_for_and_others_get_the_default():
+    """``CONDUIT_TENANTS`` ``model``: the step plan names it, so every model call asks for it."""
+    own = Sim(TestModel(Reply(content="好的。")), tenants={"default": {"model": "m-own"}})
+    await own.ask()
+    other = Sim(TestModel(Reply(content="好的。")), tenants={"acme": {"model": "m-acme"}})
+    await other.ask()
+    assert own.model.models_seen == ["m-own"] and other.model.models_seen == [other.deps.settings.model]

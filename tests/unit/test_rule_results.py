@@ -109,6 +109,26 @@ async def test_a_request_without_a_result_is_sent_again_until_its_deadline():
     assert len(held) == 3 and sim.of("tool.completed")[0].outcome == "timeout"
 
 
+async def test_a_deadline_waits_while_the_broker_does_not_answer():
+    """Rule A15: no tool could answer while the bus is down; the call gets its time once it is back."""
+    sim, held = await _waiting_sim(tool_timeout_s=25)
+    await sim.wake(26, bus_up=False)  # past the deadline, but the broker is down: postponed, not a timeout
+    assert not sim.of("tool.completed")
+    await sim.wake(20)  # the broker is back: 20 s into the new 25 s
+    assert not sim.of("tool.completed") and len(held) >= 2
+    await sim.wake(6)
+    assert sim.of("tool.completed")[0].outcome == "timeout"
+
+
+async def test_a_postponed_deadline_never_passes_the_task_deadline():
+    """Rule A15 within rule E2: at the task's deadline the call times out, bus or no bus."""
+    sim, _ = await _waiting_sim(tool_timeout_s=25, task_deadline_s=40)
+    await sim.wake(26, bus_up=False)  # moved to the task's deadline, 40 s after the start
+    assert not sim.of("tool.completed")
+    await sim.wake(15, bus_up=False)
+    assert sim.of("tool.completed")[0].outcome == "timeout"
+
+
 async def test_evidence_pool_numbers_new_passages_and_the_answer_cites_them():
     model = TestModel(Reply(tool_calls=[kb("一")]), Reply(tool_calls=[kb("二")]), Reply(content="甲[1]，乙[2]，丙[9]。"))
     answers = iter([[passage("a"), passage("b")], [passage("b"), passage("c")]])

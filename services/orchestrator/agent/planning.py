@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from conduit.policy import guardrails
+from conduit.runtime import tenants
 from contracts.api import StepRecord
 from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
@@ -128,6 +129,8 @@ class StepPlan:
     max_tokens: int | None = None
     timeout_s: float | None = None
     stop: str | None = None
+    model: str | None = None
+    """The model name to ask for: the tenant's (``CONDUIT_TENANTS``) or the default."""
 
 
 COMPLETION_RESERVE_TOKENS = 1000
@@ -194,7 +197,8 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         return StepPlan(started, hit is not None, False, [], None)
     timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
     if state.mode == "chitchat":  # rule R1: its own prompt and history, no tools, a small cap
-        return StepPlan(started, True, True, list(state.messages), None, routing.CHITCHAT_MAX_TOKENS, timeout)
+        return StepPlan(started, True, True, list(state.messages), None, routing.CHITCHAT_MAX_TOKENS, timeout,
+                        model=tenants.policy(deps.settings, state.tenant_id).model)
     messages = window(state.messages, deps.settings.context_window_chars)
     stop = stop_before(deps, state, messages, now)
     if stop is not None:
@@ -207,7 +211,8 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     elif soft:
         messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
     tools = None if hit or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
-    return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout)
+    return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout,
+                    model=tenants.policy(deps.settings, state.tenant_id).model)
 
 
 def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse, now: datetime,

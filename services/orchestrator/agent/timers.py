@@ -9,13 +9,15 @@ For each call still without a result at ``now``:
 - a sent request without a result is sent again every ``state.TOOL_RESEND_S`` until its
   deadline (rule A14: the broker may have lost it in a restart);
 - a call past ``deadline_at`` gets a ``timeout`` result (``tool_timeout``, transient:
-  it counts against the tool's breaker).
+  it counts against the tool's breaker), except while the bus is unreachable (rule A15: no
+  tool could have answered; the deadline moves to ``tool_timeout_s`` from now, never past the
+  task's deadline, so the call gets its full time once a broker is back).
 Otherwise the wake-up is moved to the task's next due time.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from contracts.events import ToolError, ToolResultPayload
 from services.orchestrator.agent import approvals, recording
@@ -35,11 +37,24 @@ def timeout_result(deps: Deps, call: PendingCall, now: datetime) -> ToolResultPa
         duration_ms=round((now - call.requested_at).total_seconds() * 1000, 2))
 
 
-def due(deps: Deps, state: TaskState, now: datetime) -> tuple[list[PendingCall], list[recording.Arrival]]:
-    """The calls to send again at ``now``, and the results the timers give (expired approvals,
-    timeouts), in call order."""
+def _postpone(deps: Deps, state: TaskState, call: PendingCall, now: datetime) -> bool:
+    """Rule A15: move ``call``'s deadline to ``tool_timeout_s`` from ``now`` (never past the task's
+    deadline, rule E2). False when the task's deadline leaves no time: the call times out."""
+    task_deadline = state.created_at + timedelta(seconds=deps.settings.task_deadline_s)
+    moved = min(now + timedelta(seconds=deps.settings.tool_timeout_s), task_deadline)
+    if moved <= now:
+        return False
+    call.deadline_at = moved
+    return True
+
+
+def due(deps: Deps, state: TaskState, now: datetime,
+        bus_up: bool = True) -> tuple[list[PendingCall], list[recording.Arrival], bool]:
+    """The calls to send again at ``now``, the results the timers give (expired approvals,
+    timeouts), in call order, and whether a deadline was postponed (``bus_up`` False, rule A15)."""
     resend: list[PendingCall] = []
     late: list[recording.Arrival] = []
+    postponed = False
     expired = dict(approvals.expire(state, now))
     for c in state.pending:
         if c.result is not None:
@@ -51,20 +66,24 @@ def due(deps: Deps, state: TaskState, now: datetime) -> tuple[list[PendingCall],
             if (w := c.next_wakeup()) is not None and w <= now:
                 resend.append(c)
         elif c.deadline_at <= now:
-            late.append((c.call_id, timeout_result(deps, c, now)))
+            if not bus_up and _postpone(deps, state, c, now):
+                postponed = True
+            else:
+                late.append((c.call_id, timeout_result(deps, c, now)))
         elif c.resend_at() <= now:  # rule A14
             resend.append(c)
-    return resend, late
+    return resend, late, postponed
 
 
-def wake(deps: Deps, state: TaskState, now: datetime) -> Step:
-    """Handle the task's due timers at ``now`` (see the module's rules)."""
+def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True) -> Step:
+    """Handle the task's due timers at ``now`` (see the module's rules); ``bus_up`` False: the
+    broker does not answer, so deadlines are postponed instead of fired (rule A15)."""
     if state.terminal or state.phase != Phase.TOOLS:
         return Step(state, [ClearWake()], save=False)
-    resend, late = due(deps, state, now)
+    resend, late, postponed = due(deps, state, now, bus_up)
     if not resend and not late:
         wake_at = state.next_wakeup()
-        return Step(state, [Wake(wake_at) if wake_at is not None else ClearWake()], save=False)
+        return Step(state, [Wake(wake_at) if wake_at is not None else ClearWake()], save=postponed)
     for c in resend:
         c.retry_at, c.sent, c.sent_at = None, False, now
     step = Step(state, [PublishTool(c) for c in resend])
