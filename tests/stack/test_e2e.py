@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
+from conduit.testing.scripted_model import evidence_number as _number_of
 from conduit.testing.stack import FAULT, HOOKS, auth, crash_env, restart, start_stack
 from contracts import topics
 from contracts.events import DeadLetter
@@ -29,16 +29,6 @@ from contracts.events import DeadLetter
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 VAT_LAW = "中华人民共和国增值税法"
 LAWS = [VAT_LAW, "中华人民共和国个人所得税法", "中华人民共和国劳动合同法", "中华人民共和国企业所得税法"]
-
-
-def _number_of(messages: list[dict], title_part: str, locator: str) -> int | None:
-    """The evidence number the model saw for ``title_part`` + ``locator`` in tool messages."""
-    for m in messages:
-        if m.get("role") == "tool":
-            hit = re.search(rf"\[(\d+)\] 《[^》]*{title_part}[^》]*》 ?{locator}", m.get("content") or "")
-            if hit:
-                return int(hit.group(1))
-    return None
 
 
 def cite_vat_article(body: dict) -> Turn:

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import Turn
+from conduit.testing.scripted_model import Turn, evidence_number
 from conduit.testing.stack import auth, new_key, start_stack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,17 +28,8 @@ VAT_LAW = "中华人民共和国增值税法"
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 
 
-def _number_of(messages: list[dict], locator: str) -> int | None:
-    for m in messages:
-        if m.get("role") == "tool":
-            hit = re.search(rf"\[(\d+)\] 《[^》]*增值税法[^》]*》 ?{locator}", m.get("content") or "")
-            if hit:
-                return int(hit.group(1))
-    return None
-
-
 def cite(body: dict) -> Turn:
-    n = _number_of(body["messages"], "第十一条")
+    n = evidence_number(body["messages"], "增值税法", "第十一条")
     if n is None:
         return Turn(content="没有找到。")
     return Turn(content=f"征收率为百分之三[{n}]。", chunks=6)
