@@ -32,6 +32,10 @@ class TaskCreate(BaseModel):
                                 description="deprecated: the caller's user comes from the credential; "
                                             "another value is refused (403 user_mismatch)")
     allowed_tools: list[ToolName] | None = Field(default=None, description="subset of tools the agent may use")
+    mode: Literal["agent", "team", "auto"] | None = Field(
+        default=None, description="team: a supervisor delegates parts of the question to workers running in "
+                                  "parallel (docs/agent-rules.md, rules D1-D9); auto: team when the question names "
+                                  "several topics (CONDUIT_TEAM_TOPICS); unset: the tenant's mode")
 
 
 class TaskCreated(BaseModel):

@@ -84,18 +84,21 @@ def message_model(events: tuple[type[Envelope], ...]) -> Any:
 
 
 CHANNELS: tuple[Channel, ...] = (
-    Channel(topics.QUESTIONS, (QuestionAsked,), "gateway", (topics.GROUP_ORCHESTRATOR,),
-            "A new question (QuestionAsked); starts a task."),
-    Channel(topics.CONTROL, (TaskCancelled, ApprovalDecided), "gateway", (topics.GROUP_ORCHESTRATOR,),
-            "Cancellation (TaskCancelled) and human approval decisions (ApprovalDecided) for a running task."),
+    Channel(topics.QUESTIONS, (QuestionAsked,), "gateway, orchestrator", (topics.GROUP_ORCHESTRATOR,),
+            "A new question (QuestionAsked); starts a task. The orchestrator writes a worker's question "
+            "(payload.child) for a supervisor's delegate call (team mode)."),
+    Channel(topics.CONTROL, (TaskCancelled, ApprovalDecided), "gateway, orchestrator", (topics.GROUP_ORCHESTRATOR,),
+            "Cancellation (TaskCancelled) and human approval decisions (ApprovalDecided) for a running task. "
+            "The orchestrator cancels a supervisor's open workers (team mode)."),
     Channel(topics.TOOL_REQUESTS_KB, (ToolRequested,), "orchestrator", (topics.GROUP_RETRIEVER,),
             "kb_search tool calls for the retriever."),
     Channel(topics.TOOL_REQUESTS_WEB, (ToolRequested,), "orchestrator", (topics.GROUP_WEB,),
             "web_search / web_fetch tool calls for the web service."),
     Channel(topics.TOOL_REQUESTS_SANDBOX, (ToolRequested,), "orchestrator", (topics.GROUP_SANDBOX,),
             "code_exec tool calls for the sandbox."),
-    Channel(topics.TOOL_RESULTS, (ToolResult,), "retriever, web, sandbox", (topics.GROUP_ORCHESTRATOR,),
-            "The outcome of one tool call (ToolResult), matched by call_id / idempotency_key."),
+    Channel(topics.TOOL_RESULTS, (ToolResult,), "retriever, web, sandbox, orchestrator", (topics.GROUP_ORCHESTRATOR,),
+            "The outcome of one tool call (ToolResult), matched by call_id / idempotency_key; a worker's "
+            "task reports to its supervisor's delegate call here (team mode)."),
     Channel(topics.AGENT_EVENTS, (AgentEvent,), "orchestrator", (),
             "PUBLIC. Coarse progress of every task (AgentEvent): task.started, tool.requested, "
             "tool.completed, task.completed, task.failed, task.cancelled. Subscribe with your own "

@@ -23,11 +23,40 @@ class Payload(BaseModel):
 
 
 # ---------------------------------------------------------------- payloads
+class ChildSpec(Payload):
+    """What makes a question a worker's task in team mode (rules D1-D9, docs/agent-rules.md).
+
+    The parent's ``delegate`` call ``parent_call_id`` (idempotency key ``parent_key``) started it;
+    ``root_task_id`` is the person's question at the top of the tree (its stream shows the
+    workers' approval requests);
+    ``worker`` is its kind, ``depth`` its distance from the root supervisor (1 for its children).
+    Its share of the tree's one budget: ``max_tool_calls`` and ``max_tokens``, ended by
+    ``deadline_at`` (UTC). Its result goes back to the parent as a ``tool.result``.
+    """
+
+    parent_task_id: str
+    root_task_id: str
+    parent_call_id: str
+    parent_key: str
+    worker: str
+    depth: int = Field(ge=1)
+    deadline_at: datetime
+    max_tool_calls: int = Field(ge=0)
+    max_tokens: int = Field(ge=0)
+
+
 class QuestionPayload(Payload):
-    """A person's question. ``allowed_tools`` None means every configured tool."""
+    """A person's question. ``allowed_tools`` None means every configured tool.
+
+    ``mode`` ``team`` runs a supervisor that delegates to workers, ``auto`` does when the question
+    names several topics (None: the tenant's mode);
+    ``child`` is set on a worker's task, which a supervisor started.
+    """
 
     question: str
     allowed_tools: list[ToolName] | None = None
+    mode: Literal["agent", "team", "auto"] | None = None
+    child: ChildSpec | None = None
 
 
 class ToolRequestPayload(Payload):
@@ -76,12 +105,21 @@ class ArtifactRef(Payload):
     url: str
 
 
+class Spent(Payload):
+    """What a worker's task used of the tree's budget: ``tokens`` and ``tool_calls``."""
+
+    tokens: int = 0
+    tool_calls: int = 0
+
+
 class ToolResultPayload(Payload):
     """The outcome of one tool call.
 
     ``evidence`` holds passages (kb_search, web_*); ``output`` holds text output
-    (code_exec: computation, not evidence). ``duration_ms`` is the run time.
+    (code_exec: computation, not evidence; delegate: the worker's summary, whose ``[k]`` name
+    the k-th item of ``evidence``). ``duration_ms`` is the run time.
     ``artifacts`` lists files the tool stored (code_exec plots, CSV), empty otherwise.
+    ``spent``: a delegate's use of the tree's budget.
     """
 
     call_id: str
@@ -93,6 +131,7 @@ class ToolResultPayload(Payload):
     error: ToolError | None = None
     duration_ms: float = 0.0
     artifacts: list[ArtifactRef] = Field(default_factory=list)
+    spent: Spent | None = None
 
 
 class ApprovalDecisionPayload(Payload):
@@ -118,7 +157,8 @@ class AgentEventPayload(Payload):
     approval.requested, approval.decided, task.completed, task.failed,
     task.cancelled; ``tool``/``outcome``/``duration_ms`` are set for tool events
     (for approval.decided ``outcome`` is approved, edited, rejected or expired),
-    ``latency_ms`` and ``code`` for terminal ones.
+    ``latency_ms`` and ``code`` for terminal ones. ``parent_task_id`` is set on every event
+    of a worker's task (team mode): the supervisor task that started it.
     """
 
     kind: Literal["task.started", "tool.requested", "tool.completed", "approval.requested", "approval.decided",
@@ -128,6 +168,7 @@ class AgentEventPayload(Payload):
     duration_ms: float | None = None
     latency_ms: float | None = None
     code: str | None = None
+    parent_task_id: str | None = None
 
 
 class DeadLetterPayload(Payload):

@@ -110,6 +110,32 @@ class ToolCompletedEvent(StreamEvent):
     artifacts: list[ArtifactRef] = Field(default_factory=list)
 
 
+class WorkerStarted(StreamEvent):
+    """Team mode: the supervisor started a worker's task ``task_id`` (its own stream, readable by the
+    same owner) for its ``delegate`` call ``call_id``; ``worker`` is the kind, ``task`` the sub-question."""
+
+    type: Literal["worker.started"] = "worker.started"
+    call_id: str
+    worker: str
+    task_id: str
+    task: str
+
+
+class WorkerCompleted(StreamEvent):
+    """Team mode: a worker's result reached the supervisor. ``outcome`` ok, error or timeout;
+    ``summary`` its short answer (citations left out: the supervisor's numbers come with the
+    next ``evidence`` event); ``duration_ms`` from start to result."""
+
+    type: Literal["worker.completed"] = "worker.completed"
+    call_id: str
+    worker: str
+    task_id: str
+    outcome: str
+    summary: str = ""
+    duration_ms: float
+    error_code: str | None = None
+
+
 class EvidenceEvent(StreamEvent):
     """Evidence that just entered the model's context, with its pool numbers."""
 
@@ -119,7 +145,8 @@ class EvidenceEvent(StreamEvent):
 
 class ApprovalRequiredEvent(StreamEvent):
     """A tool call waits for a human decision at ``POST /v1/tasks/{id}/approvals/{call_id}``
-    until ``expires_at`` (UTC; ISO 8601 in JSON)."""
+    until ``expires_at`` (UTC; ISO 8601 in JSON). On a supervisor's stream (team mode) it also
+    announces a worker's call, with that worker's ``task_id`` as the ``{id}`` to decide it at."""
 
     type: Literal["tool.approval_required"] = "tool.approval_required"
     call_id: str
@@ -128,6 +155,7 @@ class ApprovalRequiredEvent(StreamEvent):
     reason: str = ""
     arguments_digest: str
     expires_at: datetime
+    task_id: str | None = None  # team mode: the worker's task whose call waits (decide it there); None: this task
 
 
 class TraceEvent(StreamEvent):
@@ -202,6 +230,8 @@ TaskStreamEvent = Annotated[
         ThinkingDelta,
         ToolRequestedEvent,
         ToolCompletedEvent,
+        WorkerStarted,
+        WorkerCompleted,
         EvidenceEvent,
         ApprovalRequiredEvent,
         TraceEvent,

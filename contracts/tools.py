@@ -18,8 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts import topics
 
-ToolName = Literal["kb_search", "web_search", "web_fetch", "code_exec"]
+ToolName = Literal["kb_search", "web_search", "web_fetch", "code_exec", "delegate"]
 ALL_TOOLS: tuple[ToolName, ...] = ("kb_search", "web_search", "web_fetch", "code_exec")
+"""The tools a tool service runs; ``delegate`` (a child task on the bus, team mode) is offered
+by the orchestrator itself to supervisors only (docs/agent-rules.md, rules D1-D9)."""
 
 REASON_FIELD = Field(
     description="为什么需要调用这个工具，一句话，会展示给用户 (why this call is needed; shown to the user)",
@@ -61,6 +63,15 @@ class CodeExecArgs(ToolArgs):
     """Arguments of ``code_exec``: Python source run in the sandbox."""
 
     code: str = Field(min_length=1, max_length=20000, description="Python 3 code; print() the results you need")
+    reason: str = REASON_FIELD
+
+
+class DelegateArgs(ToolArgs):
+    """Arguments of ``delegate`` (team mode): one self-contained sub-question for one worker kind."""
+
+    worker: str = Field(min_length=1, max_length=64, description="worker kind, one of those listed in the system prompt")
+    task: str = Field(min_length=1, max_length=2000,
+                      description="the sub-question, self-contained (the worker sees nothing else)")
     reason: str = REASON_FIELD
 
 
@@ -106,6 +117,15 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         args_model=CodeExecArgs,
         request_topic=topics.TOOL_REQUESTS_SANDBOX,
+    ),
+    "delegate": ToolSpec(
+        name="delegate",
+        description=(
+            "Give one independent part of the question to a worker; it researches it as its own task and "
+            "returns a short summary with numbered evidence. Several delegate calls in one reply run in parallel."
+        ),
+        args_model=DelegateArgs,
+        request_topic=topics.QUESTIONS,
     ),
 }
 

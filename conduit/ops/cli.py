@@ -206,12 +206,13 @@ def status() -> None:
     raise typer.Exit(0 if all(row["ready"] for row in report["rows"]) else 1)
 
 
-def _ask(base_url: str, question: str, session_id: str | None, show_events: bool, key: str | None = None) -> int:
+def _ask(base_url: str, question: str, session_id: str | None, show_events: bool, key: str | None = None,
+         mode: str | None = None) -> int:
     from conduit.ops.client import create_task, default_key, stream_task
 
     key = key or default_key()
     try:
-        created = create_task(base_url, question, session_id, api_key=key)
+        created = create_task(base_url, question, session_id, api_key=key, **({"mode": mode} if mode else {}))
     except httpx.HTTPStatusError as exc:
         console.print(f"[red]error {exc.response.status_code}:[/red] {exc.response.text}")
         return 2
@@ -231,8 +232,12 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
                           f" [dim]{d.get('reason', '')}[/dim]")
         elif ev.event == "tool.completed":
             console.print(f"[cyan]← {d['tool']}[/cyan] {d['outcome']} in {d['duration_ms']:.0f} ms")
+        elif ev.event == "worker.started":
+            console.print(f"[magenta]→ {d['worker']}[/magenta] {d['task']} [dim]task {d['task_id']}[/dim]")
+        elif ev.event == "worker.completed":
+            console.print(f"[magenta]← {d['worker']}[/magenta] {d['outcome']} in {d['duration_ms']:.0f} ms")
         elif ev.event == "tool.approval_required":
-            _approve_interactively(base_url, created["task_id"], d, key)
+            _approve_interactively(base_url, d.get("task_id") or created["task_id"], d, key)  # a worker's call: its task
         elif ev.event == "evidence" and show_events:
             for item in d["items"]:
                 console.print(f"[dim][{item['index']}] {item['title']}{item.get('locator') or ''}[/dim]")
@@ -281,9 +286,10 @@ def ask(question: str = typer.Argument(..., help="the question"),
         session_id: str = typer.Option(None, help="continue a conversation"),
         url: str = typer.Option(None, help="gateway base URL (default from settings)"),
         key: str = typer.Option(None, help="API key (default: CONDUIT_API_KEY, else <data_dir>/admin.key)"),
-        evidence: bool = typer.Option(True, help="list evidence as it arrives")) -> None:
+        evidence: bool = typer.Option(True, help="list evidence as it arrives"),
+        mode: str = typer.Option(None, help="agent, team (a supervisor and parallel workers) or auto")) -> None:
     """Ask a running stack one question and stream the answer; exits 0 only on task.completed."""
-    raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence, key))
+    raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence, key, mode))
 
 
 @app.command()

@@ -121,6 +121,15 @@ class Settings(BaseSettings):
     router_calc_min: float = Field(default=0.6, description="calculation score from which the agent is told to use code_exec")
     thinking_tenants: list[str] = Field(default=[], description="tenants whose streams get the model's reasoning as `thinking` events (JSON list; off by default)")
     tenant_domains: dict[str, dict[str, str]] = Field(default={}, description="per tenant: {name, name_en, description} of its domain (JSON object); default law and tax")
+    team_max_depth: int = Field(default=2, ge=1, description="team mode: deepest worker level below the supervisor (rule D3)")
+    team_max_fan_out: int = Field(default=4, ge=1, description="team mode: delegate calls run per step; more are refused (rule D3)")
+    team_wait_for: int = Field(default=0, ge=0, description="team mode: a step continues once this many workers answered ok and cancels the rest (0 = wait for all; rule D2)")
+    team_workers: list[dict] = Field(default=[], description="team mode: worker kinds, JSON list of {name, description, prompt, tools, max_tool_calls, max_tokens, deadline_s}; empty = kb_researcher, web_researcher (with web search), analyst (rule D6)")
+    team_topics: dict[str, list[str]] = Field(default={
+        "增值税": ["增值税"], "个人所得税": ["个人所得税", "个税"], "企业所得税": ["企业所得税"], "消费税": ["消费税"],
+        "关税": ["关税"], "社会保险": ["社会保险", "社保"], "住房公积金": ["住房公积金", "公积金"], "发票": ["发票"]},
+        description="team mode `auto`: topics (name -> words naming it, JSON); a question naming two or more runs in team mode (rule D1)")
+    team_summary_max_chars: int = Field(default=600, ge=100, description="team mode: longest worker summary sent back to the supervisor (characters; rule D5)")
     model_breaker_failures: int = Field(default=3, description="consecutive model failures that open the circuit")
     model_breaker_cooldown_s: float = Field(default=30.0, description="seconds the model circuit stays open (retrieval-only answers meanwhile)")
 

@@ -3,12 +3,15 @@
 ``CONDUIT_TENANTS`` is a JSON object ``{tenant_id: {...}}`` of ``TenantPolicy`` fields; a
 tenant without an entry (or a field left out) gets the process-wide setting. Enforced by the
 gateway: ``allowed_tools`` (a task's tools are narrowed to them, ``services.gateway.tasks``),
-``rate_limit_per_minute`` and ``running_tasks`` (``services.gateway.ratelimit``). ``model`` and
-``approval_policies`` by the orchestrator (``services.orchestrator.steps`` names the tenant's
-model in each call; ``services.orchestrator.agent.vetting`` applies its approval policies).
+``rate_limit_per_minute`` and ``running_tasks`` (``services.gateway.ratelimit``). ``model``,
+``approval_policies`` and ``mode`` by the orchestrator (``services.orchestrator.steps`` names the tenant's
+model in each call; ``services.orchestrator.agent.vetting`` applies its approval policies;
+``services.orchestrator.agent.team`` its mode, rule D1).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +29,7 @@ class TenantPolicy(BaseModel):
     approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
     running_tasks: int | None = Field(default=None, ge=0, description="tasks running at once, all its users")
+    mode: Literal["agent", "team", "auto"] | None = Field(default=None, description="default mode of its questions (team: rule D1)")
 
 
 def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
@@ -41,6 +45,7 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
         rate_limit_per_minute=(own.rate_limit_per_minute if own.rate_limit_per_minute is not None
                                else settings.rate_limit_tenant_per_minute),
         running_tasks=own.running_tasks if own.running_tasks is not None else settings.running_tasks_per_tenant,
+        mode=own.mode,
     )
 
 

@@ -140,7 +140,7 @@ async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, ta
         state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question)))
     asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                           traceparent=traceparent,
-                          payload=QuestionPayload(question=body.question, allowed_tools=narrow_tools(
+                          payload=QuestionPayload(question=body.question, mode=body.mode, allowed_tools=narrow_tools(
                               body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
     try:
         await questions.record(state.redis, asked, state.settings.task_events_ttl_s)  # its wake-up (rule G4)

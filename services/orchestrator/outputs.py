@@ -18,13 +18,21 @@ from conduit.records import approvals
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import bus, metrics
+from contracts import topics
 from contracts.api import ApprovalRecord
 from contracts.envelope import utcnow
-from contracts.events import ToolRequested, ToolRequestPayload
+from contracts.events import (
+    CancelPayload,
+    TaskCancelled,
+    ToolRequested,
+    ToolRequestPayload,
+    ToolResult,
+)
 from contracts.evidence import Citation
 from contracts.stream import StreamEvent
 from contracts.tools import TOOL_SPECS
-from services.orchestrator.agent import endings
+from services.orchestrator.agent import endings, team
+from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import UpdateApproval
 from services.orchestrator.agent.state import PendingCall, TaskState
 from services.orchestrator.public import agent_event, parent_of
@@ -71,8 +79,12 @@ class Outputs:
         await approvals.save(self.redis, record)
 
     async def publish_request(self, state: TaskState, call: PendingCall) -> None:
-        """Send one ``ToolRequested`` to its tool's topic (idempotency key ``task:step:call``)."""
+        """Send one ``ToolRequested`` to its tool's topic (idempotency key ``task:step:call``); a
+        delegate call's is the ``question.asked`` of its worker's task (team mode, rule D2)."""
         assert call.tool is not None  # refused calls (unknown names) are never requested
+        if call.tool == "delegate":
+            await bus.publish(self.broker, topics.QUESTIONS, team.child_question(state, call))
+            return
         request = parent_of(state).child(ToolRequested, payload=ToolRequestPayload(
             call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason, step=call.step,
             idempotency_key=call.idempotency_key, deadline_at=call.deadline_at))
@@ -103,9 +115,25 @@ class Outputs:
         writes = [self.write_view(state, latency_ms, citations), self.store.release(state.task_id)]
         if first:
             metrics.task_finished(state.status, state.mode)
-            if state.status == "completed":
-                writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or ""))
-            elif state.status == "needs_input":  # the reply continues with this evidence (rule E10)
+            turn = state.child is None  # a worker's task is no turn of the person's session (team mode)
+            if turn and state.status == "completed":
                 writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or "",
-                                                  evidence=[e.model_dump(mode="json") for e in state.evidence]))
+                                                  n=state.turn_no))
+            elif turn and state.status == "needs_input":  # the reply continues with this evidence (rule E10)
+                writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or "",
+                                                  evidence=[e.model_dump(mode="json") for e in state.evidence],
+                                                  n=state.turn_no))
         await asyncio.gather(*writes)
+
+    async def report_to_parent(self, state: TaskState, deps: Deps) -> None:
+        """Rule D5: send an ended worker's result to its supervisor's delegate call (a ``tool.result``
+        keyed by the parent's task id; the parent drops a repeat)."""
+        assert state.child is not None
+        c = state.child
+        result = parent_of(state).child(ToolResult, task_id=c.parent_task_id, payload=team.child_result(deps, state))
+        await bus.publish(self.broker, topics.TOOL_RESULTS, result)
+
+    async def cancel_child(self, state: TaskState, child_task_id: str, reason: str) -> None:
+        """Rule D8: publish a ``task.cancelled`` for the worker's task ``child_task_id``."""
+        event = parent_of(state).child(TaskCancelled, task_id=child_task_id, payload=CancelPayload(reason=reason))
+        await bus.publish(self.broker, topics.CONTROL, event)

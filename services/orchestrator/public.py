@@ -53,8 +53,11 @@ def parent_of(state: TaskState) -> Envelope:
 
 
 def agent_event(state: TaskState, kind: str, fields: dict[str, Any]) -> AgentEvent:
-    """The public ``AgentEvent`` of ``kind`` (``AgentEventPayload`` fields) for ``state``'s task."""
-    return parent_of(state).child(AgentEvent, payload=AgentEventPayload(kind=kind, **fields))  # type: ignore[return-value,arg-type]
+    """The public ``AgentEvent`` of ``kind`` (``AgentEventPayload`` fields) for ``state``'s task; a
+    worker's task (team mode) names its supervisor's task in ``parent_task_id``."""
+    parent = state.child.parent_task_id if state.child else None
+    return parent_of(state).child(AgentEvent, payload=AgentEventPayload(  # type: ignore[return-value]
+        kind=kind, parent_task_id=parent, **fields))
 
 
 class PublicRelay:

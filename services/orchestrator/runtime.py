@@ -39,6 +39,7 @@ from services.orchestrator.agent import approvals, endings, planning, recording,
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     Announce,
+    CancelChild,
     ClearWake,
     DropLease,
     Effect,
@@ -46,6 +47,7 @@ from services.orchestrator.agent.effects import (
     FaultPoint,
     HoldLease,
     Metric,
+    Notify,
     Public,
     PublishTool,
     RunModelStep,
@@ -131,20 +133,28 @@ class Orchestrator:
     async def on_question(self, event: QuestionAsked) -> None:
         """Start a task. A redelivered question (checkpoint exists) changes nothing."""
         s = self.settings
+        child = event.payload.child is not None  # a worker's task (team mode): no session history, no pre-router
         # three independent reads in one round trip's time (each costs a loopback send here)
         existing, sealed, turns = await asyncio.gather(
             self.store.load(event.task_id), self.events.is_sealed(event.task_id),
-            self.tasks.turns(event.session_id, s.history_turns))
+            self._no_turns() if child else self.tasks.turns(event.session_id, s.history_turns))
+        if existing is not None and existing.terminal and existing.child is not None:
+            await self.out.report_to_parent(existing, self.deps)  # the parent asked again (rule A14): its result may be lost
         if existing is not None or sealed:
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
-        route = await router.decide(s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
+        route = None if child else await router.decide(
+            s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
         step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools, self.unavailable),
                               turns, route=route)
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:
             return  # another replica created it
+
+    @staticmethod
+    async def _no_turns() -> list[dict[str, Any]]:
+        return []
 
     async def on_tool_result(self, event: ToolResult) -> None:
         """Record a tool result; the next model step starts when the step's calls are all back."""
@@ -230,6 +240,7 @@ class Orchestrator:
         if new_approval:  # a client that reads the task on tool.approval_required sees it waiting
             await self.out.write_view(step.state)
 
+
     async def carry_out(self, step: Step, new_task: bool = False) -> None:
         """Carry out ``step``'s effects in order; then mark the requests it sent as sent."""
         state, sent = step.state, []
@@ -261,6 +272,8 @@ class Orchestrator:
             await self.out.emit(task_id, e.event)
         elif isinstance(e, SaveApproval) and not saved:
             await self.out.save_approval(e.record)
+        elif isinstance(e, Notify):
+            await self.out.emit(e.task_id, e.event)
         elif isinstance(e, UpdateApproval):
             await self.out.update_approval(task_id, e)
         elif isinstance(e, Public):  # only when the step wrote no checkpoint (else it was in the save)
@@ -273,6 +286,11 @@ class Orchestrator:
             self.steps.spawn(task_id, state=state if new_task else None)
         elif isinstance(e, Announce):
             await self.out.announce(state, e.citations)
+            if state.child is not None:  # rule D5: the worker's result goes to its supervisor
+                await self.out.report_to_parent(state, self.deps)
+        elif isinstance(e, CancelChild):
+            await self.store.request_cancel(e.task_id)
+            await self.out.cancel_child(state, e.task_id, e.reason)
         elif isinstance(e, Metric):
             getattr(metrics, e.name)()
         elif isinstance(e, FaultPoint):

@@ -79,6 +79,8 @@ class ModelSteps:
                 await store.drop_lease(task_id)
             elif state.terminal:
                 await self.orch.out.announce(state)
+                if state.child is not None:  # rule D5: the worker's result may not have reached its supervisor
+                    await self.orch.out.report_to_parent(state, self.orch.deps)
             else:
                 if resumed:
                     await self.orch.out.emit(task_id, AnswerReset(reason="resumed from checkpoint after a replica failure"))
@@ -161,6 +163,8 @@ class ModelSteps:
         thinking = self._thinking_writer(state, started)
 
         async def on_delta(text: str) -> None:
+            if not plan.stream:
+                return  # a supervisor's draft: the finalizer's text is what the client reads (rule D9)
             if thinking is not None and not streamed[0]:
                 await thinking.flush()  # the reasoning so far lands before the first answer text
             streamed[0] = True

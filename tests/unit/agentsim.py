@@ -24,7 +24,9 @@ from services.orchestrator.agent import endings, planning, recording, timers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     Announce,
+    CancelChild,
     Emit,
+    Notify,
     Public,
     PublishTool,
     RunModelStep,
@@ -91,6 +93,8 @@ class Sim:
         self.publics: list[Public] = []
         self.requests: list[PendingCall] = []
         self.approvals: dict[str, dict[str, Any]] = {}
+        self.cancels: list[CancelChild] = []
+        self.notices: list[Notify] = []  # events for other tasks' logs
         self.due_steps = 0
         self.model_seconds: list[float] = []  # simulated duration of the next model calls (seconds)
 
@@ -130,7 +134,8 @@ class Sim:
             return planning.retrieval_only_step(self.deps, state, self.now)
 
         async def on_delta(text: str) -> None:
-            self.events.append(AnswerDelta(text=text))
+            if plan.stream:
+                self.events.append(AnswerDelta(text=text))
 
         async def on_thinking(text: str) -> None:
             self.events.append(ThinkingDelta(text=text))
@@ -180,6 +185,10 @@ class Sim:
                     results.append(answer)
             elif isinstance(e, RunModelStep):
                 self.due_steps += 1
+            elif isinstance(e, CancelChild):
+                self.cancels.append(e)
+            elif isinstance(e, Notify):
+                self.notices.append(e)
             elif isinstance(e, Announce):
                 assert self.state is not None
                 self.events.append(endings.terminal_event(self.state, self.now, e.citations))

@@ -108,6 +108,24 @@ class Announce:
 
 
 @dataclass(frozen=True)
+class CancelChild:
+    """Cancel the worker's task ``task_id`` (team mode, rule D8): its cancel flag, then a
+    ``task.cancelled`` on the control topic (idempotent)."""
+
+    task_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Notify:
+    """Append ``event`` to another task's client log (team mode: a worker's approval request on the
+    stream of the person's question, ``task_id``), after the save."""
+
+    task_id: str
+    event: StreamEvent
+
+
+@dataclass(frozen=True)
 class Metric:
     """Count ``name`` (``approval_requested`` | ``approval_decided``) in the replica's metrics."""
 
@@ -122,7 +140,7 @@ class FaultPoint:
 
 
 Effect = (Emit | Wake | HoldLease | ClearWake | DropLease | SaveApproval | UpdateApproval | PublishTool | Public
-          | WriteView | RunModelStep | Announce | Metric | FaultPoint)
+          | WriteView | RunModelStep | Announce | CancelChild | Notify | Metric | FaultPoint)
 """Any effect."""
 
 IN_SAVE = (Emit, Wake, HoldLease, Public)

@@ -9,6 +9,7 @@ Rules:
 - Output (rules O1-O3, ``answers``): uncited claims are marked, ``confidence`` is the share of
   backed claims, secrets are redacted from the answer.
 - A failed or cancelled task keeps why (``state.failure`` / ``state.cancellation``).
+- Cancel cascade (rule D8, docs/agent-rules.md): a task ending with workers still open cancels them.
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ from contracts.stream import (
     TaskNeedsInput,
 )
 from conduit.policy.redaction import redact
-from services.orchestrator.agent import answers
+from services.orchestrator.agent import answers, team
 from services.orchestrator.agent.effects import Announce, FaultPoint, Step
 from services.orchestrator.agent.evidence import EvidencePool
 from services.orchestrator.agent.state import Cancellation, Failure, Phase, TaskState
 
 def _end(state: TaskState, status: str, now: datetime) -> None:
     state.status, state.phase, state.finished_at = status, Phase.DONE, now  # type: ignore[assignment]
+
+
+def _announce(state: TaskState, citations: list[Citation] | None = None) -> list:
+    """The ending's effects: cancel the workers still open (rule D8), then ``Announce``."""
+    return [*team.cancel_open(state, f"the supervisor task ended ({state.status})"), Announce(citations)]
 
 
 def complete(state: TaskState, content: str, now: datetime, mark: bool = True) -> Step:
@@ -48,7 +54,7 @@ def complete(state: TaskState, content: str, now: datetime, mark: bool = True) -
         answer, state.confidence = answers.mark_uncited(answer, state.question)
     _end(state, "completed", now)
     state.answer = answer
-    return Step(state, [Announce(citations)])
+    return Step(state, _announce(state, citations))
 
 
 def wrap_up(state: TaskState, reason: str, now: datetime) -> Step:
@@ -70,7 +76,7 @@ def needs_input(state: TaskState, question: str, now: datetime) -> Step:
     ``task.needs_input`` and the session's next turn continues with this task's evidence."""
     _end(state, "needs_input", now)
     state.answer, state.stop_reason = question, "needs_input"
-    return Step(state).emit(AnswerReset(reason="the agent asks a question")).then(Step(state, [Announce()]))
+    return Step(state).emit(AnswerReset(reason="the agent asks a question")).then(Step(state, _announce(state)))
 
 
 def fail(state: TaskState, code: str, message: str, now: datetime) -> Step:
@@ -78,7 +84,7 @@ def fail(state: TaskState, code: str, message: str, now: datetime) -> Step:
     _end(state, "failed", now)
     state.failure = Failure(code=code, message=message)
     state.trace.append({"phase": "failed", "code": code, "message": message})
-    return Step(state, [Announce()])
+    return Step(state, _announce(state))
 
 
 def cancel(state: TaskState, reason: str, now: datetime) -> Step:
@@ -86,7 +92,7 @@ def cancel(state: TaskState, reason: str, now: datetime) -> Step:
     _end(state, "cancelled", now)
     state.cancellation = Cancellation(reason=reason)
     state.trace.append({"phase": "cancelled", "reason": reason})
-    return Step(state, [FaultPoint("cancel"), Announce()])
+    return Step(state, [FaultPoint("cancel"), *_announce(state)])
 
 
 def latency_ms(state: TaskState, now: datetime) -> float:

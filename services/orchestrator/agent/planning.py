@@ -33,7 +33,7 @@ from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import openai_tool_schema
-from services.orchestrator.agent import endings, fallback, prompt, routing, vetting
+from services.orchestrator.agent import endings, fallback, finalizer, prompt, routing, team, vetting, workers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import FaultPoint, HoldLease, Public, RunModelStep, Step, WriteView
 from services.orchestrator.agent.routing import RouteDecision
@@ -65,6 +65,14 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
                   {"role": "user", "content": event.payload.question}],
     )
     _continue_with_earlier_evidence(state, turns)
+    if event.payload.child is not None:
+        return _start_child(deps, state, event, allowed_tools)
+    kinds = workers.offered(deps.settings, allowed_tools) if deps.model_configured and team.team_mode(deps, event) else []
+    if kinds:  # rule D1: the supervisor delegates to the worker kinds available
+        state.team, state.workers, state.tree_tools = True, [k.name for k in kinds], list(allowed_tools)
+        state.allowed_tools = ["delegate"]
+        state.messages[0] = {"role": "system", "content": team.supervisor_prompt(kinds)}
+        state.trace.append({"phase": "team", "workers": state.workers})
     rejected = guardrails.check(state.question)
     if rejected is not None:
         state.trace.append({"phase": "guardrail", "category": rejected.category, "rule": rejected.rule})
@@ -79,6 +87,24 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         if routed is not None:
             return step.then(routed)
     return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
+
+
+def _start_child(deps: Deps, state: TaskState, event: QuestionAsked, available: list[str]) -> Step:
+    """A worker's task (team mode): its kind's prompt and tools, no history and no pre-router; its
+    budget is its share of the tree's (``state.child``, rule D4)."""
+    child = event.payload.child
+    assert child is not None
+    state.child = child
+    kind = workers.kind(deps.settings, child.worker)
+    if kind is None:
+        return Step(state, [Public("task.started")]).then(
+            endings.fail(state, "unknown_worker", f"no worker kind {child.worker!r}", event.occurred_at))
+    state.allowed_tools = workers.tools_of(kind, available, child.depth, deps.settings.team_max_depth)
+    if "delegate" in state.allowed_tools:
+        state.team, state.tree_tools = True, list(available)
+        state.workers = [k.name for k in workers.offered(deps.settings, available)]
+    state.messages = team.worker_messages(kind, state.question)
+    return Step(state, [Public("task.started"), HoldLease(), RunModelStep(), WriteView()])
 
 
 def _continue_with_earlier_evidence(state: TaskState, turns: list[dict[str, Any]]) -> None:
@@ -131,6 +157,7 @@ class StepPlan:
     stop: str | None = None
     model: str | None = None
     """The model name to ask for: the tenant's (``CONDUIT_TENANTS``) or the default."""
+    stream: bool = True  # False: the reply's text is not sent to the client as it comes (a supervisor's draft, rule D9)
 
 
 COMPLETION_RESERVE_TOKENS = 1000
@@ -145,8 +172,9 @@ def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
 
 
 def time_left_s(deps: Deps, state: TaskState, now: datetime) -> float:
-    """Seconds until the task's deadline (``task_deadline_s`` after the question; negative once past)."""
-    return deps.settings.task_deadline_s - (now - state.created_at).total_seconds()
+    """Seconds until the task's deadline (``task_deadline_s`` after the question, or a worker's share
+    of the tree's time, rule D4; negative once past)."""
+    return (team.budget(deps, state).deadline_at - now).total_seconds()
 
 
 def stop_before(deps: Deps, state: TaskState, messages: list[dict[str, Any]], now: datetime) -> str | None:
@@ -156,7 +184,7 @@ def stop_before(deps: Deps, state: TaskState, messages: list[dict[str, Any]], no
     s = deps.settings
     if time_left_s(deps, state, now) <= 0:
         return "deadline"
-    if state.usage.total_tokens + estimate_tokens(messages, None) > s.max_tokens:
+    if state.usage.total_tokens + estimate_tokens(messages, None) > team.budget(deps, state).max_tokens:
         return "max_tokens"
     if state.failed_steps >= s.max_failed_steps:
         return "failed_steps"
@@ -167,7 +195,8 @@ def hard_limit(deps: Deps, state: TaskState, now: datetime) -> str | None:
     """The first hard limit this step reaches (``max_rounds`` | ``max_tool_calls``), or None; the
     deadline and the token budget stop without a call (``stop_before``)."""
     s = deps.settings
-    limits = {"max_rounds": state.rounds + 1 >= s.max_rounds, "max_tool_calls": state.tool_calls_used >= s.max_tool_calls}
+    limits = {"max_rounds": state.rounds + 1 >= s.max_rounds,
+              "max_tool_calls": state.tool_calls_used >= team.budget(deps, state).max_tool_calls}
     return next((name for name, reached in limits.items() if reached), None)
 
 
@@ -175,7 +204,7 @@ def soft_limit(deps: Deps, state: TaskState) -> bool:
     """True within ``SOFT_LIMIT_MARGIN`` rounds or tool calls of a hard limit."""
     s = deps.settings
     return (state.rounds + SOFT_LIMIT_MARGIN >= s.max_rounds
-            or state.tool_calls_used + SOFT_LIMIT_MARGIN >= s.max_tool_calls)
+            or state.tool_calls_used + SOFT_LIMIT_MARGIN >= team.budget(deps, state).max_tool_calls)
 
 
 def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
@@ -185,6 +214,11 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     the model breaker refuses the call (``model_circuit_open``). Time ``now`` is UTC. The call's
     time limit is ``model_call_cap_s`` (rule E1) or the time left before the deadline (rule E2).
     """
+    if state.draft is not None:  # rule D9: the finalizer's call, no tools
+        use = deps.model_configured and deps.model_breaker.allow(now.timestamp())
+        timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
+        return StepPlan(finalizer.plan_started(state), True, use, finalizer.messages(state) if use else [], None,
+                        timeout_s=timeout, model=tenants.policy(deps.settings, state.tenant_id).model)
     hit = None if state.mode == "chitchat" else (hard_limit(deps, state, now) or ("empty_answer" if state.forced_final else None))
     soft = hit is None and soft_limit(deps, state)
     state.step += 1
@@ -210,9 +244,10 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         messages.append({"role": "system", "content": prompt.EMPTY_NOTE if hit == "empty_answer" else prompt.LIMIT_NOTE})
     elif soft:
         messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
-    tools = None if hit or not state.allowed_tools else [openai_tool_schema(t) for t in state.allowed_tools]
+    tools = None if hit or not state.allowed_tools else [
+        team.delegate_schema(state.workers) if t == "delegate" else openai_tool_schema(t) for t in state.allowed_tools]
     return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout,
-                    model=tenants.policy(deps.settings, state.tenant_id).model)
+                    model=tenants.policy(deps.settings, state.tenant_id).model, stream=not finalizer.wanted(state))
 
 
 def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse, now: datetime,
@@ -230,6 +265,8 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
     step = Step(state).emit(TraceEvent(phase="llm", data=llm))
     if cancelled:
         return step.then(endings.cancel(state, "cancelled by user", now))
+    if state.draft is not None:  # the finalizer's rewrite (rule D9)
+        return step.then(finalizer.finish(deps, state, reply.content, plan.stream and bool(reply.content), now))
     if reply.tool_calls and not plan.final:
         if reply.content:
             step.emit(AnswerReset(reason="the model decided to call tools"))
@@ -252,6 +289,8 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
             state.forced_final = True
             return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
         return step.then(endings.wrap_up(state, state.stop_reason or "empty_answer", now))
+    if finalizer.wanted(state):
+        return step.then(finalizer.begin(state, reply.content))
     return step.then(endings.complete(state, reply.content, now))
 
 
@@ -263,6 +302,8 @@ def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, no
     if streamed:
         step.emit(AnswerReset(reason="the model call failed; answering from the knowledge base"))
     state.trace.append({"phase": "llm", "error": error[:300]})
+    if state.draft is not None:  # rule D9: the draft is the answer
+        return step.then(finalizer.finish(deps, state, "", False, now))
     if time_left_s(deps, state, now) <= 0:
         state.stop_reason = "deadline"
         return step.then(endings.wrap_up(state, "deadline", now))
@@ -275,10 +316,14 @@ def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, no
 
 def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
     """No model: one real ``kb_search`` for the question, then an answer from the evidence
-    (the chit-chat agent's fixed reply for a chit-chat task)."""
+    (the chit-chat agent's fixed reply for a chit-chat task; a supervisor's draft without a finalizer)."""
+    if state.draft is not None:
+        return finalizer.finish(deps, state, "", False, now)
     if state.mode == "chitchat":
         reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
         return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
+    if state.team:  # a supervisor without its model searches itself (rule A13)
+        state.allowed_tools = list(state.tree_tools)
     searched = any(r.kind == "tool" and r.tool == "kb_search" for r in state.steps)
     if not searched and not state.evidence:
         call_id = deps.new_call_id()

@@ -12,6 +12,9 @@ Rules:
   (``evidence.EvidencePool``, rule A10) in call order, each result becomes a ``tool``
   message, and the next model step starts. A step whose every call failed or was refused
   counts towards ``max_failed_steps`` (rule E3, docs/agent-rules.md); one ok result resets it.
+- Team mode (rules D2, D4, D5, D7, D8, ``team``): a worker's result is never retried, arrives as
+  ``worker.completed``, adds its spend to the task's, and has its evidence renumbered into the pool;
+  a worker that timed out, or is no longer waited for, is cancelled.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from typing import Any
 from conduit.policy.redaction import redact
 from contracts.api import StepRecord
 from contracts.events import ToolResultPayload
-from contracts.stream import OUTPUT_MAX_CHARS, EvidenceEvent, ToolCompletedEvent, TraceEvent
-from services.orchestrator.agent import prompt
+from contracts.stream import OUTPUT_MAX_CHARS, EvidenceEvent, ToolCompletedEvent, TraceEvent, WorkerCompleted
+from services.orchestrator.agent import prompt, team
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
+    CancelChild,
     ClearWake,
     FaultPoint,
     HoldLease,
@@ -73,7 +77,8 @@ def _attach(deps: Deps, state: TaskState, call: PendingCall, r: ToolResultPayloa
     """Feed the breaker, then schedule a retry (returns None) or attach ``r`` (returns its trace)."""
     s = deps.settings
     _feed_breaker(deps, call, r, now)
-    if r.outcome == "error" and transient(r) and not isinstance(r, Refusal) and call.attempts < s.tool_max_retries:
+    retry = call.tool != "delegate"  # a worker's task is never started twice (rule D5)
+    if retry and r.outcome == "error" and transient(r) and not isinstance(r, Refusal) and call.attempts < s.tool_max_retries:
         call.attempts += 1
         call.retry_at = now + timedelta(seconds=backoff_s(deps, call.attempts))
         call.deadline_at = call.retry_at + timedelta(seconds=s.tool_timeout_s)
@@ -111,12 +116,13 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
             traces.append(trace)
     if not fresh and not retried and results:
         return None
+    stopped = team.stop_waiting(deps, state, now)  # rule D2: enough workers answered
+    fresh += [(c, c.result) for c in stopped]  # type: ignore[misc]
     state.trace.extend({"phase": "tool", **t} for t in traces)
-    step = Step(state).emit(*(
-        ToolCompletedEvent(call_id=c.call_id, tool=c.name, outcome=r.outcome, duration_ms=r.duration_ms,
-                           error_code=r.error.error_code if r.error else None,
-                           **_shown_output(r)) for c, r in fresh))
+    step = Step(state).emit(*(_completed(c, r, now) for c, r in fresh))
     step.emit(*(TraceEvent(phase="tool", data=t) for t in traces))
+    step.effects += [CancelChild(team.child_task_id(c.idempotency_key), "the supervisor stopped waiting")  # rule D8
+                     for c, r in fresh if c.child is not None and (r.outcome == "timeout" or c in stopped)]
     done = state.all_results_in()
     after = [Public("tool.completed", {"tool": c.name, "outcome": r.outcome, "duration_ms": r.duration_ms})
              for c, r in fresh]
@@ -132,6 +138,17 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
     return step
 
 
+def _completed(call: PendingCall, r: ToolResultPayload | Refusal, now: datetime) -> ToolCompletedEvent | WorkerCompleted:
+    """The client's event for a result: ``worker.completed`` for a started worker (rule D2), else ``tool.completed``."""
+    if call.child is None:
+        return ToolCompletedEvent(call_id=call.call_id, tool=call.name, outcome=r.outcome, duration_ms=r.duration_ms,
+                                  error_code=r.error.error_code if r.error else None, **_shown_output(r))
+    return WorkerCompleted(call_id=call.call_id, worker=call.child.worker, task_id=team.child_task_id(call.idempotency_key),
+                           outcome=r.outcome, summary=team.summary_shown(getattr(r, "output", None)),
+                           duration_ms=round((now - call.requested_at).total_seconds() * 1000, 2),
+                           error_code=r.error.error_code if r.error else None)
+
+
 def advance(state: TaskState, now: datetime) -> Step:
     """All of the step's calls are in: number their evidence into the pool, add one ``tool``
     message per call (in call order), and start the next model step (lease taken in the save)."""
@@ -141,6 +158,11 @@ def advance(state: TaskState, now: datetime) -> Step:
     state.failed_steps = state.failed_steps + 1 if failed else 0  # rule E3
     for call in state.pending:
         assert call.result is not None
+        if call.child is not None:  # rules D4, D7: the worker's spend, evidence and summary
+            _, new, content = team.absorb(state, pool, call)
+            new_evidence.extend(new)
+            state.messages.append({"role": "tool", "tool_call_id": call.call_id, "content": content})
+            continue
         ok = isinstance(call.result, ToolResultPayload) and call.result.outcome == "ok"
         in_context, new = pool.add(call.result.evidence) if ok else ([], [])  # type: ignore[union-attr]
         new_evidence.extend(new)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from contracts.api import StepRecord, TaskStatus
 from contracts.envelope import utcnow
-from contracts.events import ToolError, ToolResultPayload
+from contracts.events import ChildSpec, ToolError, ToolResultPayload
 from contracts.evidence import NumberedEvidence
 from contracts.stream import Usage
 from contracts.tools import ToolName
@@ -90,6 +90,7 @@ class PendingCall(BaseModel):
     approval: Literal["pending", "approved", "rejected", "edited"] | None = None
     arguments_digest: str | None = None
     expires_at: datetime | None = None
+    child: ChildSpec | None = None  # a delegate call's child task, once started (team mode, rule D4)
 
     @model_validator(mode="before")
     @classmethod
@@ -157,6 +158,11 @@ class TaskState(BaseModel):
     finished_at: datetime | None = None
     answer: str | None = None
     confidence: float | None = None  # share of the answer's claims backed by a citation (rule O2)
+    team: bool = False  # a supervisor: offered ``delegate`` to the worker kinds in ``workers`` (team mode, rule D1)
+    workers: list[str] = Field(default_factory=list)
+    tree_tools: list[str] = Field(default_factory=list)  # tools the task's workers may use: its own allowed ones (rule D6)
+    child: ChildSpec | None = None  # a worker's task: its parent, kind, depth and share of the tree's budget (rule D4)
+    draft: str | None = None  # the supervisor's answer while the finalizer rewrites it (rule D9)
 
     @property
     def terminal(self) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from contracts.events import ToolError, ToolResultPayload
-from services.orchestrator.agent import approvals, recording
+from services.orchestrator.agent import approvals, recording, team
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import ClearWake, Public, PublishTool, Step, UpdateApproval, Wake
 from services.orchestrator.agent.state import PendingCall, Phase, TaskState
@@ -40,7 +40,7 @@ def timeout_result(deps: Deps, call: PendingCall, now: datetime) -> ToolResultPa
 def _postpone(deps: Deps, state: TaskState, call: PendingCall, now: datetime) -> bool:
     """Rule A15: move ``call``'s deadline to ``tool_timeout_s`` from ``now`` (never past the task's
     deadline, rule E2). False when the task's deadline leaves no time: the call times out."""
-    task_deadline = state.created_at + timedelta(seconds=deps.settings.task_deadline_s)
+    task_deadline = team.budget(deps, state).deadline_at  # a worker's: its share of the tree's time (rule D4)
     moved = min(now + timedelta(seconds=deps.settings.tool_timeout_s), task_deadline)
     if moved <= now:
         return False

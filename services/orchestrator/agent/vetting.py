@@ -14,6 +14,10 @@ refused call never runs; its ``Refusal`` is shown to the model as an error):
    ``tool_quotas`` for one question (``TOOL_CALL_LIMIT_REACHED``, rule E5);
 6. the tool's circuit breaker (``circuit_open``; half-open lets one trial call through);
 7. the approval policy (``policies.needs_approval``): the call waits for a person.
+
+A ``delegate`` call that passed them (team mode) is then checked by rule D3 (``team.check_delegate``:
+worker kind, depth, fan-out) and the step's accepted ones get their children's shares of the
+tree's budget (rule D4, ``team.allot``); each starts as ``worker.started`` instead of ``tool.requested``.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from pydantic import ValidationError
 from conduit.runtime import tenants
 from contracts.api import ApprovalRecord
 from contracts.events import ToolError
-from contracts.stream import ApprovalRequiredEvent, ToolCompletedEvent, ToolRequestedEvent
+from contracts.stream import ApprovalRequiredEvent, ToolCompletedEvent, ToolRequestedEvent, WorkerStarted
 from contracts.tools import TOOL_SPECS, arguments_digest
-from services.orchestrator.agent import endings, policies, recording
+from services.orchestrator.agent import endings, policies, recording, team
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     DropLease,
     Metric,
+    Notify,
     Public,
     PublishTool,
     SaveApproval,
@@ -104,7 +109,7 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
         return _refuse("repeated_call", "business",
                        f"you already called {call.name} with these arguments {count - 1} times and have that result",
                        "use the result you have, change the arguments, or answer now")
-    if state.tool_calls_used >= s.max_tool_calls:
+    if state.tool_calls_used >= team.budget(deps, state).max_tool_calls:
         return _refuse("tool_budget_exhausted", "forbidden", "the tool-call budget is used up",
                        "answer with the evidence you have")
     quota = s.tool_quotas.get(call.name)
@@ -122,7 +127,7 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
     if policies.needs_approval(tenants.policy(s, state.tenant_id).approval_policies or {}, call.name, call.arguments):
         call.approval = "pending"
         call.arguments_digest = arguments_digest(call.arguments)
-        deadline = state.created_at + timedelta(seconds=s.task_deadline_s)  # rule E2: never past the task's deadline
+        deadline = team.budget(deps, state).deadline_at  # rule E2: never past the task's deadline
         call.expires_at = max(now, min(now + timedelta(seconds=s.approval_ttl_s), deadline))
     return None
 
@@ -132,7 +137,7 @@ def new_call(deps: Deps, state: TaskState, call_id: str, name: str, args: dict[s
     """A ``PendingCall`` for the model's call (``tool`` None for a name that is no known tool;
     unparsable arguments are kept as ``{}`` and refused by ``vet``). Its result deadline is
     ``tool_timeout_s`` away, and never after the task's deadline (rule E2)."""
-    task_deadline = state.created_at + timedelta(seconds=deps.settings.task_deadline_s)
+    task_deadline = team.budget(deps, state).deadline_at
     return PendingCall(
         call_id=call_id, name=name, tool=name if name in TOOL_SPECS else None, arguments=args or {},
         reason=str((args or {}).get("reason", ""))[:500], step=state.step,
@@ -149,18 +154,30 @@ def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict
     requests go out after the save. When every call was refused the step goes on at once.
     """
     pending: list[PendingCall] = []
+    delegates: list[PendingCall] = []
     for call_id, name, args in calls:
         call = new_call(deps, state, call_id, name, args, now)
         verdict = vet(deps, state, call, args, now)
+        if verdict is None and name == "delegate":  # rule D3: worker kind, depth, fan-out
+            verdict = team.check_delegate(deps, state, args, len(delegates) + 1)
+            if verdict is None:
+                delegates.append(call)
+            else:
+                team.uncount(state)
         if verdict == LOOP_STOP:
             return endings.finish_loop(state, now)
         if isinstance(verdict, Refusal):
             call.result, call.received_at = verdict, now
         pending.append(call)
+    team.allot(deps, state, delegates, now)  # rule D4: each child's share of the tree's budget
     state.pending, state.phase = pending, Phase.TOOLS
     state.status = state.waiting_status()
     step = Step(state)
     for call in pending:
+        if call.child is not None and call.result is None:  # rule D2: a worker's task starts
+            step.emit(WorkerStarted(call_id=call.call_id, worker=call.child.worker, task=str(call.arguments["task"]),
+                                    task_id=team.child_task_id(call.idempotency_key)))
+            continue
         step.emit(ToolRequestedEvent(call_id=call.call_id, tool=call.name, arguments=call.arguments, reason=call.reason))
         if isinstance(call.result, Refusal):
             step.emit(ToolCompletedEvent(call_id=call.call_id, tool=call.name, outcome="error", duration_ms=0.0,
@@ -168,6 +185,9 @@ def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict
         elif call.approval == "pending":
             step.effects.append(SaveApproval(approval_record(state, call)))
             step.emit(approval_event(call))
+            if state.child is not None:  # team mode: the person watches the root's stream (decided here)
+                step.effects.append(Notify(state.child.root_task_id,
+                                           approval_event(call).model_copy(update={"task_id": state.task_id})))
     if state.all_results_in():
         return step.then(recording.advance(state, now))
     wake_at = state.next_wakeup()

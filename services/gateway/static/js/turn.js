@@ -147,7 +147,7 @@ export class Turn {
 
   ask(d) {
     this.setPhase("phase.approval");
-    const prompt = approvalPrompt(this.taskId, d, (decision) => { this.record.decided(d.call_id, decision); this.paintRecord(); });
+    const prompt = approvalPrompt(d.task_id || this.taskId, d, (decision) => { this.record.decided(d.call_id, decision); this.paintRecord(); });
     this.prompts.set(d.call_id, prompt);
     this.approvals.append(prompt.node);
   }
