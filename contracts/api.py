@@ -85,6 +85,8 @@ class TaskView(BaseModel):
     latency_ms: float | None = None
     stop_reason: str | None = None
     confidence: float | None = None
+    cache: Literal["hit", "miss", "bypass", "off"] | None = None  # semantic cache outcome (task.completed)
+    memory: list[dict[str, Any]] = Field(default_factory=list)  # long-term memory items given to the model
     pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
     trace: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -103,6 +105,27 @@ class ApprovalDecisionBody(BaseModel):
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = Field(default=None, description="digest shown in tool.approval_required")
     comment: str | None = Field(default=None, max_length=1000)
+
+
+class ExactValue(BaseModel):
+    """A value that must survive exactly (rule M6): an amount, a date, an id, an article number or a
+    fact the user stated, with the turn (1-based) and the side (``user`` | ``answer``) it came from."""
+
+    kind: Literal["amount", "date", "id", "article", "fact"]
+    value: str
+    turn: int
+    side: Literal["user", "answer"] = "user"
+
+
+class SessionContext(BaseModel):
+    """A session's structured state (``GET /v1/sessions/{id}`` ``context``): the rolling ``summary`` of
+    the turns folded out of the model's window (``folded``: how many, oldest first) and the exact
+    ``values`` of every turn seen (``seen``: how many turns were read for them)."""
+
+    summary: str = ""
+    folded: int = 0
+    seen: int = 0
+    values: list[ExactValue] = Field(default_factory=list)
 
 
 class SessionRename(BaseModel):

@@ -25,6 +25,7 @@ from pydantic import Field
 from contracts import topics
 from contracts.documents import DocumentDeleteRequested, DocumentIngestRequested, SearchRequested
 from contracts.envelope import Envelope
+from contracts.memory import MemoryForgetRequested, MemoryIndexRequested, MemoryRecallRequested
 from contracts.events import (
     AgentEvent,
     ApprovalDecided,
@@ -105,11 +106,14 @@ CHANNELS: tuple[Channel, ...] = (
             "consumer group; see docs/events.md."),
     Channel(topics.DEAD_LETTER, (DeadLetter,), "any consumer", (),
             "Messages no consumer could parse or handle after retries (DeadLetter), for inspection and replay."),
-    Channel(topics.RETRIEVER_REQUESTS, (SearchRequested, DocumentIngestRequested, DocumentDeleteRequested),
-            "gateway", (topics.GROUP_RETRIEVER,),
-            "Search without the agent (SearchRequested; the reply goes to Redis conduit:reply:{request_id}) and "
+    Channel(topics.RETRIEVER_REQUESTS, (SearchRequested, DocumentIngestRequested, DocumentDeleteRequested,
+                                        MemoryIndexRequested, MemoryRecallRequested, MemoryForgetRequested),
+            "gateway, orchestrator", (topics.GROUP_RETRIEVER,),
+            "Search without the agent (SearchRequested; the reply goes to Redis conduit:reply:{request_id}), "
             "document ingestion/deletion (DocumentIngestRequested, DocumentDeleteRequested; key: the document's "
-            "store id). Read by the retriever's one consumer with the kb_search requests."),
+            "store id), and long-term memory and the semantic cache (MemoryIndexRequested, MemoryRecallRequested "
+            "from the orchestrator, MemoryForgetRequested from the gateway; contracts/memory.py). Read by the "
+            "retriever's one consumer with the kb_search requests."),
 )
 """Every topic of ``contracts.topics.ALL_TOPICS``, in the same order."""
 

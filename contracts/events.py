@@ -50,13 +50,15 @@ class QuestionPayload(Payload):
 
     ``mode`` ``team`` runs a supervisor that delegates to workers, ``auto`` does when the question
     names several topics (None: the tenant's mode);
-    ``child`` is set on a worker's task, which a supervisor started.
+    ``child`` is set on a worker's task, which a supervisor started;
+    ``use_cache`` False: the client sent ``Cache-Control: no-cache`` (the semantic cache is not read).
     """
 
     question: str
     allowed_tools: list[ToolName] | None = None
     mode: Literal["agent", "team", "auto"] | None = None
     child: ChildSpec | None = None
+    use_cache: bool = True
 
 
 class ToolRequestPayload(Payload):

@@ -172,6 +172,15 @@ class TraceEvent(StreamEvent):
     data: dict[str, Any]
 
 
+class MemoryNote(BaseModel):
+    """A long-term memory item given to the model for this task (shown as "from memory")."""
+
+    id: str
+    type: Literal["fact", "episode"]
+    text: str
+    task_id: str
+
+
 class TaskCompleted(StreamEvent):
     """Terminal: the answer, its checked citations, token usage and latency (ms).
 
@@ -181,6 +190,9 @@ class TaskCompleted(StreamEvent):
     ``out_of_scope`` (the pre-router found the question outside the tenant's domain).
     ``confidence`` (0..1) is the share of the answer's sentences backed by a citation
     (None when the answer makes no factual claims to back: chit-chat, out of scope).
+    ``cache``: ``hit`` when the answer was replayed from the semantic cache (``latency_ms`` is
+    still the measured time), ``miss``/``bypass`` (``Cache-Control: no-cache``) on a new session's
+    first turn, ``off`` otherwise. ``memory``: the long-term memory items the model was given.
     """
 
     type: Literal["task.completed"] = "task.completed"
@@ -192,6 +204,8 @@ class TaskCompleted(StreamEvent):
     fallback_reason: str | None = None
     stop_reason: str | None = None
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    cache: Literal["hit", "miss", "bypass", "off"] | None = None
+    memory: list[MemoryNote] = Field(default_factory=list)
 
 
 class TaskFailed(StreamEvent):

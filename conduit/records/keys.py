@@ -40,6 +40,12 @@ Identity (``conduit.records.apikeys``, ``conduit.records.sessions``, ``services.
 - ``running_of_key(tenant, credential)`` / ``running_of_tenant(tenant)``: sorted sets of the
   task ids counted against the running-task limits; ``RATELIMIT_PREFIX``: the request counters.
 
+Memory and the semantic cache (``conduit.records.memory``; orchestrator and retriever write, gateway reads and deletes)
+- ``memory(tenant, owner_digest)``: hash, item id -> ``contracts.memory.MemoryItem`` JSON of one user.
+- ``session_context(session_id)``: string, a session's rolling summary and exact values (orchestrator).
+- ``cache_entry(tenant, entry_id)``: string, a ``contracts.memory.CacheEntry`` JSON (TTL ``cache_ttl_s``,
+  renewed on a hit); ``cache_by_document(tenant, document_id)``: set of the entry ids citing a document.
+
 Tool services and the bus
 - ``tool_result(idempotency_key)``: string, a stored ``ToolResultPayload`` (idempotent tools);
   ``tool_claim(idempotency_key)``: string, the owner of the delivery running it now (expires).
@@ -231,3 +237,23 @@ def sandbox_status_pattern(host: str = "*") -> str:
 def sandbox_status(host: str, pid: int) -> str:
     """The isolation status of the sandbox process ``pid`` on ``host``."""
     return f"{PREFIX}:sandbox:status:{host}:{pid}"
+
+
+def memory(tenant_id: str, owner_digest: str) -> str:
+    """The hash of one user's memory items (``owner_digest``: SHA-256 of ``tenant\x00user``)."""
+    return f"{PREFIX}:memory:{tenant_id}:{owner_digest}"
+
+
+def session_context(session_id: str) -> str:
+    """A session's rolling summary and exact values (``contracts.api.SessionContext`` JSON)."""
+    return f"{PREFIX}:session:{session_id}:context"
+
+
+def cache_entry(tenant_id: str, entry_id: str) -> str:
+    """One semantic-cache entry of a tenant."""
+    return f"{PREFIX}:cache:{tenant_id}:{entry_id}"
+
+
+def cache_by_document(tenant_id: str, document_id: str) -> str:
+    """The set of a tenant's cache entry ids whose answer cites ``document_id``."""
+    return f"{PREFIX}:cache:{tenant_id}:bydoc:{document_id}"

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from conduit.records import keys
 from conduit.records.taskstream import TaskEventLog
+from contracts.api import SessionContext
 
 
 class SessionMeta(BaseModel):
@@ -123,7 +124,8 @@ async def delete(redis: Redis, meta: SessionMeta) -> list[str]:
     Returns the deleted task ids. A later task with the same id starts an empty session.
     """
     ids = await task_ids(redis, meta.session_id)
-    doomed = [meta_key(meta.session_id), tasks_key(meta.session_id), keys.session_turns(meta.session_id)]
+    doomed = [meta_key(meta.session_id), tasks_key(meta.session_id), keys.session_turns(meta.session_id),
+              keys.session_context(meta.session_id)]
     for task_id in ids:
         doomed += [keys.task(task_id), *TaskEventLog.keys(task_id)]
     async with redis.pipeline(transaction=True) as pipe:
@@ -132,3 +134,14 @@ async def delete(redis: Redis, meta: SessionMeta) -> list[str]:
         pipe.zrem(user_index(meta.tenant_id, meta.user_id), meta.session_id)
         await pipe.execute()
     return ids
+
+
+async def load_context(redis: Redis, session_id: str) -> SessionContext:
+    """The session's structured state and rolling summary (empty for a new session)."""
+    raw = await redis.get(keys.session_context(session_id))
+    return SessionContext.model_validate_json(raw) if raw else SessionContext()
+
+
+async def save_context(redis: Redis, session_id: str, context: SessionContext, ttl_s: int) -> None:
+    """Write the session's structured state and rolling summary (lives ``ttl_s`` like its turns)."""
+    await redis.set(keys.session_context(session_id), context.model_dump_json(), ex=ttl_s)

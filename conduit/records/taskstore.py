@@ -61,11 +61,12 @@ class TaskStore:
         return bool(await self.redis.exists(self.key(task_id)))
 
     async def add_turn(self, session_id: str, question: str, answer: str, max_turns: int = 50,
-                       evidence: list[dict] | None = None) -> None:
+                       evidence: list[dict] | None = None, n: int | None = None) -> None:
         """Append one finished (question, answer) turn to a session's history; ``evidence`` (numbered
-        evidence as JSON) when the turn ended asking the user a question (the reply continues with it)."""
+        evidence as JSON) when the turn ended asking the user a question (the reply continues with it);
+        ``n``: its 1-based number in the session (the rolling summary counts turns by it)."""
         key = keys.session_turns(session_id)
-        turn: dict = {"question": question, "answer": answer}
+        turn: dict = {"question": question, "answer": answer} | ({"n": n} if n else {})
         if evidence:
             turn["evidence"] = evidence
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip

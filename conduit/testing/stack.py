@@ -23,10 +23,14 @@ def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[
                 env: dict[str, str], laws: list[str] | None = None) -> Stack:
     """Ingest ``laws`` (real articles from the law corpus) into ``data_dir``, then start ``services``.
 
-    ``env`` is given to every service process (model endpoint, limits...). With ``QDRANT_URL`` set
-    (pytest ``--containers``) the knowledge base is a collection of its own on that Qdrant server.
-    Returns the running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
+    ``env`` is given to every service process (model endpoint, limits...). Long-term memory and the
+    semantic cache are off unless ``env`` sets ``CONDUIT_MEMORY_OFF_TENANTS`` / ``CONDUIT_CACHE_ENABLED``:
+    a test about something else asks the same question in several sessions and expects the model
+    to be called with exactly its own history (``tests/stack/test_memory.py`` turns them on). With
+    ``QDRANT_URL`` set (pytest ``--containers``) the knowledge base is a collection of its own on that
+    Qdrant server. Returns the running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
     """
+    env = {"CONDUIT_CACHE_ENABLED": "false", "CONDUIT_MEMORY_OFF_TENANTS": '["*"]'} | env
     server = os.environ.get("QDRANT_URL")
     vectors = {"qdrant_url": server, "qdrant_collection": f"conduit-{uuid.uuid4().hex[:12]}"} if server else {}
     if server:

@@ -32,6 +32,7 @@ from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from services.gateway import approvals, artifacts, chat, health, identity, routes
 from services.gateway import sessions as sessions_routes
+from services.gateway import memory as memory_routes
 from services.gateway.auth import check_auth_mode
 from services.gateway.page import install_page
 from services.gateway import documents as documents_routes
@@ -109,6 +110,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(documents_routes.router)  # /v1/search, /v1/documents (served by the retriever over the bus)
     app.include_router(identity.router)  # /v1/me, /v1/login
     app.include_router(sessions_routes.router)
+    app.include_router(memory_routes.router)  # /v1/memory (conduit.records.memory; vectors in the retriever)
     app.include_router(chat.router)  # /v1/chat/completions, /v1/models (OpenAI-compatible)
     install_openapi(app)
     install_page(app)  # GET / (the chat page) and /static (its files), public

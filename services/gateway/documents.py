@@ -42,6 +42,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from conduit.records import keys
+from conduit.records import replies
 from contracts import topics
 from contracts.api import ErrorBody
 from contracts.documents import (
@@ -189,11 +190,11 @@ async def search(request: Request, state: GatewayState = Depends(get_state),
             deadline_at=utcnow() + timedelta(seconds=timeout_s)),
     )
     await _send(state, event)
-    popped = await state.redis.blpop([keys.reply(request_id)], timeout=timeout_s)
+    popped = await replies.wait(state.redis, request_id, timeout_s)
     if popped is None:
         raise ApiError(504, "retriever_timeout", f"the retriever did not answer within {timeout_s:.0f} s",
                        {"timeout_s": timeout_s})
-    reply = SearchReply.model_validate_json(popped[1])
+    reply = SearchReply.model_validate_json(popped)
     if reply.outcome != "ok":
         raise ApiError(503, reply.error_code or "kb_backend_unavailable", reply.message or "the knowledge base failed")
     return SearchResponse(query=body.query, items=reply.items, attempts=reply.attempts, duration_ms=reply.duration_ms)

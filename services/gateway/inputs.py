@@ -132,6 +132,13 @@ def idempotency_key(request: Request) -> str | None:
     return key
 
 
+def use_cache(request: Request) -> bool:
+    """False when the client sent ``Cache-Control: no-cache`` (or ``no-store``): the semantic cache
+    is not read for this question (rule C1)."""
+    directives = {d.strip().lower() for d in request.headers.get("cache-control", "").split(",")}
+    return not directives & {"no-cache", "no-store"}
+
+
 def traceparent(request: Request) -> str | None:
     """The W3C ``traceparent`` header if present and well formed, else None (invalid ones are ignored)."""
     value = request.headers.get("traceparent", "").strip().lower()

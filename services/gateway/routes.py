@@ -3,7 +3,8 @@
 - ``POST /v1/tasks``               body ``TaskCreate`` -> 202 ``TaskCreated`` (+ ``Location``)
 - ``POST /v1/ask``                 body ``TaskCreate`` -> 200 ``text/event-stream`` of the new task
   (both take an optional ``Idempotency-Key`` header: a retry with the same key and body
-  gets the same task, marked ``Idempotent-Replayed: true``; another body -> 409)
+  gets the same task, marked ``Idempotent-Replayed: true``; another body -> 409; and
+  ``Cache-Control: no-cache``: the semantic cache is not read for this question)
 - ``GET  /v1/tasks/{id}``          -> 200 ``TaskView``
 - ``GET  /v1/tasks/{id}/events``   -> 200 ``text/event-stream``; resume with ``Last-Event-ID``
   header or ``?last_event_id=`` (header wins)
@@ -42,7 +43,8 @@ async def post_task(request: Request, state: GatewayState = Depends(get_state),
     """Queue a question; stream its events from ``events_url``."""
     key = inputs.idempotency_key(request)
     body = await inputs.read_task_create(request, state.settings)
-    created, replayed = await tasks.create_task(state, who, body, inputs.traceparent(request), key)
+    created, replayed = await tasks.create_task(state, who, body, inputs.traceparent(request), key,
+                                                use_cache=inputs.use_cache(request))
     headers = {"Location": f"/v1/tasks/{created.task_id}"}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
@@ -55,7 +57,8 @@ async def ask(request: Request, state: GatewayState = Depends(get_state),
     """Queue a question and stream its events (task.accepted .. terminal) in this response."""
     key = inputs.idempotency_key(request)
     body = await inputs.read_task_create(request, state.settings)
-    created, replayed = await tasks.create_task(state, who, body, inputs.traceparent(request), key)
+    created, replayed = await tasks.create_task(state, who, body, inputs.traceparent(request), key,
+                                                use_cache=inputs.use_cache(request))
     headers = {"X-Task-Id": created.task_id, "Content-Location": created.events_url}
     if replayed:
         headers["Idempotent-Replayed"] = "true"

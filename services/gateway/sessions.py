@@ -3,7 +3,8 @@
 - ``GET    /v1/sessions``      -> 200 ``{"sessions": [{session_id, title, turns, created_at, updated_at,
   user_id}]}`` newest first: the caller's own; a tenant admin's list is the whole tenant's.
 - ``GET    /v1/sessions/{id}`` -> 200 ``{session_id, title, user_id, ..., "turns": [{task_id,
-  question, status, answer, citations, created_at}]}`` oldest first.
+  question, status, answer, citations, created_at}], "context": SessionContext}`` oldest first;
+  ``context`` is the session's rolling summary and exact values (``contracts.api.SessionContext``).
 - ``PATCH  /v1/sessions/{id}`` ``SessionRename`` ``{"title"}`` -> 200 the session's summary with
   the new title (422 ``invalid_request`` for a bad body).
 - ``DELETE /v1/sessions/{id}`` -> 200 ``{"session_id", "deleted_tasks": n}``: its history, its
@@ -66,7 +67,8 @@ async def get_session(session_id: str = _ID, state: GatewayState = Depends(get_s
             turns.append({"task_id": task_id, "question": view.question, "status": view.status,
                           "answer": view.answer, "citations": [c.model_dump(mode="json") for c in view.citations],
                           "created_at": view.created_at.isoformat()})
-    return JSONResponse({**_summary(meta), "turns": turns})
+    context = await sessions.load_context(state.redis, session_id)  # rolling summary, exact values (rules M6, M7)
+    return JSONResponse({**_summary(meta), "turns": turns, "context": context.model_dump(mode="json")})
 
 
 @router.patch("/sessions/{session_id}", responses=_ERRORS, openapi_extra=body_doc(SessionRename))

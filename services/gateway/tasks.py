@@ -52,7 +52,7 @@ async def publish(state: GatewayState, topic: str, event: Envelope) -> None:
 
 
 async def create_task(state: GatewayState, who: Principal, body: TaskCreate, traceparent: str | None,
-                      idempotency_key: str | None = None) -> tuple[TaskCreated, bool]:
+                      idempotency_key: str | None = None, use_cache: bool = True) -> tuple[TaskCreated, bool]:
     """Create a task of ``who`` (record, ``TaskAccepted``, ``QuestionAsked``); return ``(ids, replayed)``.
 
     ``task_id`` is a uuid4 hex; ``session_id`` is the body's or a new uuid4 hex. Tenant and
@@ -62,7 +62,8 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
     With ``idempotency_key`` (the client's ``Idempotency-Key`` header), the first request
     with that key (per tenant and user, for ``task_events_ttl_s`` seconds) creates the task and
     later ones with the same body get the same ids back (``replayed`` True) and create
-    nothing; a failed publish frees the key so a retry can create the task.
+    nothing; a failed publish frees the key so a retry can create the task. ``use_cache`` False
+    (``Cache-Control: no-cache``) keeps the semantic cache from answering it.
 
     Raises:
         ApiError: 403 ``user_mismatch`` (body ``user_id`` is someone else); 404
@@ -98,7 +99,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
     # one trace per task: continue the client's traceparent or start one (tracing off: a random id)
     with tracing.span("task create", traceparent, kind=tracing.SpanKind.SERVER, task_id=task_id) as tp:
         try:
-            created = await _create_task(state, who, body, task_id, session_id, tp)
+            created = await _create_task(state, who, body, task_id, session_id, tp, use_cache)
             await sessions.add_task(state.redis, session_id, who.tenant_id, who.user_id, task_id, ttl)
             return created, False
         except ApiError:
@@ -130,7 +131,7 @@ async def _claim(state: GatewayState, claim: str, body: TaskCreate, task_id: str
 
 
 async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, task_id: str, session_id: str,
-                       traceparent: str) -> TaskCreated:
+                       traceparent: str, use_cache: bool = True) -> TaskCreated:
     tenant = who.tenant_id
     view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                     status="accepted", question=body.question, created_at=utcnow())
@@ -140,7 +141,8 @@ async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, ta
         state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question)))
     asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                           traceparent=traceparent,
-                          payload=QuestionPayload(question=body.question, mode=body.mode, allowed_tools=narrow_tools(
+                          payload=QuestionPayload(question=body.question, mode=body.mode, use_cache=use_cache,
+                                                  allowed_tools=narrow_tools(
                               body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
     try:
         await questions.record(state.redis, asked, state.settings.task_events_ttl_s)  # its wake-up (rule G4)

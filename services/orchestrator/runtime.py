@@ -27,6 +27,7 @@ import structlog
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
+from conduit.records import sessions
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import metrics
@@ -50,7 +51,9 @@ from services.orchestrator.agent.effects import (
     Notify,
     Public,
     PublishTool,
+    Remember,
     RunModelStep,
+    SaveContext,
     SaveApproval,
     Step,
     UpdateApproval,
@@ -59,6 +62,8 @@ from services.orchestrator.agent.effects import (
 )
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.hooks import Hooks, NoHooks
+from services.orchestrator.agent.cache import Recalled
+from services.orchestrator.memoryio import MemoryIO
 from services.orchestrator.model import Model
 from services.orchestrator.outputs import Outputs
 from services.orchestrator.steps import ModelSteps
@@ -66,6 +71,9 @@ from services.orchestrator.store import SAVE_RETRIES, StaleState, StateStore, Tr
 
 log = structlog.get_logger("conduit.orchestrator")
 
+SESSION_TURNS_READ = 50
+"""Earlier turns read at a task's start (all a session keeps): those past the window are folded into
+its rolling summary (rule M7) before they could fall out of the stored list."""
 TOOL_AVAILABILITY_EVERY_S = 2.0
 """Seconds between two reads of the tool services' availability (sandbox status keys live 30 s)."""
 BUS_PING_EVERY_S = 1.0
@@ -118,6 +126,7 @@ class Orchestrator:
         self.out = Outputs(redis, broker, self.events, self.tasks, self.store)
         self.hooks: Hooks = hooks or NoHooks()
         self.steps = ModelSteps(self)
+        self.memory = MemoryIO(settings, redis, broker)
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
         self._bus_up, self._bus_checked_at = True, float("-inf")
         self.unavailable: frozenset[str] = frozenset()
@@ -135,18 +144,21 @@ class Orchestrator:
         s = self.settings
         child = event.payload.child is not None  # a worker's task (team mode): no session history, no pre-router
         # three independent reads in one round trip's time (each costs a loopback send here)
-        existing, sealed, turns = await asyncio.gather(
+        existing, sealed, turns, context = await asyncio.gather(
             self.store.load(event.task_id), self.events.is_sealed(event.task_id),
-            self._no_turns() if child else self.tasks.turns(event.session_id, s.history_turns))
+            self._no_turns() if child else self.tasks.turns(event.session_id, SESSION_TURNS_READ),
+            self._no_context() if child else sessions.load_context(self.redis, event.session_id))
         if existing is not None and existing.terminal and existing.child is not None:
             await self.out.report_to_parent(existing, self.deps)  # the parent asked again (rule A14): its result may be lost
         if existing is not None or sealed:
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
-        route = None if child else await router.decide(
+        # rules M3, C1 (fail-open; a worker's task has neither memory nor cache)
+        recalled = Recalled() if child else await self.memory.before(event, first_turn=not turns)
+        route = None if child or recalled.cached is not None else await router.decide(
             s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
         step = planning.start(self.deps, event, available_tools(s, event.payload.allowed_tools, self.unavailable),
-                              turns, route=route)
+                              turns, route=route, recalled=recalled, now=utcnow(), context=context)
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:
@@ -155,6 +167,10 @@ class Orchestrator:
     @staticmethod
     async def _no_turns() -> list[dict[str, Any]]:
         return []
+
+    @staticmethod
+    async def _no_context() -> None:
+        return None
 
     async def on_tool_result(self, event: ToolResult) -> None:
         """Record a tool result; the next model step starts when the step's calls are all back."""
@@ -201,11 +217,12 @@ class Orchestrator:
         await sweeper.run(self, every_s)
 
     async def watch_tool_availability(self, every_s: float = TOOL_AVAILABILITY_EVERY_S) -> None:
-        """Forever: refresh ``self.unavailable`` from the tool services' status keys every
+        """Forever: refresh ``self.unavailable`` (and whether a retriever serves memory) from the tool services' status keys every
         ``every_s`` seconds (one SCAN off the question path; a Redis error keeps the last value)."""
         while True:
             try:
                 self.unavailable = await unavailable_tools(self.redis)
+                await self.memory.refresh_retriever()
             except Exception:  # noqa: BLE001 - availability is advisory: the tool error says why
                 log.warning("tool availability check failed", exc_info=True)
             await asyncio.sleep(every_s)
@@ -291,6 +308,13 @@ class Orchestrator:
         elif isinstance(e, CancelChild):
             await self.store.request_cancel(e.task_id)
             await self.out.cancel_child(state, e.task_id, e.reason)
+        elif isinstance(e, SaveContext):
+            await sessions.save_context(self.redis, e.session_id, e.context, self.settings.task_events_ttl_s)
+        elif isinstance(e, Remember):
+            try:
+                await self.memory.remember(state, e.citations)
+            except Exception:  # noqa: BLE001 - the answer is out; a lost memory write must not fail the task
+                log.warning("memory write failed", task_id=task_id, exc_info=True)
         elif isinstance(e, Metric):
             getattr(metrics, e.name)()
         elif isinstance(e, FaultPoint):

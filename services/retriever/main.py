@@ -25,6 +25,7 @@ from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import KbSearchArgs
 from services.retriever.embeddings import EmbeddingError, make_embedder
+from services.retriever.memory import MemoryIndex, MemoryRequests, open_memory_store
 from services.retriever.pipeline import KbSearcher
 from services.retriever.requests import RetrieverRequests
 from services.retriever.store import StoreError, open_store
@@ -76,14 +77,18 @@ def make_kb_search_tool(searcher: KbSearcher):
 async def run(settings: Settings) -> None:
     """Open the searcher, then serve ``kb_search`` until SIGTERM/SIGINT."""
     searcher = await asyncio.to_thread(open_searcher, settings)
+    memory_store = await asyncio.to_thread(open_memory_store, settings, searcher.embedder.dim)
     try:
         service = ToolService("retriever", topics.TOOL_REQUESTS_KB, topics.GROUP_RETRIEVER, settings)
         service.tool("kb_search", make_kb_search_tool(searcher))
-        # POST /v1/search and /v1/documents: same consumer (one group join), see services/retriever/requests.py
-        service.consume(topics.RETRIEVER_REQUESTS, RetrieverRequests(searcher, service.redis).handle)
+        # POST /v1/search and /v1/documents, memory and the cache: same consumer (one group join),
+        # see services/retriever/requests.py
+        memory = MemoryRequests(MemoryIndex(memory_store, searcher.embedder), service.redis)
+        service.consume(topics.RETRIEVER_REQUESTS, RetrieverRequests(searcher, service.redis, memory).handle)
         await service.serve()
     finally:
         await asyncio.to_thread(searcher.store.close)
+        await asyncio.to_thread(memory_store.close)
 
 
 def main(settings: Settings) -> None:

@@ -13,6 +13,10 @@ the ``kb_search`` tool requests (one group join; handled one at a time, in order
   the open store (embedding only changed chunks; the old version's other points are deleted),
   and sets the Redis record to ``ingested`` (with ``chunks``) or ``failed`` (with ``reason``).
 - ``DocumentDeleteRequested``: deletes the document's chunks, then its record.
+- Ingesting or deleting a document removes the semantic-cache entries citing it
+  (``conduit.records.memory.invalidate_document``).
+- ``MemoryIndexRequested`` / ``MemoryRecallRequested`` / ``MemoryForgetRequested``: long-term
+  memory and the semantic cache (``services/retriever/memory.py``).
 
 Idempotence: the Redis record's ``request_id`` names the latest request about a document;
 an ingest whose event is not that request (superseded, or replayed after a delete) is
@@ -30,8 +34,9 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from conduit.records import keys
+from conduit.records import memory as memory_records
+from conduit.records import replies
 from contracts.documents import (
-    REPLY_TTL_S,
     DocumentDeleteRequested,
     DocumentIngestRequested,
     DocumentView,
@@ -40,9 +45,11 @@ from contracts.documents import (
     SearchRequested,
 )
 from contracts.envelope import Envelope, utcnow
+from contracts.memory import MemoryForgetRequested, MemoryIndexRequested, MemoryRecallRequested
 from services.retriever.documents import Chunk, DocumentError, markdown_chunks
 from services.retriever.embeddings import EmbeddingError
 from services.retriever.ingest import Indexer, IngestSummary
+from services.retriever.memory import MemoryRequests
 from services.retriever.pipeline import KbSearcher
 from services.retriever.store import StoreError
 
@@ -70,9 +77,10 @@ def posted_document_chunks(index_id: str, tenant_id: str, title: str, text: str,
 class RetrieverRequests:
     """Handles the events of ``topics.RETRIEVER_REQUESTS`` (``contracts.channels``) with an open ``KbSearcher`` and the service's Redis."""
 
-    def __init__(self, searcher: KbSearcher, redis: Redis) -> None:
+    def __init__(self, searcher: KbSearcher, redis: Redis, memory: MemoryRequests | None = None) -> None:
         self.searcher = searcher
         self.redis = redis
+        self.memory = memory
 
     async def handle(self, event: Envelope) -> None:
         """Bus handler (see the module docstring); raises only for Redis failures (redelivery)."""
@@ -82,6 +90,9 @@ class RetrieverRequests:
             await self.ingest(event)
         elif isinstance(event, DocumentDeleteRequested):
             await self.delete(event)
+        elif isinstance(event, (MemoryIndexRequested, MemoryRecallRequested, MemoryForgetRequested)):
+            if self.memory is not None:
+                await self.memory.handle(event)
         else:  # pragma: no cover - the union model admits nothing else
             raise TypeError(type(event).__name__)
 
@@ -109,11 +120,7 @@ class RetrieverRequests:
             reply = SearchReply(request_id=p.request_id, outcome="error", error_code="kb_backend_unavailable",
                                 message=str(exc)[:500])
         reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
-        key = keys.reply(p.request_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.lpush(key, reply.model_dump_json())
-            pipe.expire(key, REPLY_TTL_S)
-            await pipe.execute()
+        await replies.push(self.redis, p.request_id, reply.model_dump_json())
 
     # ------------------------------------------------------------------ documents
     async def _record(self, tenant_id: str, document_id: str) -> DocumentView | None:
@@ -135,6 +142,7 @@ class RetrieverRequests:
             indexer = Indexer(s.store, s.embedder, s.encoder, batch_size=s.settings.ingest_batch_size)
             await asyncio.to_thread(indexer.index, [(p.index_document_id, chunks)], summary)
             update |= {"status": "ingested", "chunks": summary.chunks, "reason": None}
+            await memory_records.invalidate_document(self.redis, event.tenant_id, p.index_document_id)
             log.info("document %s ingested: %d chunks (%d embedded)", p.index_document_id, summary.chunks, summary.embedded)
         except DocumentError as exc:
             update |= {"status": "failed", "reason": str(exc)}
@@ -152,6 +160,7 @@ class RetrieverRequests:
         removed = await asyncio.to_thread(self.searcher.store.delete_by_document, p.index_document_id)
         await asyncio.to_thread(self.searcher.store.flush)
         log.info("document %s deleted: %d chunks", p.index_document_id, removed)
+        await memory_records.invalidate_document(self.redis, event.tenant_id, p.index_document_id)
         record = await self._record(event.tenant_id, p.document_id)
         if record is not None and record.request_id == str(event.event_id):
             async with self.redis.pipeline(transaction=True) as pipe:

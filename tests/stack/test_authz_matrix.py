@@ -26,11 +26,12 @@ import pytest
 from redis.asyncio import Redis
 
 from conduit.ops.stack import Stack
-from conduit.records import apikeys, approvals
+from conduit.records import apikeys, approvals, memory
 from conduit.records.artifacts import ArtifactStore
 from conduit.testing.stack import auth, new_key, start_stack
 from conduit.testing.waits import wait_until
 from contracts.api import ApprovalRecord
+from contracts.memory import MemoryItem
 from contracts.tools import arguments_digest
 
 SECRET = "matrix-shared-secret-0123456789abcdef"
@@ -40,7 +41,9 @@ QUESTION = f"alice-question-{MARK}"
 DOC_TEXT = f"Document body only tenant t1 may read: doc-text-{MARK}."
 ARTIFACT = f"artifact-bytes-{MARK}".encode()
 T1, T2 = f"t1-{MARK}", f"t2-{MARK}"
-LEAKS = (QUESTION, f"doc-text-{MARK}", ARTIFACT.decode())
+MEMORY_TEXT = f"alice-memory-{MARK}"
+MEMORY_ID = f"m-matrix{MARK}"
+LEAKS = (QUESTION, f"doc-text-{MARK}", ARTIFACT.decode(), MEMORY_TEXT)
 """Strings of alice's (and tenant t1's) data that no outsider may ever see."""
 
 UNAUTHENTICATED = ("none", "bad_key", "revoked_key", "expired_jwt", "wrong_audience")
@@ -99,6 +102,10 @@ async def _seed(world: World, redis_url: str) -> None:
         art = await ArtifactStore(redis, 3600).save("out.txt", ARTIFACT, task_id=world.task_id, tenant_id=T1,
                                                    user_id="alice")
         world.artifact_id = art.id
+        now = datetime.now(UTC)
+        await memory.put_items(redis, [MemoryItem(id=MEMORY_ID, tenant_id=T1, user_id="alice", type="fact", topic="name",
+                                                  text=MEMORY_TEXT, task_id=world.task_id, importance=8,
+                                                  created_at=now, last_used_at=now)])
     finally:
         await redis.aclose()
 
@@ -183,6 +190,9 @@ MATRIX: dict[tuple[str, str], Case] = {
     ("GET", "/v1/sessions/{session_id}"): Case("/v1/sessions/{session}", 200, 200, 404, 404),
     ("PATCH", "/v1/sessions/{session_id}"): Case("/v1/sessions/{session}", 200, 200, 404, 404, {"title": "renamed"}),
     ("DELETE", "/v1/sessions/{session_id}"): Case("/v1/sessions/{session}", 200, 200, 404, 404, fresh_session=True),
+    ("GET", "/v1/memory"): Case("/v1/memory", 200, 200, 200, 200),  # each caller's own items
+    ("DELETE", "/v1/memory/{item_id}"): Case(f"/v1/memory/{MEMORY_ID}", 200, 404, 404, 404),  # the owner's goes first
+    ("DELETE", "/v1/memory"): Case("/v1/memory", 200, 200, 200, 200),  # each caller forgets their own
     ("GET", "/v1/models"): Case("/v1/models", 200, 200, 200, 200),
     ("POST", "/v1/chat/completions"): Case("/v1/chat/completions", 200, 404, 404, 404, {
         "model": "conduit", "messages": [{"role": "user", "content": "again"}], "stream": True}, sse=True,

@@ -30,10 +30,14 @@ from services.orchestrator.agent.effects import (
     Public,
     PublishTool,
     RunModelStep,
+    Remember,
+    SaveContext,
     SaveApproval,
     Step,
     UpdateApproval,
 )
+from contracts.api import SessionContext
+from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import PendingCall, TaskState
 from services.orchestrator.model import ModelError
@@ -91,6 +95,8 @@ class Sim:
         self.state: TaskState | None = None
         self.events: list[StreamEvent] = []
         self.publics: list[Public] = []
+        self.remembered: list[Remember] = []
+        self.contexts: list[SessionContext] = []
         self.requests: list[PendingCall] = []
         self.approvals: dict[str, dict[str, Any]] = {}
         self.cancels: list[CancelChild] = []
@@ -100,11 +106,13 @@ class Sim:
 
     # ------------------------------------------------------------------ driving
     async def ask(self, q: QuestionAsked | None = None, turns: list[dict[str, str]] | None = None,
-                  route: RouteDecision | None = None) -> TaskState:
-        """Start a task (earlier ``turns`` of the session, the pre-router's ``route``) and run it
-        until it ends or waits for people or silent tools."""
+                  route: RouteDecision | None = None, recalled: Recalled | None = None,
+                  context: SessionContext | None = None) -> TaskState:
+        """Start a task (earlier ``turns`` of the session, the pre-router's ``route``, what memory and
+        the cache gave, ``recalled``) and run it until it ends or waits for people or silent tools."""
         q = q or question(occurred_at=self.now)
-        await self.run(planning.start(self.deps, q, list(self.allowed), turns or [], route=route))
+        await self.run(planning.start(self.deps, q, list(self.allowed), turns or [], route=route, recalled=recalled,
+                                      now=self.now, context=context))
         assert self.state is not None
         return self.state
 
@@ -189,6 +197,10 @@ class Sim:
                 self.cancels.append(e)
             elif isinstance(e, Notify):
                 self.notices.append(e)
+            elif isinstance(e, Remember):
+                self.remembered.append(e)
+            elif isinstance(e, SaveContext):
+                self.contexts.append(e.context)
             elif isinstance(e, Announce):
                 assert self.state is not None
                 self.events.append(endings.terminal_event(self.state, self.now, e.citations))

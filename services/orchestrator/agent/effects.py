@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.api import ApprovalRecord
+from contracts.api import ApprovalRecord, SessionContext
 from contracts.evidence import Citation
 from contracts.stream import StreamEvent
 from services.orchestrator.agent.state import PendingCall, TaskState
@@ -126,6 +126,23 @@ class Notify:
 
 
 @dataclass(frozen=True)
+class SaveContext:
+    """Write the session's structured state and rolling summary (rules M6, M7)."""
+
+    session_id: str
+    context: SessionContext
+
+
+@dataclass(frozen=True)
+class Remember:
+    """After the announcement: keep what the finished task taught (rules M1, M2: the user's facts,
+    the episode) and, for a cacheable first answer, a semantic-cache entry (rule C2).
+    ``citations``: the answer's checked citations."""
+
+    citations: list[Citation] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Metric:
     """Count ``name`` (``approval_requested`` | ``approval_decided``) in the replica's metrics."""
 
@@ -140,7 +157,7 @@ class FaultPoint:
 
 
 Effect = (Emit | Wake | HoldLease | ClearWake | DropLease | SaveApproval | UpdateApproval | PublishTool | Public
-          | WriteView | RunModelStep | Announce | CancelChild | Notify | Metric | FaultPoint)
+          | WriteView | RunModelStep | Announce | CancelChild | Notify | Remember | SaveContext | Metric | FaultPoint)
 """Any effect."""
 
 IN_SAVE = (Emit, Wake, HoldLease, Public)

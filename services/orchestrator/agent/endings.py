@@ -29,7 +29,7 @@ from contracts.stream import (
 )
 from conduit.policy.redaction import redact
 from services.orchestrator.agent import answers, team
-from services.orchestrator.agent.effects import Announce, FaultPoint, Step
+from services.orchestrator.agent.effects import Announce, FaultPoint, Remember, Step
 from services.orchestrator.agent.evidence import EvidencePool
 from services.orchestrator.agent.state import Cancellation, Failure, Phase, TaskState
 
@@ -54,7 +54,10 @@ def complete(state: TaskState, content: str, now: datetime, mark: bool = True) -
         answer, state.confidence = answers.mark_uncited(answer, state.question)
     _end(state, "completed", now)
     state.answer = answer
-    return Step(state, _announce(state, citations))
+    effects = _announce(state, citations)
+    if state.user_id and state.child is None and (state.memory_on or state.cache in ("miss", "bypass")):
+        effects.append(Remember(citations))  # rules M1, M2, C2 (never a worker's task): after the client has its answer
+    return Step(state, effects)
 
 
 def wrap_up(state: TaskState, reason: str, now: datetime) -> Step:
@@ -111,7 +114,7 @@ def terminal_event(state: TaskState, now: datetime, citations: list[Citation] | 
         return TaskCompleted(answer=state.answer or "", citations=citations if citations is not None else citations_of(state),
                              usage=state.usage, latency_ms=latency_ms(state, now), mode=state.mode,
                              fallback_reason=state.fallback_reason, stop_reason=state.stop_reason or "answered",
-                             confidence=state.confidence)
+                             confidence=state.confidence, cache=state.cache, memory=state.memory)
     if state.status == "needs_input":
         return TaskNeedsInput(question=state.answer or "", evidence=len(state.evidence))
     if state.status == "cancelled":
@@ -132,6 +135,7 @@ def record_view(state: TaskState, latency: float | None = None, citations: list[
         citations=citations if citations is not None else citations_of(state), steps=state.steps,
         usage=state.usage, mode=state.mode, error=error, created_at=state.created_at, finished_at=state.finished_at,
         latency_ms=latency, stop_reason=state.stop_reason, trace=state.trace, confidence=state.confidence,
+        cache=state.cache, memory=[m.model_dump() for m in state.memory],
         pending_approvals=[{"call_id": c.call_id, "tool": c.name, "arguments": c.arguments, "reason": c.reason,
                             "arguments_digest": c.arguments_digest,
                             "expires_at": c.expires_at.isoformat() if c.expires_at else None}

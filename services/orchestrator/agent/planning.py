@@ -28,14 +28,16 @@ from typing import Any
 
 from conduit.policy import guardrails
 from conduit.runtime import tenants
-from contracts.api import StepRecord
+from contracts.api import SessionContext, StepRecord
 from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import openai_tool_schema
-from services.orchestrator.agent import endings, fallback, finalizer, prompt, routing, team, vetting, workers
+from services.orchestrator.agent import cache, endings, fallback, finalizer, prompt, routing, team, vetting, workers
+from services.orchestrator.agent import context as context_rules
+from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
-from services.orchestrator.agent.effects import FaultPoint, HoldLease, Public, RunModelStep, Step, WriteView
+from services.orchestrator.agent.effects import FaultPoint, HoldLease, Public, RunModelStep, SaveContext, Step, WriteView
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import Phase, TaskState
 from services.orchestrator.agent.window import window
@@ -46,15 +48,25 @@ SOFT_LIMIT_MARGIN = 2
 
 
 def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
-          route: RouteDecision | None = None) -> Step:
+          route: RouteDecision | None = None, recalled: Recalled | None = None,
+          now: datetime | None = None, context: SessionContext | None = None) -> Step:
     """A new task from ``event`` with the session's earlier ``turns`` as history.
 
     Effects: the lease is taken in the save (a crash after it is resumed by the sweeper),
     then the first model step, the record and the public ``task.started``. A question the
     input guardrail rejects (rule G1; the gateway checks it first, this guards the bus) fails
     at once with ``input_rejected``, before any model call. ``route`` is the pre-router's
-    decision (rule R1; None: the rules of ``routing.by_rules`` are applied here).
+    decision (rule R1; None: the rules of ``routing.by_rules`` are applied here). ``recalled``:
+    the memory items and the cache lookup found before the task (rules M4, C1); a cache hit is
+    replayed at once (rule C3, no model or tool call). ``now``: UTC (default: the question's time).
+    ``turns`` are all the session's stored turns; with the session's ``context`` they are folded
+    (rules M6, M7): the newest are history messages, the rest are in the state's system message.
     """
+    first_turn = not turns
+    turn_no = context_rules.turn_number(turns, len(turns) - 1) + 1 if turns else 1
+    s = deps.settings
+    folded, turns = context_rules.fold(context or SessionContext(), turns, s.context_window_chars,
+                                       s.context_summary_at, s.history_turns)
     model = deps.model_configured
     state = TaskState(
         task_id=event.task_id, session_id=event.session_id, tenant_id=event.tenant_id, user_id=event.user_id,
@@ -64,9 +76,13 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
                   {"role": "user", "content": event.payload.question}],
     )
+    state.turn_no = turn_no
     _continue_with_earlier_evidence(state, turns)
     if event.payload.child is not None:
         return _start_child(deps, state, event, allowed_tools)
+    note = context_rules.render(folded)
+    if note is not None:
+        state.messages.insert(1, {"role": "system", "content": note})
     kinds = workers.offered(deps.settings, allowed_tools) if deps.model_configured and team.team_mode(deps, event) else []
     if kinds:  # rule D1: the supervisor delegates to the worker kinds available
         state.team, state.workers, state.tree_tools = True, [k.name for k in kinds], list(allowed_tools)
@@ -78,8 +94,15 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         state.trace.append({"phase": "guardrail", "category": rejected.category, "rule": rejected.rule})
         return Step(state, [Public("task.started")]).then(
             endings.fail(state, "input_rejected", rejected.message(state.question), event.occurred_at))
+    recalled = recalled or Recalled()
+    state.first_turn = first_turn
+    step = Step(state, [Public("task.started"), FaultPoint("started")]).then(  # a crash test's point after the save
+        cache.apply_recall(state, recalled))
+    if context is not None and folded != context:
+        step.effects.append(SaveContext(state.session_id, folded))
+    if recalled.cached is not None:
+        return step.then(cache.replay(state, recalled, now or event.occurred_at))
     route = route or routing.by_rules(state.question)
-    step = Step(state, [Public("task.started"), FaultPoint("started")])  # a crash test's point after the save
     if route is not None:
         state.trace.append({"phase": "route", **route.trace()})
         step.emit(TraceEvent(phase="route", data=route.trace()))
@@ -133,7 +156,9 @@ def _routed(deps: Deps, state: TaskState, route: RouteDecision, turns: list[dict
         return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
     if route.route == "chitchat":
         state.mode, state.fallback_reason, state.allowed_tools = "chitchat", None, []
+        memory = [m for m in state.messages[1:2] if m["role"] == "system"] if state.memory else []
         state.messages = routing.chitchat_messages(domain, prompt.history_messages(turns), state.question)
+        state.messages[1:1] = memory  # rule M4: the chit-chat agent knows the user too
         return Step(state, [HoldLease(), RunModelStep(), WriteView()])
     if route.calc_hint and "code_exec" in state.allowed_tools:
         state.messages.insert(-1, {"role": "system", "content": routing.CALC_HINT})

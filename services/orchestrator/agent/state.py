@@ -20,7 +20,7 @@ from contracts.api import StepRecord, TaskStatus
 from contracts.envelope import utcnow
 from contracts.events import ChildSpec, ToolError, ToolResultPayload
 from contracts.evidence import NumberedEvidence
-from contracts.stream import Usage
+from contracts.stream import MemoryNote, Usage
 from contracts.tools import ToolName
 
 TOOL_RESEND_S = 10.0
@@ -163,6 +163,11 @@ class TaskState(BaseModel):
     tree_tools: list[str] = Field(default_factory=list)  # tools the task's workers may use: its own allowed ones (rule D6)
     child: ChildSpec | None = None  # a worker's task: its parent, kind, depth and share of the tree's budget (rule D4)
     draft: str | None = None  # the supervisor's answer while the finalizer rewrites it (rule D9)
+    memory_on: bool = False  # long-term memory is on for this task's tenant and user (rules M1-M5)
+    memory: list[MemoryNote] = Field(default_factory=list)  # items recalled for the model (rule M4)
+    turn_no: int = 0  # this task's 1-based turn number in its session (rule M7)
+    first_turn: bool = False  # a new session's first question (the semantic cache applies, rule C1)
+    cache: Literal["hit", "miss", "bypass", "off"] = "off"  # the semantic cache's outcome (rule C1)
 
     @property
     def terminal(self) -> bool:

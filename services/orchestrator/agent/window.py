@@ -20,13 +20,15 @@ def _size(message: dict[str, Any]) -> int:
 
 
 def window(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
-    """Return the messages to send: the system message plus the newest that fit ``max_chars``.
+    """Return the messages to send: the leading system messages (the prompt, then the recalled memory
+    and the session's state, rules M4 and M6) plus the newest that fit ``max_chars``.
 
     The newest user message and everything after it are always kept, even if larger.
     """
     if not messages:
         return []
-    head = messages[:1] if messages[0].get("role") == "system" else []
+    lead = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+    head = messages[:lead]
     body = messages[len(head):]
     last_user = max((i for i, m in enumerate(body) if m.get("role") == "user"), default=0)
     budget = max_chars - sum(_size(m) for m in head)

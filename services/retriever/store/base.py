@@ -80,6 +80,10 @@ class VectorStore(ABC):
                                              exclude_ids=keep_ids))
         return before - self.count(SearchFilter(document_ids=(document_id,)))
 
+    @abstractmethod
+    def delete_ids(self, ids: Sequence[str]) -> None:
+        """Delete the points ``ids`` (UUID strings; missing ones are ignored)."""
+
     # ---- reads
     @abstractmethod
     def count(self, flt: SearchFilter | None = None) -> int:

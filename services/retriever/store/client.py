@@ -96,6 +96,10 @@ class ClientVectorStore(VectorStore):
     def _delete(self, flt: Any) -> None:
         self._client.delete(self.collection, points_selector=self._m.FilterSelector(filter=flt), wait=True)
 
+    def delete_ids(self, ids: Sequence[str]) -> None:
+        if ids:
+            self._delete(self._m.Filter(must=[self._m.HasIdCondition(has_id=list(ids))]))
+
     def count(self, flt: SearchFilter | None = None) -> int:
         return int(self._client.count(self.collection, count_filter=self._native_filter(flt), exact=True).count)
 

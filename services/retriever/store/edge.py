@@ -93,6 +93,10 @@ class EdgeVectorStore(VectorStore):
         with self._lock:
             self._shard.update(self._qe.UpdateOperation.delete_points_by_filter(flt))
 
+    def delete_ids(self, ids: Sequence[str]) -> None:
+        if ids:
+            self._delete(self._qe.Filter(must=[self._qe.HasIdCondition({uuid.UUID(i) for i in ids})]))
+
     def count(self, flt: SearchFilter | None = None) -> int:
         with self._lock:
             return int(self._shard.count(self._qe.CountRequest(exact=True, filter=self._native_filter(flt))))

@@ -70,7 +70,10 @@ export async function request(path, opts = {}) {
   }
   let resp;
   try {
-    resp = await fetch(path, { method: opts.method || (body ? "POST" : "GET"), headers, body, signal: opts.signal, cache: "no-store" });
+    resp = await fetch(path, { method: opts.method || (body ? "POST" : "GET"), headers, body, signal: opts.signal,
+      // GETs skip the browser cache; a POST is never cached, and "no-store" would make the browser send
+      // Cache-Control: no-cache, which tells Conduit to bypass its semantic cache (rule C1)
+      cache: body ? "default" : "no-store" });
   } catch (exc) {
     if (exc && exc.name === "AbortError") throw exc;
     throw new ApiError(0, "network", String(exc));

@@ -75,12 +75,15 @@ export class Turn {
     this.banner = el("div", "retrieval-banner");
     this.banner.setAttribute("role", "note");
     this.banner.hidden = true;
+    this.origin = el("div", "origin-notes"); // "cached" and "from memory" notes (issue 20)
+    this.origin.setAttribute("role", "note");
+    this.origin.hidden = true;
     this.files = el("div", "files");
     this.sources = el("section", "sources");
     this.sources.hidden = true;
     this.details = el("details", "record");
     this.details.hidden = true;
-    a.append(this.status, this.banner, this.approvals, this.answer, this.files, this.notice, this.sources, this.details);
+    a.append(this.status, this.banner, this.origin, this.approvals, this.answer, this.files, this.notice, this.sources, this.details);
     this.node.append(q, a);
     list.append(this.node);
   }
@@ -132,9 +135,12 @@ export class Turn {
         break;
       }
       case "evidence": for (const item of d.items) this.evidence.set(item.index, item); break;
+      case "trace": if (d.phase === "memory" && d.data && d.data.recalled) this.showMemory(d.data.recalled); break;
       case "task.completed":
         this.text = d.answer;
         this.citations = d.citations;
+        if (d.memory && d.memory.length) this.showMemory(d.memory);
+        if (d.cache === "hit") this.showCached();
         if (retrievalNotice(d)) { this.banner.textContent = retrievalNotice(d); this.banner.hidden = false; }
         this.finish("completed", null, d.latency_ms);
         break;
@@ -143,6 +149,27 @@ export class Turn {
       default: break;
     }
     this.paintRecord();
+  }
+
+  /** The long-term memory items the model was given, each marked "from memory". */
+  showMemory(items) {
+    if (this.origin.querySelector(".memory-note")) return;
+    const box = el("div", "memory-note");
+    box.append(el("span", "origin-badge", t("note.memory")));
+    const ul = el("ul");
+    for (const m of items) ul.append(el("li", `memory-${m.type}`, m.text));
+    box.append(ul);
+    this.origin.append(box);
+    this.origin.hidden = false;
+  }
+
+  /** The answer was replayed from the semantic cache. */
+  showCached() {
+    if (this.origin.querySelector(".cached-note")) return;
+    const box = el("div", "cached-note");
+    box.append(el("span", "origin-badge", t("note.cached")), el("span", "", t("note.cached_detail")));
+    this.origin.prepend(box);
+    this.origin.hidden = false;
   }
 
   ask(d) {

@@ -1,0 +1,122 @@
+"""Memory items and semantic-cache entries in Redis: the source of truth (vectors live in the
+retriever's memory shard and are only an index of these records).
+
+- ``keys.memory(tenant, h)`` hash: item id -> ``MemoryItem`` JSON (``h`` = SHA-256 of
+  ``tenant\\x00user``, so no pair of ids can collide). Expired items are dropped when read.
+- ``keys.cache_entry(tenant, id)``: ``CacheEntry`` JSON with a TTL (``cache_ttl_s``, renewed on
+  a hit); ``keys.cache_by_document(tenant, document_id)``: the entries citing that document.
+
+A deleted record is never recalled: recall joins the vector hits with these records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from datetime import datetime
+
+from redis.asyncio import Redis
+
+from conduit.records import keys
+from contracts.memory import CacheEntry, MemoryItem
+
+
+def owner_digest(tenant_id: str, user_id: str) -> str:
+    """SHA-256 hex of ``tenant\\x00user`` (the memory hash's and the vector scope's name)."""
+    return hashlib.sha256(f"{tenant_id}\x00{user_id}".encode()).hexdigest()
+
+
+def _key(tenant_id: str, user_id: str) -> str:
+    return keys.memory(tenant_id, owner_digest(tenant_id, user_id))
+
+
+def _live(item: MemoryItem, now: datetime) -> bool:
+    return item.expires_at is None or item.expires_at > now
+
+
+async def list_items(redis: Redis, tenant_id: str, user_id: str, now: datetime) -> list[MemoryItem]:
+    """The user's live items, newest first; expired ones are deleted on the way."""
+    raw = await redis.hgetall(_key(tenant_id, user_id))
+    items = [MemoryItem.model_validate_json(v) for v in raw.values()]
+    dead = [i.id for i in items if not _live(i, now)]
+    if dead:
+        await redis.hdel(_key(tenant_id, user_id), *dead)
+    return sorted((i for i in items if _live(i, now)), key=lambda i: (i.created_at, i.id), reverse=True)
+
+
+async def get_items(redis: Redis, tenant_id: str, user_id: str, ids: list[str], now: datetime) -> dict[str, MemoryItem]:
+    """The live items among ``ids`` (missing, deleted or expired ids absent)."""
+    if not ids:
+        return {}
+    raw = await redis.hmget(_key(tenant_id, user_id), ids)
+    found = (MemoryItem.model_validate_json(v) for v in raw if v is not None)
+    return {i.id: i for i in found if _live(i, now)}
+
+
+async def put_items(redis: Redis, items: Iterable[MemoryItem]) -> None:
+    """Write (insert or replace by id) items; each goes to its own user's hash."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for i in items:
+            pipe.hset(_key(i.tenant_id, i.user_id), i.id, i.model_dump_json())
+        await pipe.execute()
+
+
+async def touch(redis: Redis, items: Iterable[MemoryItem], now: datetime) -> None:
+    """Set ``last_used_at`` of recalled items to ``now`` (only those still present: a deletion wins)."""
+    for i in items:
+        key = _key(i.tenant_id, i.user_id)
+        if await redis.hexists(key, i.id):
+            await redis.hset(key, i.id, i.model_copy(update={"last_used_at": now}).model_dump_json())
+
+
+async def delete_items(redis: Redis, tenant_id: str, user_id: str, ids: list[str] | None) -> list[str]:
+    """Delete the user's items ``ids`` (None: every item). Returns the ids that existed."""
+    key = _key(tenant_id, user_id)
+    if ids is None:
+        existing = [k.decode() for k in await redis.hkeys(key)]
+        await redis.delete(key)
+        return existing
+    present = [i for i, v in zip(ids, await redis.hmget(key, ids)) if v is not None] if ids else []
+    if present:
+        await redis.hdel(key, *present)
+    return present
+
+
+async def put_cache(redis: Redis, entry: CacheEntry, ttl_s: int) -> None:
+    """Store ``entry`` for ``ttl_s`` seconds and index it under every document it cites."""
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.set(keys.cache_entry(entry.tenant_id, entry.id), entry.model_dump_json(), ex=ttl_s)
+        for doc in entry.document_ids:
+            pipe.sadd(keys.cache_by_document(entry.tenant_id, doc), entry.id)
+            pipe.expire(keys.cache_by_document(entry.tenant_id, doc), ttl_s)
+        await pipe.execute()
+
+
+async def get_cache(redis: Redis, tenant_id: str, entry_id: str) -> CacheEntry | None:
+    """The tenant's entry ``entry_id``, or None when expired or invalidated."""
+    raw = await redis.get(keys.cache_entry(tenant_id, entry_id))
+    return CacheEntry.model_validate_json(raw) if raw else None
+
+
+async def renew_cache(redis: Redis, entry: CacheEntry, ttl_s: int) -> None:
+    """A hit: the entry (and its document indexes) live ``ttl_s`` seconds more."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.expire(keys.cache_entry(entry.tenant_id, entry.id), ttl_s)
+        for doc in entry.document_ids:
+            pipe.expire(keys.cache_by_document(entry.tenant_id, doc), ttl_s)
+        await pipe.execute()
+
+
+async def invalidate_document(redis: Redis, tenant_id: str, document_id: str) -> list[str]:
+    """Remove every cache entry of ``tenant_id`` citing ``document_id`` (re-ingested or deleted).
+
+    Returns the removed entry ids.
+    """
+    index = keys.cache_by_document(tenant_id, document_id)
+    ids = [m.decode() for m in await redis.smembers(index)]
+    async with redis.pipeline(transaction=True) as pipe:
+        for entry_id in ids:
+            pipe.delete(keys.cache_entry(tenant_id, entry_id))
+        pipe.delete(index)
+        await pipe.execute()
+    return ids

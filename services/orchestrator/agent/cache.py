@@ -1,0 +1,106 @@
+"""Semantic cache rules (rules C1-C3, docs/agent-rules.md) and what a task starts with from
+memory (``Recalled``, ``apply_recall``).
+
+- C1 lookup: only for a new session's first question, per tenant, when the cache is on and the
+  client did not send ``Cache-Control: no-cache`` (``bypass``); a hit needs cosine >=
+  ``cache_min_similarity`` (0.95) between the two questions' embeddings.
+- C2 store: a completed agent answer of a first turn that cites knowledge-base evidence and no
+  web page, stopped by no limit, written without long-term memory (a personal answer is never
+  shared with the tenant); kept ``cache_ttl_s`` (1 day), renewed on each hit; removed when a
+  document it cites is re-ingested or deleted.
+- C3 a hit still streams: its evidence, then the answer as ``answer.delta`` chunks, then
+  ``task.completed`` with ``cache: hit`` and the measured latency; no model or tool call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from contracts.evidence import Citation
+from contracts.memory import CacheEntry, CacheOutcome, MemoryItem
+from contracts.stream import AnswerDelta, EvidenceEvent, MemoryNote, TraceEvent
+from services.orchestrator.agent import endings
+from services.orchestrator.agent.effects import Step
+from services.orchestrator.agent.memory import render
+from services.orchestrator.agent.state import TaskState
+
+REPLAY_CHUNK_CHARS = 24
+"""Characters per ``answer.delta`` of a replayed answer."""
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What the I/O layer found before the task: the ranked memory ``items`` (rule M3), the cache
+    ``outcome`` and its ``cached`` entry (with its ``similarity``), the lookup's time and error."""
+
+    items: list[MemoryItem] = field(default_factory=list)
+    memory_on: bool = False
+    outcome: CacheOutcome = "off"
+    cached: CacheEntry | None = None
+    similarity: float | None = None
+    duration_ms: float | None = None
+    error: str | None = None
+
+
+def lookup_outcome(first_turn: bool, enabled: bool, use_cache: bool) -> CacheOutcome:
+    """Rule C1: ``off`` (not a first turn, or the cache is off), ``bypass`` (no-cache) or ``miss``
+    (look it up; the I/O layer turns it into ``hit``)."""
+    if not first_turn or not enabled:
+        return "off"
+    return "miss" if use_cache else "bypass"
+
+
+def apply_recall(state: TaskState, recalled: Recalled) -> Step:
+    """Rule M4: put the recalled items into the model's messages (one system message after the
+    system prompt) and name them in the state, the trace and a ``trace`` event (phase ``memory``)."""
+    step = Step(state)
+    state.memory_on = recalled.memory_on
+    state.cache = recalled.outcome
+    data = {"items": len(recalled.items), "cache": recalled.outcome, "lookup_ms": recalled.duration_ms,
+            "error": recalled.error}
+    if recalled.memory_on or recalled.outcome != "off":
+        state.trace.append({"phase": "memory", **data})
+    if not recalled.items or recalled.cached is not None:  # a replayed answer was written without them
+        return step
+    state.memory = [MemoryNote(id=i.id, type=i.type, text=i.text, task_id=i.task_id) for i in recalled.items]
+    state.messages.insert(1, {"role": "system", "content": render(recalled.items)})
+    return step.emit(TraceEvent(phase="memory", data={**data, "recalled": [m.model_dump() for m in state.memory]}))
+
+
+def chunks(text: str, size: int = REPLAY_CHUNK_CHARS) -> list[str]:
+    """``text`` cut into pieces of ``size`` characters (the last may be shorter)."""
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def replay(state: TaskState, recalled: Recalled, now: datetime) -> Step:
+    """Rule C3: answer from the cached entry: evidence, answer deltas, completion (``cache: hit``)."""
+    entry = recalled.cached
+    assert entry is not None
+    state.cache, state.allowed_tools, state.memory = "hit", [], []  # the cached answer used no memory
+    state.evidence = list(entry.evidence)
+    hit = {"outcome": "hit", "entry": entry.id, "from_task": entry.task_id, "similarity": recalled.similarity,
+           "lookup_ms": recalled.duration_ms}
+    state.trace.append({"phase": "cache", **hit})
+    step = Step(state).emit(TraceEvent(phase="cache", data=hit))
+    if state.evidence:
+        step.emit(EvidenceEvent(items=state.evidence))
+    step.emit(*(AnswerDelta(text=c) for c in chunks(entry.answer)))
+    done = endings.complete(state, entry.answer, now, mark=False)
+    state.confidence = entry.confidence
+    return step.then(done)
+
+
+def entry_for(state: TaskState, citations: list[Citation], now: datetime) -> CacheEntry | None:
+    """Rule C2: the cache entry for a finished task, or None when it may not be cached."""
+    if (state.status != "completed" or state.mode != "agent" or state.cache not in ("miss", "bypass")
+            or state.memory or state.stop_reason or not citations or not state.answer):
+        return None
+    cited = {c.index for c in citations}
+    evidence = [e for e in state.evidence if e.index in cited]
+    if not evidence or any(e.kind == "web" for e in evidence):
+        return None
+    documents = sorted({e.document_id for e in evidence if e.document_id})
+    return CacheEntry(id=state.task_id, tenant_id=state.tenant_id, question=state.question, answer=state.answer,
+                      citations=citations, evidence=evidence, document_ids=documents, task_id=state.task_id,
+                      created_at=now, confidence=state.confidence)

@@ -1,0 +1,203 @@
+"""Long-term memory and the semantic cache in the retriever's vector store (its own shard or
+collection, the knowledge base's embedder): ``MemoryIndex`` (blocking store work) and
+``MemoryRequests`` (the bus handlers of ``contracts.memory``'s three events).
+
+Layout: one point per memory item (id ``uuid5("memory:{item id}")``, embedded as a passage,
+scope ``document_id = "mem:{tenant}:{owner digest}"``) and one per cache entry (id
+``uuid5("cache:{tenant}:{entry id}")``, the question embedded as a query, scope
+``"cache:{tenant}"``), both with ``tenant_id``. Every read is filtered by tenant and scope
+first, then scored by cosine (exact: a user's items are few). The Redis records
+(``conduit.records.memory``) are the truth: a hit whose record is gone (deleted, expired,
+invalidated) is dropped and its point removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from conduit.records import memory as records
+from conduit.records import replies
+from conduit.runtime.settings import Settings
+from contracts.envelope import Envelope, utcnow
+from contracts.memory import (
+    CacheEntry,
+    MemoryForgetRequested,
+    MemoryIndexRequested,
+    MemoryItem,
+    MemoryRecallRequested,
+    RecallCandidate,
+    RecallReply,
+)
+from services.retriever.embeddings import Embedder, EmbeddingError
+from services.retriever.sparse import SparseVec
+from services.retriever.store import ChunkPoint, ClientVectorStore, EdgeVectorStore, SearchFilter, StoreError, VectorStore
+
+log = logging.getLogger("conduit.retriever.memory")
+
+EMPTY = SparseVec([], [])
+FLUSH_EVERY_S = 5.0
+"""Seconds between two flushes of the memory shard after writes (a flush costs 50-120 ms here, and
+the recall behind it in the consumer's queue waits for it); deletions and closing flush at once."""
+
+
+def open_memory_store(settings: Settings, dim: int) -> VectorStore:
+    """The memory shard: ``{data_dir}/memory`` (Qdrant Edge) or collection ``{qdrant_collection}_memory``
+    on the configured server; exact dense search. Raises ``StoreError``."""
+    store: VectorStore
+    if settings.qdrant_url:
+        store = ClientVectorStore(f"{settings.qdrant_collection}_memory", dim, settings.rrf_k,
+                                  url=settings.qdrant_url, api_key=settings.qdrant_api_key)
+    else:
+        store = EdgeVectorStore(Path(settings.data_dir) / "memory", dim, settings.rrf_k)
+    store.exact = True
+    return store
+
+
+def _point_id(kind: str, key: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}:{key}"))
+
+
+def user_scope(tenant_id: str, user_id: str) -> str:
+    """The ``document_id`` every point of one user's memory carries."""
+    return f"mem:{tenant_id}:{records.owner_digest(tenant_id, user_id)}"
+
+
+def cache_scope(tenant_id: str) -> str:
+    """The ``document_id`` every cache point of a tenant carries."""
+    return f"cache:{tenant_id}"
+
+
+class MemoryIndex:
+    """Blocking vector work for memory and cache (run it in a worker thread).
+
+    Args:
+        store: the memory store (``open_memory_store``); embedder: the knowledge base's.
+    """
+
+    def __init__(self, store: VectorStore, embedder: Embedder) -> None:
+        self.store, self.embedder = store, embedder
+        self._flushed_at = time.monotonic()
+
+    def index(self, items: list[MemoryItem], replaced: list[str], cache: CacheEntry | None) -> None:
+        """Embed and upsert ``items`` (passages) and ``cache`` (its question, as a query); drop ``replaced`` ids."""
+        points = []
+        if items:
+            vecs = self.embedder.embed([i.text for i in items])
+            points += [ChunkPoint(_point_id("memory", i.id), v, EMPTY,
+                                  {"tenant_id": i.tenant_id, "document_id": user_scope(i.tenant_id, i.user_id),
+                                   "item_id": i.id, "position": 0}) for i, v in zip(items, vecs)]
+        if cache is not None:
+            vec = self.embedder.embed_query(cache.question)
+            points.append(ChunkPoint(_point_id("cache", f"{cache.tenant_id}:{cache.id}"), vec, EMPTY,
+                                     {"tenant_id": cache.tenant_id, "document_id": cache_scope(cache.tenant_id),
+                                      "entry_id": cache.id, "position": 0}))
+        if replaced:
+            self.store.delete_ids([_point_id("memory", i) for i in replaced])
+        self.store.upsert(points)
+        if time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:  # a crash loses at most these seconds of
+            self.store.flush()                                     # vectors; the Redis records stay
+            self._flushed_at = time.monotonic()
+
+    def forget(self, tenant_id: str, user_id: str, ids: list[str] | None) -> None:
+        """Remove the vectors of the user's items ``ids`` (None: all of them)."""
+        if ids is None:
+            self.store.delete_by_document(user_scope(tenant_id, user_id))
+        else:
+            self.store.delete_ids([_point_id("memory", i) for i in ids])
+        self.store.flush()
+
+    def drop_cache(self, tenant_id: str, entry_ids: list[str]) -> None:
+        """Remove the points of cache entries whose records are gone."""
+        self.store.delete_ids([_point_id("cache", f"{tenant_id}:{e}") for e in entry_ids])
+
+    def search(self, tenant_id: str, user_id: str | None, query: str, limit: int,
+               with_memory: bool, with_cache: bool) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        """(memory item id, cosine) of the user's best ``limit`` items and (cache entry id, cosine) of
+        the tenant's best 3 entries, each list best first."""
+        vec = self.embedder.embed_query(query)
+        mem: list[tuple[str, float]] = []
+        hits_cache: list[tuple[str, float]] = []
+        if with_memory and user_id:
+            flt = SearchFilter(tenant_ids=(tenant_id,), document_ids=(user_scope(tenant_id, user_id),))
+            mem = [(h.payload["item_id"], float(h.dense_score if h.dense_score is not None else h.score))
+                   for h in self.store.dense_query(vec, flt, limit=limit) if "item_id" in h.payload]
+        if with_cache:
+            flt = SearchFilter(tenant_ids=(tenant_id,), document_ids=(cache_scope(tenant_id),))
+            hits_cache = [(h.payload["entry_id"], float(h.dense_score if h.dense_score is not None else h.score))
+                          for h in self.store.dense_query(vec, flt, limit=3) if "entry_id" in h.payload]
+        return mem, hits_cache
+
+
+class MemoryRequests:
+    """Handles ``MemoryIndexRequested``, ``MemoryRecallRequested`` and ``MemoryForgetRequested``
+    with an open ``MemoryIndex`` and the service's Redis."""
+
+    def __init__(self, index: MemoryIndex, redis: Redis) -> None:
+        self.index, self.redis = index, redis
+
+    async def handle(self, event: Envelope) -> None:
+        """Bus handler; raises only for Redis failures (redelivery). Store and embedding errors are
+        logged (index, forget) or answered as an ``error`` reply (recall)."""
+        if isinstance(event, MemoryRecallRequested):
+            await self.recall(event)
+        elif isinstance(event, MemoryIndexRequested):
+            p = event.payload
+            try:
+                await asyncio.to_thread(self.index.index, p.items, p.replaced, p.cache)
+            except (EmbeddingError, StoreError) as exc:
+                log.warning("memory index for task %s failed: %s", event.task_id, exc)
+        elif isinstance(event, MemoryForgetRequested):
+            if event.user_id:
+                try:
+                    await asyncio.to_thread(self.index.forget, event.tenant_id, event.user_id, event.payload.ids)
+                except StoreError as exc:
+                    log.warning("memory forget failed: %s", exc)
+
+    async def recall(self, event: MemoryRecallRequested) -> None:
+        """Search, join with the Redis records (dropping and removing stale points) and LPUSH a ``RecallReply``."""
+        p = event.payload
+        if p.deadline_at is not None and utcnow() > p.deadline_at:
+            return
+        started = time.perf_counter()
+        reply = RecallReply(request_id=p.request_id)
+        try:
+            mem, cache = await asyncio.to_thread(self.index.search, event.tenant_id, event.user_id, p.query, p.limit,
+                                                 p.with_memory, p.with_cache)
+            reply.candidates = await self._candidates(event, mem)
+            reply.cached, reply.similarity = await self._cached(event.tenant_id, cache, p.min_similarity)
+        except (EmbeddingError, StoreError) as exc:
+            reply = RecallReply(request_id=p.request_id, outcome="error", message=str(exc)[:300])
+        reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
+        await replies.push(self.redis, p.request_id, reply.model_dump_json())
+
+    async def _candidates(self, event: MemoryRecallRequested, hits: list[tuple[str, float]]) -> list[RecallCandidate]:
+        if not hits or not event.user_id:
+            return []
+        found = await records.get_items(self.redis, event.tenant_id, event.user_id, [i for i, _ in hits], utcnow())
+        stale = [i for i, _ in hits if i not in found]
+        if stale:
+            await asyncio.to_thread(self.index.store.delete_ids, [_point_id("memory", i) for i in stale])
+        return [RecallCandidate(item=found[i], relevance=cos) for i, cos in hits if i in found]
+
+    async def _cached(self, tenant_id: str, hits: list[tuple[str, float]],
+                      min_similarity: float) -> tuple[CacheEntry | None, float | None]:
+        stale = []
+        chosen: tuple[CacheEntry | None, float | None] = (None, hits[0][1] if hits else None)
+        for entry_id, cos in hits:
+            if cos < min_similarity:
+                break
+            entry = await records.get_cache(self.redis, tenant_id, entry_id)
+            if entry is None:
+                stale.append(entry_id)
+                continue
+            chosen = (entry, cos)
+            break
+        if stale:
+            await asyncio.to_thread(self.index.drop_cache, tenant_id, stale)
+        return chosen
