@@ -1,8 +1,11 @@
 """Shared fixtures: a real tansu broker and a private real redis-server per test session.
 
-No Docker is needed: both run as local processes (see conduit.ops.infra). When a
-Docker daemon is reachable the same fixtures still use local processes, so CI
-behaves the same everywhere.
+No Docker is needed: both run as local processes (see conduit.ops.infra). With
+``--containers`` the session's broker, Redis and vector store are instead Apache Kafka
+(KRaft), Redis and Qdrant containers (``conduit.testing.containers``, testcontainers) and
+tests marked ``containers`` run too; without a Docker engine every test that needs them is
+skipped with one reason. Tests that start their own private tansu or redis-server (to kill
+it) keep doing so either way.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -18,6 +22,52 @@ from redis.asyncio import Redis
 from conduit.ops import infra
 from conduit.runtime.settings import Settings
 from conduit.testing.scripted_model import ScriptedModel
+
+
+CONTAINERS = "--containers"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--containers``: run the integration suites against Kafka, Qdrant and Redis containers."""
+    parser.addoption(CONTAINERS, action="store_true", default=False,
+                     help="use apache/kafka (KRaft), qdrant/qdrant and redis containers (testcontainers; needs a "
+                          "Docker engine) instead of tansu, Qdrant Edge and a local redis-server")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``containers`` marker (tests that only mean something against real containers)."""
+    config.addinivalue_line("markers", "containers: needs --containers and a Docker engine")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """One line saying which infrastructure the session uses (``--containers`` without Docker: why it skips)."""
+    if not config.getoption(CONTAINERS):
+        return None
+    from conduit.testing.containers import engine_missing
+
+    reason = engine_missing()
+    return ("--containers: apache/kafka, qdrant/qdrant and redis containers" if reason is None else
+            f"--containers: tests that need Kafka, Redis or Qdrant are skipped: {reason}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip, with one reason, what cannot run: ``containers`` tests without the option; with the
+    option and no Docker engine, every test that needs the session's infrastructure."""
+    if not config.getoption(CONTAINERS):
+        skip = pytest.mark.skip(reason="container tests need --containers and a Docker engine")
+        for item in items:
+            if "containers" in item.keywords:
+                item.add_marker(skip)
+        return
+    from conduit.testing.containers import engine_missing
+
+    reason = engine_missing()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"--containers: {reason}")
+    for item in items:
+        if "infra_stack" in getattr(item, "fixturenames", ()) or "containers" in item.keywords:
+            item.add_marker(skip)
 
 
 REQUIRE_SANDBOX = "CONDUIT_REQUIRE_SANDBOX"
@@ -43,10 +93,12 @@ class Infra:
     kafka_port: int
     redis_port: int
     root: Path
+    containers: Any = None
+    """``conduit.testing.containers.Containers`` under ``--containers`` (None: local processes)."""
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+        return f"{'localhost' if self.containers else '127.0.0.1'}:{self.kafka_port}"
 
     @property
     def redis_url(self) -> str:
@@ -54,9 +106,21 @@ class Infra:
 
 
 @pytest.fixture(scope="session")
-def infra_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
-    """Start tansu and redis-server on free ports for the whole test session."""
+def infra_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
+    """Start tansu and redis-server on free ports for the whole test session (with
+    ``--containers``: Kafka, Redis and Qdrant containers; ``QDRANT_URL`` points every stack at it)."""
     root = tmp_path_factory.mktemp("infra")
+    if request.config.getoption(CONTAINERS):
+        from conduit.testing import containers
+
+        running = containers.start()
+        try:
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv("QDRANT_URL", running.qdrant_url)
+                yield Infra(running.kafka_port, running.redis_port, root, running)
+        finally:
+            running.stop()
+        return
     kport, rport = infra.free_port(), infra.free_port()
     tansu = infra.start_tansu(kport, root / "tansu.log")
     redis = infra.start_redis(rport, root / "redis", root / "redis.log", persist=False)

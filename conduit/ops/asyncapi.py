@@ -44,7 +44,10 @@ Every message is one JSON-encoded envelope (`event_id`, `type`, `schema_version`
 one task are in order within one partition. Headers: `type` (the envelope type),
 `content-type: application/json`, and `traceparent` when set.
 
-Public: `conduit.agent.events` (AgentEvent), for other teams; see docs/events.md.
+Public: `conduit.agent.events` (AgentEvent), for other teams; see docs/events.md. Its
+records are CloudEvents 1.0 in Kafka binary mode (`ce_specversion`, `ce_id`, `ce_source`,
+`ce_type` = `conduit.agent.<kind>`, `ce_time`, `ce_subject` = task id, `ce_dataschema`,
+`ce_tenantid`, `ce_schemaversion` headers); one JSON Schema per kind in docs/schemas/.
 All other topics are internal and may change without notice.
 """
 

@@ -17,9 +17,15 @@ Tasks (orchestrator writes, gateway reads)
 - ``approval(task_id, call_id)``: string, a pending ``contracts.api.ApprovalRecord``;
   ``approval_decision(task_id, call_id)``: the one decision the gateway accepted for it.
 - ``fault(task_id)``: string, a crash test's once-only fault marker.
+- ``PUBLIC_OUTBOX``: stream of public ``AgentEvent`` JSON (``task``, ``data`` fields) written in the
+  checkpoint's save script and by the terminal append; ``PUBLIC_RELAY``: string, the replica whose
+  relay publishes it to ``conduit.agent.events`` and deletes what was sent
+  (``services.orchestrator.public``).
 
 Gateway
 - ``idempotency(tenant, digest)``: string, the task id an ``Idempotency-Key`` created.
+- ``chat_conversation(digest)``: string, the session an OpenAI-style conversation continues
+  (``digest``: SHA-256 of tenant, user and the messages so far; ``services.gateway.chat``).
 - ``hub_wake(hub_id)``: stream the SSE hub's reader blocks on to be woken.
 - ``reply(request_id)`` / ``document(tenant, id)`` / ``documents(tenant)``: search replies
   and document records (``contracts.documents``).
@@ -68,6 +74,8 @@ SANDBOX_STATUS_PATTERN = f"{PREFIX}:sandbox:status:*"
 MCP_SERVERS_PATTERN = f"{PREFIX}:mcp:servers:*"
 APIKEYS = f"{PREFIX}:apikeys"
 RATELIMIT_PREFIX = f"{PREFIX}:ratelimit"
+PUBLIC_OUTBOX = f"{PREFIX}:outbox:public"
+PUBLIC_RELAY = f"{PREFIX}:outbox:public:relay"
 
 
 def apikey(key_id: str) -> str:
@@ -173,6 +181,11 @@ def fault(task_id: str) -> str:
 def idempotency(tenant_id: str, digest: str) -> str:
     """The task created under one ``Idempotency-Key`` (``digest``: its SHA-256 hex) of a tenant."""
     return f"{PREFIX}:idempotency:{tenant_id}:{digest}"
+
+
+def chat_conversation(digest: str) -> str:
+    """The session id of the conversation whose messages so far hash to ``digest``."""
+    return f"{PREFIX}:chat:{digest}"
 
 
 def hub_wake(hub_id: str) -> str:

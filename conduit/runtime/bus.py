@@ -95,8 +95,10 @@ async def ensure_topics(settings: Settings, names: tuple[str, ...] = topics.ALL_
         await admin.close()
 
 
-async def publish(broker: KafkaBroker, topic: str, event: Envelope) -> None:
+async def publish(broker: KafkaBroker, topic: str, event: Envelope, headers: dict[str, str] | None = None) -> None:
     """Publish ``event`` to ``topic`` keyed by its ``task_id`` and wait for the broker's ack.
+
+    ``headers``: more record headers (the public topic's CloudEvents ``ce_*`` attributes).
 
     Raises ``contracts.channels.UnknownChannel`` (a ``ValueError``) before sending when
     ``topic`` does not carry ``event.type`` in ``contracts.channels.CHANNELS``. Headers carry ``type`` and ``traceparent`` so consumers and tracing can route
@@ -107,13 +109,13 @@ async def publish(broker: KafkaBroker, topic: str, event: Envelope) -> None:
     channels.check(topic, event.type)
     ringer = _ringers.get(broker)
     if ringer is None:
-        await _publish(broker, topic, event)
+        await _publish(broker, topic, event, headers)
     else:  # the bell may land before the record: a rung consumer polls for idle_after_s (rule B1)
-        await asyncio.gather(_publish(broker, topic, event), ringer.ring(topic))
+        await asyncio.gather(_publish(broker, topic, event, headers), ringer.ring(topic))
 
 
-async def _publish(broker: KafkaBroker, topic: str, event: Envelope) -> None:
-    headers = {"type": event.type, "content-type": "application/json"}
+async def _publish(broker: KafkaBroker, topic: str, event: Envelope, extra: dict[str, str] | None) -> None:
+    headers = {"type": event.type, "content-type": "application/json", **(extra or {})}
     parent = tracing.current_traceparent(event.traceparent)
     body = event.model_dump_json().encode("utf-8")
     if parent is None:

@@ -2,7 +2,7 @@
 
 Loaded only when ``CONDUIT_TEST_HOOKS=conduit.testing.faults`` is set (see
 ``services.orchestrator.hooks``). With ``CONDUIT_FAULT_CRASH_ONCE`` naming a fault
-point (``question``, ``tool_result``, ``cancel``), the process exits with code 70 the
+point (``question``, ``started``, ``tool_result``, ``cancel``), the process exits with code 70 the
 first time each task reaches that point (once per task: a Redis flag, 600 s).
 """
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 import uuid
@@ -46,6 +47,17 @@ class Turn:
 
 
 TurnSource = Turn | Callable[[dict[str, Any]], Turn]
+
+
+def evidence_number(messages: list[dict[str, Any]], title_part: str, locator: str) -> int | None:
+    """The evidence number the model saw for a title containing ``title_part`` at ``locator``
+    (e.g. ``增值税法``, ``第十一条``) in the request's ``tool`` messages, or None."""
+    for m in messages:
+        if m.get("role") == "tool":
+            hit = re.search(rf"\[(\d+)\] 《[^》]*{title_part}[^》]*》 ?{locator}", m.get("content") or "")
+            if hit:
+                return int(hit.group(1))
+    return None
 
 
 class ScriptedModel:

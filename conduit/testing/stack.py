@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -24,12 +26,17 @@ def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[
     ``env`` is given to every service process (model endpoint, limits...). Long-term memory and the
     semantic cache are off unless ``env`` sets ``CONDUIT_MEMORY_OFF_TENANTS`` / ``CONDUIT_CACHE_ENABLED``:
     a test about something else asks the same question in several sessions and expects the model
-    to be called with exactly its own history (``tests/stack/test_memory.py`` turns them on).
-    Returns the running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
+    to be called with exactly its own history (``tests/stack/test_memory.py`` turns them on). With
+    ``QDRANT_URL`` set (pytest ``--containers``) the knowledge base is a collection of its own on that
+    Qdrant server. Returns the running ``Stack`` (its admin key: ``stack.admin_key``); the caller stops it.
     """
     env = {"CONDUIT_CACHE_ENABLED": "false", "CONDUIT_MEMORY_OFF_TENANTS": '["*"]'} | env
+    server = os.environ.get("QDRANT_URL")
+    vectors = {"qdrant_url": server, "qdrant_collection": f"conduit-{uuid.uuid4().hex[:12]}"} if server else {}
+    if server:
+        env = {**env, "QDRANT_URL": server, "CONDUIT_QDRANT_COLLECTION": vectors["qdrant_collection"]}
     settings = Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
-                        gateway_port=infra.free_port())
+                        gateway_port=infra.free_port(), **vectors)
     if laws:
         from services.retriever.ingest import ingest_law_db
 

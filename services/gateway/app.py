@@ -30,7 +30,7 @@ from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
-from services.gateway import approvals, artifacts, health, identity, routes
+from services.gateway import approvals, artifacts, chat, health, identity, routes
 from services.gateway import sessions as sessions_routes
 from services.gateway import memory as memory_routes
 from services.gateway.auth import check_auth_mode
@@ -114,6 +114,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(sessions_routes.router)
     mcp_endpoint = install_mcp(app)  # /mcp (Conduit as an MCP server) and /v1/mcp-servers (tenants' servers)
     app.include_router(memory_routes.router)  # /v1/memory (conduit.records.memory; vectors in the retriever)
+    app.include_router(chat.router)  # /v1/chat/completions, /v1/models (OpenAI-compatible)
     install_openapi(app)
     install_page(app)  # GET / (the chat page) and /static (its files), public
     return app

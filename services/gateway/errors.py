@@ -15,6 +15,10 @@ Codes and statuses:
 - 503 ``broker_unavailable`` (Kafka did not ack), ``store_unavailable`` (Redis
   error), ``not_ready`` (``/readyz``).
 - 500 ``internal_error``: anything unexpected; the traceback is logged, never sent.
+
+The OpenAI-compatible routes (``OPENAI_PATHS``) answer the same body plus OpenAI's ``type`` and
+``param``: ``{"error": {"code", "message", "type", "param", "details"}}``, which the ``openai``
+SDKs read as their ``APIError`` (``type``: ``OPENAI_TYPES`` by status).
 """
 
 from __future__ import annotations
@@ -41,6 +45,14 @@ _HTTP_CODES = {
 }
 
 
+OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/models"})
+"""Routes whose errors also carry OpenAI's ``type`` and ``param`` fields."""
+OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error",
+                422: "invalid_request_error", 429: "rate_limit_error"}
+"""OpenAI error ``type`` by HTTP status (anything else: ``server_error``)."""
+
+
 class ApiError(Exception):
     """An error answered as ``ErrorBody`` with ``status`` (HTTP status code)."""
 
@@ -55,10 +67,19 @@ class ApiError(Exception):
 
 
 def error_response(status: int, code: str, message: str, details: Any | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    """Return a ``JSONResponse`` holding an ``ErrorBody``."""
+                   headers: dict[str, str] | None = None, request: Request | None = None) -> JSONResponse:
+    """Return a ``JSONResponse`` holding an ``ErrorBody`` (OpenAI's shape too on ``OPENAI_PATHS``)."""
     body = ErrorBody(error=ErrorDetail(code=code, message=message, details=jsonable_encoder(details)))
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+    data = body.model_dump(mode="json")
+    if request is not None and request.url.path in OPENAI_PATHS:
+        data["error"] = openai_error(status, code, message, data["error"]["details"])
+    return JSONResponse(data, status_code=status, headers=headers)
+
+
+def openai_error(status: int, code: str, message: str, details: Any | None = None) -> dict[str, Any]:
+    """The ``error`` object of OpenAI's shape: ``{code, message, type, param, details}``."""
+    return {"code": code, "message": message, "type": OPENAI_TYPES.get(status, "server_error"), "param": None,
+            "details": details}
 
 
 def validation_details(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -76,13 +97,13 @@ def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers that turn every failure into an ``ErrorBody``."""
 
     @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers, request)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(422, "invalid_request", "the request is malformed or has invalid fields",
-                              validation_details(list(exc.errors())))
+                              validation_details(list(exc.errors())), request=request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -94,14 +115,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
             methods = allowed_methods(request.app, request.url.path)
             headers = {**(headers or {}), "Allow": ", ".join(methods)} if methods else headers
-        return error_response(exc.status_code, code, message, headers=headers)
+        return error_response(exc.status_code, code, message, headers=headers, request=request)
 
     @app.exception_handler(RedisError)
     async def _redis(request: Request, exc: RedisError) -> JSONResponse:
         log.error("redis error on %s %s: %r", request.method, request.url.path, exc)
-        return error_response(503, "store_unavailable", "the task store is unavailable, retry later")
+        return error_response(503, "store_unavailable", "the task store is unavailable, retry later",
+                              request=request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal_error", "internal error")
+        return error_response(500, "internal_error", "internal error", request=request)

@@ -8,6 +8,7 @@ that (a) any ``Content-Type`` is accepted (``curl -d`` sends form-urlencoded),
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -44,32 +45,47 @@ async def read_task_create(request: Request, settings: Settings) -> TaskCreate:
             ``input_rejected`` (details ``{category, rule}``) when the input guardrail (rule G1,
             ``conduit.policy.guardrails``) finds a prompt injection: nothing is queued, no model runs.
     """
-    limit = max_body_bytes(settings)
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(settings)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(settings)
-        chunks.append(chunk)
+    raw = await read_limited(request, max_body_bytes(settings), lambda: _too_large(settings))
     try:
-        body = TaskCreate.model_validate_json(b"".join(chunks))
+        body = TaskCreate.model_validate_json(raw)
     except ValidationError as exc:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False, include_input=False)]
         ) from None
-    if len(body.question) > settings.max_question_chars:
+    check_question(body.question, settings)
+    return body
+
+
+async def read_limited(request: Request, limit: int, too_large: Callable[[], ApiError]) -> bytes:
+    """The request body, refused while reading once it passes ``limit`` bytes (raises ``too_large()``)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large()
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def check_question(question: str, settings: Settings) -> None:
+    """The checks every question passes before it is queued (size, not blank, input guardrail).
+
+    Raises:
+        ApiError: 413 ``question_too_large``; 422 ``input_rejected`` (rule G1).
+        RequestValidationError: a blank question (-> 422 ``invalid_request``).
+    """
+    if len(question) > settings.max_question_chars:
         raise _too_large(settings)
-    if not body.question.strip():
+    if not question.strip():
         raise RequestValidationError([{"type": "string_too_short", "loc": ("body", "question"),
                                        "msg": "the question is blank"}])
-    rejected = guardrails.check(body.question)
+    rejected = guardrails.check(question)
     if rejected is not None:
-        raise ApiError(422, "input_rejected", rejected.message(body.question),
+        raise ApiError(422, "input_rejected", rejected.message(question),
                        {"category": rejected.category, "rule": rejected.rule})
-    return body
 
 
 def last_event_id(request: Request) -> int:

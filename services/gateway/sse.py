@@ -96,16 +96,16 @@ class ShutdownSignal:
         self._sub = None
 
 
-async def task_event_stream(state: GatewayState, task_id: str, after: int,
-                            shutdown: ShutdownSignal | None = None) -> AsyncIterator[ServerSentEvent | bytes]:
-    """Yield the task's events with seq > ``after`` in order, ending after the terminal one.
+async def follow(state: GatewayState, task_id: str, after: int,
+                 shutdown: ShutdownSignal | None = None) -> AsyncIterator[list[LoggedEvent] | None]:
+    """Yield batches of the task's events with seq > ``after``, in order, ending after the terminal one.
 
-    Yields SSE wire bytes (one chunk per batch of ready events, see ``encode_events``)
-    and, on shutdown, a ``ServerSentEvent`` comment with a ``retry:`` hint.
-    Also ends (without a terminal event) when the log is sealed and nothing
-    newer than ``after`` exists (client already saw the end), when the task's
-    record expired while waiting, when ``shutdown`` is set (after the ``retry:``
-    hint), or on a Redis error (logged; the client resumes with ``Last-Event-ID``).
+    Yields a non-empty ``list[LoggedEvent]`` per batch of ready events, ``[]`` after each idle
+    wait of ``gateway_sse_poll_ms`` (the caller may send a heartbeat) and, once ``shutdown`` is
+    set, ``None`` as its last item. Also ends (without a terminal event) when the log is sealed
+    and nothing newer than ``after`` exists (client already saw the end), when the task's record
+    expired while waiting, or on a Redis error (logged; the client resumes with ``Last-Event-ID``).
+    Shared by the task event stream and ``POST /v1/chat/completions``.
     """
     events = state.events
     hub = state.hub
@@ -113,9 +113,6 @@ async def task_event_stream(state: GatewayState, task_id: str, after: int,
         raise RuntimeError("the gateway's StreamHub is not started")
     shutdown = shutdown or ShutdownSignal()
     poll_s = state.settings.gateway_sse_poll_ms / 1000
-    heartbeat_s = state.settings.sse_heartbeat_s
-    loop = asyncio.get_running_loop()
-    last_sent = loop.time()
     state.open_streams += 1
     sub = hub.subscribe(task_id, after)
     shutdown.attach(sub)
@@ -123,7 +120,7 @@ async def task_event_stream(state: GatewayState, task_id: str, after: int,
         while True:
             batch = await sub.next_batch(poll_s)
             if batch is None:
-                yield ServerSentEvent(comment="shutdown", retry=RECONNECT_MS, sep=SEP)
+                yield None
                 return
             if not batch:
                 sealed, recorded = await events.sealed_and_exists(task_id, TaskStore.key(task_id))
@@ -136,22 +133,43 @@ async def task_event_stream(state: GatewayState, task_id: str, after: int,
                     log.info("task %s expired while streaming", task_id)
                     return
                 else:
-                    if heartbeat_s > 0 and loop.time() - last_sent >= heartbeat_s:
-                        last_sent = loop.time()
-                        yield _ping()
+                    yield []
                     continue
-            last_sent = loop.time()
             for i, ev in enumerate(batch):
                 if ev.terminal:
-                    yield encode_events(batch[: i + 1])
+                    yield batch[: i + 1]
                     return
-            yield encode_events(batch)
+            yield batch
     except RedisError as exc:
         log.warning("redis error while streaming task %s: %r", task_id, exc)
     finally:
         shutdown.detach()
         hub.unsubscribe(sub)
         state.open_streams -= 1
+
+
+async def task_event_stream(state: GatewayState, task_id: str, after: int,
+                            shutdown: ShutdownSignal | None = None) -> AsyncIterator[ServerSentEvent | bytes]:
+    """Yield the task's events with seq > ``after`` in order, ending after the terminal one (``follow``).
+
+    Yields SSE wire bytes (one chunk per batch of ready events, see ``encode_events``), a
+    ``: ping`` comment after ``sse_heartbeat_s`` idle seconds and, on shutdown, a
+    ``ServerSentEvent`` comment with a ``retry:`` hint.
+    """
+    heartbeat_s = state.settings.sse_heartbeat_s
+    loop = asyncio.get_running_loop()
+    last_sent = loop.time()
+    async for batch in follow(state, task_id, after, shutdown):
+        if batch is None:
+            yield ServerSentEvent(comment="shutdown", retry=RECONNECT_MS, sep=SEP)
+            return
+        if not batch:
+            if heartbeat_s > 0 and loop.time() - last_sent >= heartbeat_s:
+                last_sent = loop.time()
+                yield _ping()
+            continue
+        last_sent = loop.time()
+        yield encode_events(batch)
 
 
 class _EventSourceResponse(EventSourceResponse):

@@ -1,7 +1,8 @@
 """Test hooks: named points where a test may act inside the orchestrator (crash it).
 
 The orchestrator calls ``await hooks.reached(point, task_id)`` at its fault points:
-``question`` (mid-handler, before the new task's checkpoint), ``tool_result`` (right
+``question`` (mid-handler, before the new task's checkpoint), ``started`` (right after
+the new task's first checkpoint, and its outbox, is saved), ``tool_result`` (right
 after a tool result's checkpoint is saved) and ``cancel`` (right after a cancelled
 task is saved, before its end is announced). By default nothing happens. The hook
 is owned by test code: when the environment variable ``CONDUIT_TEST_HOOKS`` names a

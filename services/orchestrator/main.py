@@ -13,6 +13,7 @@ from conduit.runtime.settings import Settings
 from contracts import topics
 from contracts.events import QuestionAsked, ToolResult
 from services.orchestrator.hooks import load_hooks
+from services.orchestrator.public import PublicRelay
 from services.orchestrator.runtime import Orchestrator
 
 
@@ -43,12 +44,13 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         for task_id, t in running.items():
             if t.cancelled():  # checkpointed before the model call: another replica resumes it now, not after the lease
                 await orch.store.expire_lease(task_id)
-        await asyncio.gather(*list(orch.background_tasks), return_exceptions=True)  # public events still in flight
 
     # topics and message model: what contracts.channels says the orchestrator's group reads
     bus.subscribe(broker, settings, redis, handler=dispatch, group_id=topics.GROUP_ORCHESTRATOR,
                   consumer_name="orchestrator")
-    await serve_process("orchestrator", settings, broker, redis, background=[orch.run_sweeper, orch.watch_tool_availability], drain=drain, stop=stop)
+    relay = PublicRelay(redis, broker)  # the public agent events' outbox -> conduit.agent.events
+    await serve_process("orchestrator", settings, broker, redis,
+                        background=[orch.run_sweeper, orch.watch_tool_availability, relay.run], drain=drain, stop=stop)
 
 
 def main(settings: Settings) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from typing import Any
 
 from faststream.kafka import KafkaBroker
@@ -21,10 +20,8 @@ from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import bus, metrics
 from contracts import topics
 from contracts.api import ApprovalRecord
-from contracts.envelope import Envelope, utcnow
+from contracts.envelope import utcnow
 from contracts.events import (
-    AgentEvent,
-    AgentEventPayload,
     CancelPayload,
     TaskCancelled,
     ToolRequested,
@@ -38,18 +35,10 @@ from services.orchestrator.agent import endings, team
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import UpdateApproval
 from services.orchestrator.agent.state import PendingCall, TaskState
+from services.orchestrator.public import agent_event, parent_of
 from services.orchestrator.store import StateStore
 
 log = logging.getLogger("conduit.orchestrator")
-
-
-def parent_of(state: TaskState) -> Envelope:
-    """The envelope header of the event that last moved ``state`` (parent of what the task sends).
-
-    A checkpoint without a cause (written before causes were kept) gets a fixed id per task.
-    """
-    cause = state.cause_id or uuid.uuid5(uuid.NAMESPACE_URL, f"conduit:task:{state.task_id}")
-    return Envelope(type="orchestrator.cause", event_id=cause, **state.envelope_fields())
 
 
 class Outputs:
@@ -64,7 +53,6 @@ class Outputs:
     def __init__(self, redis: Redis, broker: KafkaBroker, events: TaskEventLog, tasks: TaskStore,
                  store: StateStore) -> None:
         self.redis, self.broker, self.events, self.tasks, self.store = redis, broker, events, tasks, store
-        self.background: set[asyncio.Task[None]] = set()
 
     async def emit(self, task_id: str, event: StreamEvent) -> None:
         """Append one client event to the task's log (outside a checkpoint save)."""
@@ -96,33 +84,16 @@ class Outputs:
         assert call.tool is not None  # refused calls (unknown names) are never requested
         if call.tool == "delegate":
             await bus.publish(self.broker, topics.QUESTIONS, team.child_question(state, call))
-            self.public(state, "tool.requested", tool=call.name)
             return
         request = parent_of(state).child(ToolRequested, payload=ToolRequestPayload(
             call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason, step=call.step,
             idempotency_key=call.idempotency_key, deadline_at=call.deadline_at))
         await bus.publish(self.broker, request_topic(call.tool), request)
-        self.public(state, "tool.requested", tool=call.name)
 
-    def public(self, state: TaskState, kind: str, **fields: Any) -> None:
-        """Publish a coarse public ``AgentEvent`` without holding up the caller.
-
-        The publish (and its broker ack) runs in the background so consumer handlers
-        and model steps never wait on the public feed; a failure is logged, never raised.
-        """
-        parent = state.child.parent_task_id if state.child else None
-        event = parent_of(state).child(AgentEvent, payload=AgentEventPayload(
-            kind=kind, parent_task_id=parent, **fields))  # type: ignore[arg-type]
-
-        async def send() -> None:
-            try:
-                await bus.publish(self.broker, topics.AGENT_EVENTS, event)
-            except Exception:  # noqa: BLE001 - the public feed must not break a task
-                log.warning("could not publish public agent event %s", kind)
-
-        task = asyncio.create_task(send())
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
+    async def public(self, state: TaskState, kind: str, **fields: Any) -> None:
+        """Put a public ``AgentEvent`` in the outbox for a step that saved no checkpoint (a saved
+        step's ``Public`` effects are in its save; ``services.orchestrator.public`` relays both)."""
+        await self.store.add_public([agent_event(state, kind, fields)])
 
     async def announce(self, state: TaskState, citations: list[Citation] | None = None) -> None:
         """Emit the terminal event, record, session turn and public event (idempotent: the log seals once).
@@ -135,7 +106,11 @@ class Outputs:
             citations = endings.citations_of(state)
         event = endings.terminal_event(state, now, citations)
         latency_ms = endings.latency_ms(state, now)
-        first = await self.events.append(state.task_id, event) > 0
+        kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled",
+                "needs_input": "task.needs_input"}[state.status]
+        public = agent_event(state, kind, {"latency_ms": latency_ms, "code": getattr(event, "code", None)})
+        # the terminal event and its public twin in one script: sealing the log queues the public event
+        first = await self.store.append_terminal(state.task_id, event, public) > 0
         # the client has its terminal event; the bookkeeping writes are independent of each other
         writes = [self.write_view(state, latency_ms, citations), self.store.release(state.task_id)]
         if first:
@@ -148,9 +123,6 @@ class Outputs:
                 writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or "",
                                                   evidence=[e.model_dump(mode="json") for e in state.evidence],
                                                   n=state.turn_no))
-            kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled",
-                    "needs_input": "task.needs_input"}[state.status]
-            self.public(state, kind, latency_ms=latency_ms, code=getattr(event, "code", None))
         await asyncio.gather(*writes)
 
     async def report_to_parent(self, state: TaskState, deps: Deps) -> None:

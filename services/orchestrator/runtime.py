@@ -139,11 +139,6 @@ class Orchestrator:
         """Model steps running on this replica, by task id."""
         return self.steps.running
 
-    @property
-    def background_tasks(self) -> set[asyncio.Task[None]]:
-        """Public events still being published."""
-        return self.out.background
-
     # ================================================================ bus handlers
     async def on_question(self, event: QuestionAsked) -> None:
         """Start a task. A redelivered question (checkpoint exists) changes nothing."""
@@ -302,8 +297,8 @@ class Orchestrator:
             await self.out.emit(e.task_id, e.event)
         elif isinstance(e, UpdateApproval):
             await self.out.update_approval(task_id, e)
-        elif isinstance(e, Public):
-            self.out.public(state, e.kind, **e.fields)
+        elif isinstance(e, Public):  # only when the step wrote no checkpoint (else it was in the save)
+            await self.out.public(state, e.kind, **e.fields)
         elif isinstance(e, WriteView):
             await self.out.write_view(state)
         elif isinstance(e, RunModelStep):

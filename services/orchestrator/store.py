@@ -23,16 +23,19 @@ from redis.asyncio import Redis
 from conduit.records import keys
 from conduit.records.taskstream import APPEND_EVENT_LUA, TaskEventLog
 from contracts.stream import StreamEvent
-from services.orchestrator.agent.effects import IN_SAVE, Effect, Emit, HoldLease, Step, Wake
+from contracts.events import AgentEvent
+from services.orchestrator.agent.effects import IN_SAVE, Effect, Emit, HoldLease, Public, Step, Wake
 from services.orchestrator.agent.state import TaskState
+from services.orchestrator.public import OUTBOX, agent_event
 
 LEASES = keys.LEASES
 TOOL_DEADLINES = keys.TOOL_DEADLINES
 
 _CAS = APPEND_EVENT_LUA + """
--- KEYS: checkpoint, leases, the task's event log, its seq counter, its seal, tool deadlines
+-- KEYS: checkpoint, leases, the task's event log, its seq counter, its seal, tool deadlines, public outbox
 -- ARGV: expected version, checkpoint JSON, checkpoint TTL, lease expiry ('' = none), task id,
---       log maxlen, log TTL, tool wake-up time ('' = none), then (type, data, terminal) per outbox event
+--       log maxlen, log TTL, tool wake-up time ('' = none), number n of client events,
+--       then (type, data, terminal) per client event, then one public AgentEvent JSON each
 if ARGV[4] ~= '' then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) end
 local cur = redis.call('GET', KEYS[1])
 local expected = tonumber(ARGV[1])
@@ -44,10 +47,22 @@ elseif expected ~= 0 then
 end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
 if ARGV[8] ~= '' then redis.call('ZADD', KEYS[6], ARGV[8], ARGV[5]) end
-for i = 9, #ARGV, 3 do
+local n = tonumber(ARGV[9])
+for i = 10, 9 + 3 * n, 3 do
   append_event(KEYS[3], KEYS[4], KEYS[5], ARGV[i], ARGV[i + 1], ARGV[6], ARGV[7], ARGV[i + 2])
 end
+for j = 10 + 3 * n, #ARGV do
+  redis.call('XADD', KEYS[7], '*', 'task', ARGV[5], 'data', ARGV[j])
+end
 return 1
+"""
+
+_TERMINAL = APPEND_EVENT_LUA + """
+-- KEYS: the task's event log, its seq counter, its seal, public outbox
+-- ARGV: type, data, maxlen, TTL, terminal, public AgentEvent JSON ('' = none), task id
+local seq = append_event(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if seq > 0 and ARGV[6] ~= '' then redis.call('XADD', KEYS[4], '*', 'task', ARGV[7], 'data', ARGV[6]) end
+return seq
 """
 
 _CLAIM = """
@@ -89,6 +104,7 @@ class StateStore:
         self.events = events or TaskEventLog(redis, ttl_s)
         self._cas = redis.register_script(_CAS)
         self._claim = redis.register_script(_CLAIM)
+        self._terminal = redis.register_script(_TERMINAL)
 
     @staticmethod
     def key(task_id: str) -> str:
@@ -101,7 +117,8 @@ class StateStore:
         return TaskState.model_validate_json(raw) if raw else None
 
     async def save(self, state: TaskState, lease_ttl_s: float | None = None,
-                   events: Sequence[StreamEvent] = (), wake_at: float | None = None) -> TaskState:
+                   events: Sequence[StreamEvent] = (), wake_at: float | None = None,
+                   public: Sequence[AgentEvent] = ()) -> TaskState:
         """Save ``state`` if nobody saved since it was loaded; bump its version.
 
         With ``lease_ttl_s`` (seconds), the task's lease is taken in the same script
@@ -111,7 +128,8 @@ class StateStore:
         same script and only if the save succeeds; after a terminal event the log is
         sealed and later appends are dropped, as ``TaskEventLog.append`` does.
         ``wake_at`` (epoch seconds) sets the task's tool deadline in the same script, so a
-        checkpoint that waits for tools always has a sweeper wake-up.
+        checkpoint that waits for tools always has a sweeper wake-up. ``public`` events go to
+        the public outbox (``services.orchestrator.public``) in the same script.
         Raises StaleState when the stored version differs (the caller reloads); then
         nothing is written and no event appended.
         """
@@ -120,10 +138,12 @@ class StateStore:
         log = self.events
         args: list = [expected, state.model_dump_json(), self.ttl_s,
                       time.time() + lease_ttl_s if lease_ttl_s is not None else "", state.task_id, log.maxlen, log.ttl_s,
-                      wake_at if wake_at is not None else ""]
+                      wake_at if wake_at is not None else "", len(events)]
         for event in events:
             args += log.encode(event)
-        ok = await self._cas(keys=[self.key(state.task_id), LEASES, *log.keys(state.task_id), TOOL_DEADLINES], args=args)
+        args += [e.model_dump_json() for e in public]
+        ok = await self._cas(keys=[self.key(state.task_id), LEASES, *log.keys(state.task_id), TOOL_DEADLINES, OUTBOX],
+                             args=args)
         if not ok:
             state.version = expected
             raise StaleState(state.task_id)
@@ -138,7 +158,8 @@ class StateStore:
         loaded state (``loaded`` on the first attempt when the caller has it) and returns a
         ``Step`` or None (nothing to do: nothing is written). The step's ``Emit``, ``Wake``
         and ``HoldLease`` effects are written in the save's own script (the outbox); the
-        others are returned for the caller to carry out, in order. ``before_save`` runs the
+        others are returned for the caller to carry out, in order. ``Public`` effects go to the
+        public outbox in the same script (as ``AgentEvent`` envelopes). ``before_save`` runs the
         step's effects that must land before the checkpoint (a new approval's record and the
         task's record that says it waits for it).
         A lost race reloads and applies ``fn`` again, at most ``attempts`` times; then (or at
@@ -157,14 +178,30 @@ class StateStore:
             events = [e.event for e in step.effects if isinstance(e, Emit)]
             wakes = [e.at for e in step.effects if isinstance(e, Wake)]
             lease = any(isinstance(e, HoldLease) for e in step.effects)
+            public = [agent_event(step.state, e.kind, e.fields) for e in step.effects if isinstance(e, Public)]
             try:
                 await self.save(step.state, lease_ttl_s=self.lease_ttl_s if lease else None, events=events,
-                                wake_at=wakes[-1] if wakes else None)
+                                wake_at=wakes[-1] if wakes else None, public=public)
             except StaleState:
                 continue
             step.effects = [e for e in step.effects if not isinstance(e, IN_SAVE)]
             return step
         raise StaleState(task_id)
+
+    async def append_terminal(self, task_id: str, event: StreamEvent, public: AgentEvent | None) -> int:
+        """Append the terminal ``event`` to the task's log and, if it sealed the log, ``public`` to the
+        public outbox, in one script. Returns the event's seq, or -1 when the log was already sealed."""
+        log = self.events
+        args = [*log.encode(event)[:2], log.maxlen, log.ttl_s, log.encode(event)[2],
+                public.model_dump_json() if public is not None else "", task_id]
+        return int(await self._terminal(keys=[*log.keys(task_id), OUTBOX], args=args))
+
+    async def add_public(self, events: Sequence[AgentEvent]) -> None:
+        """Put ``events`` in the public outbox outside a save (a step that wrote no checkpoint)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for e in events:
+                pipe.xadd(OUTBOX, {"task": e.task_id, "data": e.model_dump_json()})
+            await pipe.execute()
 
     # ------------------------------------------------------------- leases
     async def take_lease(self, task_id: str, ttl_s: float) -> None:

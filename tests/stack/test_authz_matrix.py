@@ -165,6 +165,7 @@ class Case:
     public: bool = False  # no credential needed: every caller gets ``owner``'s status
     fresh_session: bool = False  # {session} is a new session of alice's for every caller
     fresh_call: bool = False  # {call} is a new pending approval of alice's task for every caller (one decision each)
+    headers: dict[str, str] = field(default_factory=dict)  # request headers besides the caller's credential
 
 
 MATRIX: dict[tuple[str, str], Case] = {
@@ -196,6 +197,10 @@ MATRIX: dict[tuple[str, str], Case] = {
     ("GET", "/v1/memory"): Case("/v1/memory", 200, 200, 200, 200),  # each caller's own items
     ("DELETE", "/v1/memory/{item_id}"): Case(f"/v1/memory/{MEMORY_ID}", 200, 404, 404, 404),  # the owner's goes first
     ("DELETE", "/v1/memory"): Case("/v1/memory", 200, 200, 200, 200),  # each caller forgets their own
+    ("GET", "/v1/models"): Case("/v1/models", 200, 200, 200, 200),
+    ("POST", "/v1/chat/completions"): Case("/v1/chat/completions", 200, 404, 404, 404, {
+        "model": "conduit", "messages": [{"role": "user", "content": "again"}], "stream": True}, sse=True,
+        headers={"X-Conduit-Session": "{session}"}),
     ("GET", "/healthz"): Case("/healthz", 200, 200, 200, 200, public=True),
     ("GET", "/readyz"): Case("/readyz", 200, 200, 200, 200, public=True),
 }
@@ -223,16 +228,17 @@ def _call(world: World, method: str, case: Case, caller: str) -> tuple[int, str,
     path = _fill(case.path, world, session, call)
     body = None if case.body is None else {k: _fill(v, world, session, call) if isinstance(v, str) else v
                                            for k, v in case.body.items()}
+    headers = {**{k: _fill(v, world, session, call) for k, v in case.headers.items()}, **world.headers[caller]}
     with world.client() as c:
         if case.sse:
-            with c.stream(method, path, json=body, headers=world.headers[caller]) as resp:
+            with c.stream(method, path, json=body, headers=headers) as resp:
                 text = ""
                 for line in resp.iter_lines():  # the first event is enough; an error body is read whole
                     text += line + "\n"
                     if resp.status_code == 200 and line == "":
                         break
                 return resp.status_code, text, dict(resp.headers)
-        resp = c.request(method, path, json=body, headers=world.headers[caller])
+        resp = c.request(method, path, json=body, headers=headers)
         return resp.status_code, resp.text, dict(resp.headers)
 
 

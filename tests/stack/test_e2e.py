@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
+from conduit.testing.scripted_model import evidence_number as _number_of
 from conduit.testing.stack import FAULT, HOOKS, auth, crash_env, restart, start_stack
 from contracts import topics
 from contracts.events import DeadLetter
@@ -29,16 +29,6 @@ from contracts.events import DeadLetter
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 VAT_LAW = "中华人民共和国增值税法"
 LAWS = [VAT_LAW, "中华人民共和国个人所得税法", "中华人民共和国劳动合同法", "中华人民共和国企业所得税法"]
-
-
-def _number_of(messages: list[dict], title_part: str, locator: str) -> int | None:
-    """The evidence number the model saw for ``title_part`` + ``locator`` in tool messages."""
-    for m in messages:
-        if m.get("role") == "tool":
-            hit = re.search(rf"\[(\d+)\] 《[^》]*{title_part}[^》]*》 ?{locator}", m.get("content") or "")
-            if hit:
-                return int(hit.group(1))
-    return None
 
 
 def cite_vat_article(body: dict) -> Turn:
@@ -201,6 +191,48 @@ def test_orchestrator_crash_mid_handler_loses_no_question(stack, model):
     events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, api_key=stack.admin_key))
     assert events[-1].event == "task.completed"
     assert [e.event for e in events].count("task.accepted") == 1
+
+
+def test_crash_right_after_the_first_save_loses_no_public_event(stack, model):
+    """The public events are in the checkpoint's outbox: a kill right after the new task's save (before
+    anything is published) still gives one task.started and exactly one terminal event, as CloudEvents."""
+    restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], **crash_env("started"))
+    model.push(Turn(content="保存之后崩溃，仍然回答了。"))
+    created = create_task(stack.gateway_url, "崩溃测试：保存之后立刻退出？", api_key=stack.admin_key)
+    assert stack.procs["orchestrator"].wait_exit(30), "the fault-injected orchestrator should have exited after the save"
+    restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"])  # resumes once the lease lapses
+    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, api_key=stack.admin_key))
+    assert events[-1].event == "task.completed"
+    public = asyncio.run(_public_records(stack.settings.bootstrap_servers(), created["task_id"], "task.completed"))
+    kinds: dict[str, str] = {}
+    for _, event in public:  # at least once: a record sent again carries the same event id
+        kinds.setdefault(event["event_id"], event["payload"]["kind"])
+    assert list(kinds.values()).count("task.started") == 1 and list(kinds.values())[0] == "task.started", kinds
+    assert [k for k in kinds.values() if k.startswith("task.") and k != "task.started"] == ["task.completed"]
+    for headers, event in public:  # CloudEvents 1.0, Kafka binary mode
+        assert headers["ce_specversion"] == "1.0" and headers["ce_subject"] == created["task_id"]
+        assert headers["ce_type"] == "conduit.agent." + event["payload"]["kind"] and headers["ce_id"] == event["event_id"]
+
+
+async def _public_records(bootstrap: str, task_id: str, until: str, timeout_s: float = 60) -> list[tuple[dict, dict]]:
+    """``(headers, value)`` of the task's records on the public topic, from the start, up to kind ``until``."""
+    consumer = AIOKafkaConsumer(topics.AGENT_EVENTS, bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=10)
+    await consumer.start()
+    found: list[tuple[dict, dict]] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                for r in records:
+                    if r.key != task_id.encode():
+                        continue
+                    found.append(({k: v.decode() for k, v in r.headers}, json.loads(r.value)))
+                    if found[-1][1]["payload"]["kind"] == until:
+                        return found
+    finally:
+        await consumer.stop()
+    raise AssertionError(f"no {until} for {task_id}; got {[v['payload']['kind'] for _, v in found]}")
 
 
 @pytest.mark.skipif(allocator.find_jemalloc() is None, reason="libjemalloc2 not installed (.ci/run installs it)")

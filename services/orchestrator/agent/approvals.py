@@ -74,13 +74,15 @@ def decide(deps: Deps, state: TaskState, d: ApprovalDecisionPayload, now: dateti
     if rejection is not None:
         recorded = recording.record_results(deps, state, [(call.call_id, rejection)], now)
         assert recorded is not None
-        step.effects += [e for e in recorded.effects if isinstance(e, IN_SAVE)]
+        # the client events first; the public ones keep their order: approval.decided, then tool.completed
+        step.effects += [e for e in recorded.effects if isinstance(e, IN_SAVE) and not isinstance(e, Public)]
         step.effects += _after_decision(call)
-        step.effects += [e for e in recorded.effects if not isinstance(e, IN_SAVE)]
+        step.effects += [e for e in recorded.effects if not isinstance(e, IN_SAVE) or isinstance(e, Public)]
         return step
     wake_at = state.next_wakeup()
     assert wake_at is not None
-    step.effects += [Wake(wake_at), *_after_decision(call), PublishTool(call)]
+    step.effects += [Wake(wake_at), *_after_decision(call), PublishTool(call),
+                     Public("tool.requested", {"tool": call.name})]
     return step
 
 

@@ -7,8 +7,9 @@ carries out the effects by their stage:
 - before the save: ``SaveApproval`` of a new pending approval (if the replica dies
   before the save, the record just expires unused);
 - in the save's own Lua script (the transactional outbox): ``Emit`` (client
-  events, in order), ``Wake`` (the sweeper's wake-up), ``HoldLease``; a kill right
-  after the save loses none of them;
+  events, in order), ``Public`` (public agent events, relayed to Kafka by
+  ``services.orchestrator.public``), ``Wake`` (the sweeper's wake-up), ``HoldLease``;
+  a kill right after the save loses none of them;
 - after the save, in order: everything else.
 """
 
@@ -81,7 +82,7 @@ class PublishTool:
 
 @dataclass(frozen=True)
 class Public:
-    """Publish a coarse public ``AgentEvent`` of ``kind`` with ``fields`` (in the background)."""
+    """Publish a coarse public ``AgentEvent`` of ``kind`` with ``fields`` (in the save's outbox)."""
 
     kind: str
     fields: dict[str, Any] = field(default_factory=dict)
@@ -159,7 +160,7 @@ Effect = (Emit | Wake | HoldLease | ClearWake | DropLease | SaveApproval | Updat
           | WriteView | RunModelStep | Announce | CancelChild | Notify | Remember | SaveContext | Metric | FaultPoint)
 """Any effect."""
 
-IN_SAVE = (Emit, Wake, HoldLease)
+IN_SAVE = (Emit, Wake, HoldLease, Public)
 """Effects written in the save's own script (the outbox)."""
 
 

@@ -38,7 +38,7 @@ from services.orchestrator.agent import cache, endings, fallback, finalizer, pro
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
-from services.orchestrator.agent.effects import HoldLease, Public, RunModelStep, SaveContext, Step, WriteView
+from services.orchestrator.agent.effects import FaultPoint, HoldLease, Public, RunModelStep, SaveContext, Step, WriteView
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import Phase, TaskState
 from services.orchestrator.agent.window import window
@@ -100,7 +100,8 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
             endings.fail(state, "input_rejected", rejected.message(state.question), event.occurred_at))
     recalled = recalled or Recalled()
     state.first_turn = first_turn
-    step = Step(state, [Public("task.started")]).then(cache.apply_recall(state, recalled))
+    step = Step(state, [Public("task.started"), FaultPoint("started")]).then(  # a crash test's point after the save
+        cache.apply_recall(state, recalled))
     if context is not None and folded != context:
         step.effects.append(SaveContext(state.session_id, folded))
     if recalled.cached is not None:

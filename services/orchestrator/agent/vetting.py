@@ -215,7 +215,7 @@ def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict
         if call.approval == "pending":
             step.effects += [Metric("approval_requested"), Public("approval.requested", {"tool": call.name})]
         else:
-            step.effects.append(PublishTool(call))
+            step.effects += [PublishTool(call), Public("tool.requested", {"tool": call.name})]
     return step
 
 
