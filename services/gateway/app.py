@@ -21,6 +21,7 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -105,16 +106,20 @@ def create_app(settings: Settings) -> FastAPI:
     )
     install_error_handlers(app)
     metrics.instrument_app(app)  # GET /metrics, HTTP request counters and latency, open SSE streams
-    app.include_router(routes.router)
-    app.include_router(health.router)
-    app.include_router(approvals.router)
-    app.include_router(artifacts.router)
-    app.include_router(documents_routes.router)  # /v1/search, /v1/documents (served by the retriever over the bus)
-    app.include_router(identity.router)  # /v1/me, /v1/login
-    app.include_router(sessions_routes.router)
-    mcp_endpoint = install_mcp(app)  # /mcp (Conduit as an MCP server) and /v1/mcp-servers (tenants' servers)
-    app.include_router(memory_routes.router)  # /v1/memory (conduit.records.memory; vectors in the retriever)
-    app.include_router(chat.router)  # /v1/chat/completions, /v1/models (OpenAI-compatible)
+    mcp_endpoint = _install_routes(app)
     install_openapi(app)
     install_page(app)  # GET / (the chat page) and /static (its files), public
     return app
+
+
+def _install_routes(app: FastAPI) -> Any:
+    """Add every API router to ``app``; return the ``/mcp`` endpoint (its lifespan runs its task group)."""
+    for router in (routes.router, health.router, approvals.router, artifacts.router,
+                   documents_routes.router,  # /v1/search, /v1/documents (served by the retriever over the bus)
+                   identity.router,  # /v1/me, /v1/login
+                   sessions_routes.router):
+        app.include_router(router)
+    mcp_endpoint = install_mcp(app)  # /mcp (Conduit as an MCP server) and /v1/mcp-servers (tenants' servers)
+    app.include_router(memory_routes.router)  # /v1/memory (conduit.records.memory; vectors in the retriever)
+    app.include_router(chat.router)  # /v1/chat/completions, /v1/models (OpenAI-compatible)
+    return mcp_endpoint
