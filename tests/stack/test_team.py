@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from conduit.ops import infra
 from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.ops.stack import Stack
 from conduit.testing.bus import agent_events_of
@@ -30,9 +31,20 @@ WORKER_DELAY_S = 2.0  # the second worker's call must arrive before the first on
 
 
 @pytest.fixture(scope="module")
-def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
+def broker(tmp_path_factory) -> Iterator[str]:
+    """A private tansu: the SIGKILL during fan-out leaves tansu's orchestrator group in a state
+    where later members of other test modules never finished joining on the session's broker."""
+    root = tmp_path_factory.mktemp("team-broker")
+    port = infra.free_port()
+    proc = infra.start_tansu(port, root / "tansu.log")
+    yield f"127.0.0.1:{port}"
+    infra.stop(proc)
+
+
+@pytest.fixture(scope="module")
+def stack(broker, infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     st = start_stack(
-        infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("team-data"),
+        broker, infra_stack.redis_url, tmp_path_factory.mktemp("team-data"),
         ("retriever", "orchestrator", "gateway"),
         {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "replica-1",
          "CONDUIT_LEASE_TTL_S": "3", "CONDUIT_TOOL_TIMEOUT_S": "30"},
