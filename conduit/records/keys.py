@@ -218,6 +218,11 @@ def tool_result(idempotency_key: str) -> str:
     return f"{PREFIX}:toolresult:{idempotency_key}"
 
 
+def web_fetched(idempotency_key: str, url_digest: str) -> str:
+    """A page the web tool call ``idempotency_key`` fetched (``services.web.journal``)."""
+    return f"{PREFIX}:webfetched:{idempotency_key}:{url_digest}"
+
+
 def attempts(consumer: str, event_id: str) -> str:
     """The failed-delivery count of one event at one consumer."""
     return f"{PREFIX}:attempts:{consumer}:{event_id}"

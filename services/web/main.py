@@ -21,6 +21,7 @@ from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import WebFetchArgs, WebSearchArgs
 from services.web import extract, pipeline
+from services.web.journal import FetchJournal
 from services.web.providers import configured_provider
 from services.web.safefetch import AddressPolicy
 
@@ -41,10 +42,12 @@ def build_service(settings: Settings) -> ToolService:
         if provider is None:
             raise ToolFailure("provider_not_configured", "web search is not configured on this deployment",
                               hint="answer from the knowledge base or fetch a known URL", kind="forbidden")
-        return ToolOutput(evidence=await pipeline.web_search(args.query, provider, policy, more_queries=args.more_queries))
+        return ToolOutput(evidence=await pipeline.web_search(args.query, provider, policy, more_queries=args.more_queries,
+                                                             journal=FetchJournal(service.redis, request.payload.idempotency_key)))
 
     async def web_fetch(args: WebFetchArgs, request: ToolRequested) -> ToolOutput:
-        return ToolOutput(evidence=await pipeline.web_fetch(args.url, args.reason, policy))
+        return ToolOutput(evidence=await pipeline.web_fetch(
+            args.url, args.reason, policy, journal=FetchJournal(service.redis, request.payload.idempotency_key)))
 
     service = ToolService("web", topics.TOOL_REQUESTS_WEB, topics.GROUP_WEB, settings)
     service.concurrency = settings.web_concurrency  # rule T7

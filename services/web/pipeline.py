@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 from conduit.runtime.toolservice import ToolFailure
 from contracts.evidence import EvidenceItem
 from services.web import extract, safefetch
+from services.web.journal import FetchJournal
 from services.web.providers import SearchHit, SearchProvider
 
 log = logging.getLogger("conduit.web.pipeline")
@@ -86,9 +87,16 @@ def _extract(page: safefetch.FetchedPage) -> extract.Extracted:
     return extract.Extracted(title="", text=extract.clean_text(page.text()))
 
 
-async def read_page(url: str, policy: safefetch.AddressPolicy, timeout_s: float) -> Page:
-    """Fetch, extract and chunk one page. Raises ``ToolFailure`` (fetch errors; ``empty_page``, business)."""
-    fetched = await safefetch.fetch(url, policy, timeout_s=timeout_s)
+async def read_page(url: str, policy: safefetch.AddressPolicy, timeout_s: float,
+                    journal: FetchJournal | None = None) -> Page:
+    """Fetch, extract and chunk one page; a page the call's ``journal`` holds is not fetched again,
+    and a fetched one goes into it at once (rule W5). Raises ``ToolFailure`` (fetch errors;
+    ``empty_page``, business)."""
+    fetched = await journal.get(url) if journal is not None else None
+    if fetched is None:
+        fetched = await safefetch.fetch(url, policy, timeout_s=timeout_s)
+        if journal is not None:
+            await journal.put(url, fetched)
     extracted = await asyncio.to_thread(_extract, fetched)
     chunks = extract.chunk(extracted.text)
     if not chunks:
@@ -97,12 +105,13 @@ async def read_page(url: str, policy: safefetch.AddressPolicy, timeout_s: float)
     return Page(url=fetched.url, title=extracted.title or host, chunks=chunks)
 
 
-async def gather_pages(urls: list[str], policy: safefetch.AddressPolicy, budget_s: float = BUDGET_S) -> list[Page]:
+async def gather_pages(urls: list[str], policy: safefetch.AddressPolicy, budget_s: float = BUDGET_S,
+                       journal: FetchJournal | None = None) -> list[Page]:
     """Read ``urls`` concurrently; return the pages done within ``budget_s`` seconds, in arrival order.
 
     Failed pages are logged and skipped; pages still loading at the deadline are cancelled.
     """
-    tasks = [asyncio.create_task(read_page(u, policy, budget_s)) for u in urls]
+    tasks = [asyncio.create_task(read_page(u, policy, budget_s, journal)) for u in urls]
     pages: list[Page] = []
     try:
         for next_done in asyncio.as_completed(tasks, timeout=budget_s):
@@ -154,7 +163,7 @@ async def _search_all(queries: list[str], provider: SearchProvider, n_results: i
 async def web_search(query: str, provider: SearchProvider, policy: safefetch.AddressPolicy, *,
                      more_queries: list[str] | tuple[str, ...] = (),
                      n_results: int = N_RESULTS, max_pages: int = MAX_PAGES, budget_s: float = BUDGET_S,
-                     top: int = TOP_CHUNKS) -> list[EvidenceItem]:
+                     top: int = TOP_CHUNKS, journal: FetchJournal | None = None) -> list[EvidenceItem]:
     """Run the search pipeline (rule W1) for ``query`` (plus up to 2 ``more_queries``, searched
     concurrently, ``n_results`` each, URLs deduplicated); return at most ``top`` evidence items.
 
@@ -167,7 +176,7 @@ async def web_search(query: str, provider: SearchProvider, policy: safefetch.Add
     if not hits:
         raise ToolFailure("no_results", f"the web search found nothing for {query!r}",
                           hint="try other or fewer keywords", kind="business")
-    pages = await gather_pages([h.url for h in hits[:max_pages]], policy, budget_s)
+    pages = await gather_pages([h.url for h in hits[:max_pages]], policy, budget_s, journal)
     pool = [(page, n) for page in pages for n in range(len(page.chunks))]
     if not pool:
         snippets = _snippet_evidence(hits[:top])
@@ -180,12 +189,14 @@ async def web_search(query: str, provider: SearchProvider, policy: safefetch.Add
 
 
 async def web_fetch(url: str, reason: str, policy: safefetch.AddressPolicy, *,
-                    timeout_s: float = FETCH_TIMEOUT_S, top: int = TOP_CHUNKS) -> list[EvidenceItem]:
-    """Read one page; return its ``top`` chunks most related to ``reason`` (else the first ones).
+                    timeout_s: float = FETCH_TIMEOUT_S, top: int = TOP_CHUNKS,
+                    journal: FetchJournal | None = None) -> list[EvidenceItem]:
+    """Read one page (through the call's ``journal``, rule W5); return its ``top`` chunks most
+    related to ``reason`` (else the first ones).
 
     Raises ``ToolFailure`` from ``safefetch`` (forbidden / business / transient) or ``empty_page``.
     """
-    page = await read_page(url, policy, timeout_s)
+    page = await read_page(url, policy, timeout_s, journal)
     ranked = await asyncio.to_thread(extract.rerank, reason, page.chunks, top)
     if not ranked or ranked[0][1] <= 0.0:
         ranked = [(n, 0.0) for n in range(min(top, len(page.chunks)))]

@@ -284,6 +284,20 @@ async def test_web_fetch_ranks_by_reason(site) -> None:
     assert plain[0].chunk_id.endswith("#1") and plain[0].title == HOST
 
 
+async def test_a_call_run_again_reads_its_page_from_the_journal(site, redis) -> None:
+    """Rule W5: the second run of one call (its first run's process died after the fetch) does not
+    fetch again; another call does."""
+    from services.web.journal import FetchJournal
+
+    site.hits.clear()
+    key = f"t-{uuid.uuid4().hex[:8]}:1:call_1"
+    first = await pipeline.web_fetch(f"{site.base}/page/tax", "VAT threshold", OPEN, journal=FetchJournal(redis, key))
+    again = await pipeline.web_fetch(f"{site.base}/page/tax", "VAT threshold", OPEN, journal=FetchJournal(redis, key))
+    assert [e.text for e in again] == [e.text for e in first] and site.hits["/page/tax"] == 1
+    await pipeline.web_fetch(f"{site.base}/page/tax", "VAT threshold", OPEN, journal=FetchJournal(redis, key + "x"))
+    assert site.hits["/page/tax"] == 2
+
+
 async def test_tavily_provider_and_configuration(site) -> None:
     hits = await TavilyProvider("tvly-test", endpoint=f"{site.base}/tavily/search").search("vat", 3)
     assert [h.url for h in hits] == [f"{site.base}/page/tax"] and hits[0].snippet == "tax snippet"
