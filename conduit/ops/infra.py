@@ -98,13 +98,14 @@ def wait_port_bindable(port: int, timeout_s: float = 90.0) -> bool:
 
 
 def clear_time_wait(port: int) -> None:
-    """Destroy the TIME_WAIT connections of local ``port`` (``ss -K``, iproute2) so it can be bound
-    at once. Needs CAP_NET_ADMIN (root) and a kernel with socket destroy; otherwise (or without
+    """Destroy the closing connections of local ``port`` (TIME_WAIT, and FIN_WAIT when the peer is a
+    stopped process; ``ss -K``, iproute2) so it can be bound at once. Needs CAP_NET_ADMIN (root) and a kernel with socket destroy; otherwise (or without
     ``ss``) nothing happens and ``wait_port_bindable`` waits the 60 s out."""
     ss = shutil.which("ss")
     if ss is None:
         return
-    subprocess.run([ss, "-K", "-tan", "state", "time-wait", f"sport = :{port}"],
+    closing = [w for state in ("time-wait", "fin-wait-1", "fin-wait-2", "closing", "last-ack") for w in ("state", state)]
+    subprocess.run([ss, "-K", "-tan", *closing, f"sport = :{port}"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=10)
 
 

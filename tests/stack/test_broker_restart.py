@@ -43,6 +43,11 @@ class Broker:
         self.proc = infra.start_tansu(self.port, self.root / "tansu.log")
 
 
+TOOL_TIMEOUT_S = "30" if os.geteuid() == 0 else "150"
+"""As root a restarted broker is back in about a second (``infra.clear_time_wait``); otherwise its
+port is free only after the closed connections' 60 s, and the deadline must outlast that."""
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory) -> Iterator[Broker]:
     b = Broker(tmp_path_factory.mktemp("broker"))
@@ -73,7 +78,7 @@ def stack(broker, infra_stack, tmp_path_factory, model, site) -> Iterator[Stack]
     st = start_stack(broker.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("restart-data"),
                      ("web", "orchestrator", "gateway"),
                      {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
-                      "CONDUIT_LEASE_TTL_S": "3", "CONDUIT_TOOL_TIMEOUT_S": "150", "CONDUIT_TOOL_MAX_RETRIES": "0",
+                      "CONDUIT_LEASE_TTL_S": "3", "CONDUIT_TOOL_TIMEOUT_S": TOOL_TIMEOUT_S, "CONDUIT_TOOL_MAX_RETRIES": "0",
                       "CONDUIT_SEARXNG_URL": site, "CONDUIT_WEB_ALLOW_PRIVATE": "true"})
     yield st
     st.stop()

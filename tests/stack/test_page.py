@@ -232,7 +232,7 @@ def test_the_page_is_served_from_the_package_with_no_outside_origin(stack):
 
 def test_logout_and_a_wrong_key(browser, stack):
     page = open_page(browser, stack)
-    page.get_by_role("button", name="退出").click()
+    page.get_by_role("button", name="退出", exact=True).click()
     expect(page.get_by_label("API 密钥")).to_be_visible()
     assert page.evaluate("sessionStorage.getItem('conduit.key')") is None
     if not identity_enabled(stack):
