@@ -126,7 +126,7 @@ class MemoryIO:
                                          task_id=state.task_id, session_id=state.session_id, now=now,
                                          temporary_days=s.memory_temporary_days)
             new = list(facts)
-            if state.answer and state.mode in ("agent", "retrieval_only") and state.cache != "hit":
+            if memory.worth_an_episode(state):
                 new.append(memory.episode(tenant_id=state.tenant_id, user_id=state.user_id, task_id=state.task_id,
                                           session_id=state.session_id, question=state.question, answer=state.answer,
                                           citations=citations, now=now, episode_days=s.memory_episode_days))

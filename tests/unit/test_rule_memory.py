@@ -153,3 +153,13 @@ async def test_rules_m6_m7_a_long_session_is_summarised_and_turn_ones_amount_sta
         assert "第1轮 用户" in state_note and exact in state_note, (exact, state_note[:400])
     assert ctx.folded >= 13 and ctx.seen == 19 and "第1轮 问：发票 INV-102" in ctx.summary
     assert [v.value for v in ctx.values if v.turn == 1][:2] == ["INV-102", "118.5 元"]
+
+
+async def test_only_a_written_agent_answer_becomes_an_episode():
+    """Rule M1: a retrieval-only answer (the knowledge base quoted) is no episode."""
+    written = Sim(TestModel(Reply(content="好的。")))
+    await written.ask()
+    quoted = Sim(None)
+    await quoted.ask()
+    assert memory.worth_an_episode(written.state) and quoted.state.mode == "retrieval_only"
+    assert not memory.worth_an_episode(quoted.state)

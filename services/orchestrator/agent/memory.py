@@ -25,10 +25,14 @@ import hashlib
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from contracts.evidence import Citation
 from contracts.memory import MemoryChange, MemoryItem, MemorySource, RecallCandidate
 from services.orchestrator.agent.prompt import wrap
+
+if TYPE_CHECKING:
+    from services.orchestrator.agent.state import TaskState
 
 SOURCE_ORDER: tuple[MemorySource, ...] = ("user_correction", "business_system", "user_stated", "observation",
                                           "model_guess")
@@ -113,6 +117,13 @@ def _clause_of(sentence: str, start: int, end: int) -> str:
     pieces = [m.group(0) for m in _CLAUSE.finditer(sentence) if m.end() > start and m.start() < end]
     text = "".join(pieces).strip() or sentence[start:end]
     return text.rstrip("，,。.；;！!")
+
+
+def worth_an_episode(state: "TaskState") -> bool:
+    """Rule M1: only a written agent answer becomes an episode: not a cache replay, and not a
+    retrieval-only answer (its quoted passages are the knowledge base itself; recalled, they
+    crowded out the user's facts)."""
+    return bool(state.answer) and state.mode == "agent" and state.fallback_reason is None and state.cache != "hit"
 
 
 def episode(*, tenant_id: str, user_id: str, task_id: str, session_id: str | None, question: str, answer: str,
