@@ -191,7 +191,8 @@ def run_client(base: str, key: str, n: int, session_id: str | None, abandon: thr
 class Chaos:
     """The stack, its supervisor, the site, the model, and the kill schedule of one run."""
 
-    def __init__(self, tasks: int, kills: int, seed: int, infra_kills: tuple[str, ...] = ("redis", "tansu")) -> None:
+    def __init__(self, tasks: int, kills: int, seed: int, infra_kills: tuple[str, ...] = ("redis", "tansu"),
+                 tool_timeout_s: float = 30.0) -> None:
         self.tasks, self.kills = tasks, kills
         self.infra_kills = infra_kills
         self.rng = random.Random(seed)
@@ -205,7 +206,7 @@ class Chaos:
         env = {"OPENAI_BASE_URL": self.model.base_url, "OPENAI_API_KEY": "chaos", "CONDUIT_MODEL": "scripted",
                "CONDUIT_SEARXNG_URL": self.site.base, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
                "CONDUIT_APPROVAL_POLICIES": '{"web_fetch": "if:url~approve", "code_exec": "always"}',
-               "CONDUIT_LEASE_TTL_S": "5", "CONDUIT_LOG_LEVEL": "WARNING"}
+               "CONDUIT_LEASE_TTL_S": "5", "CONDUIT_LOG_LEVEL": "WARNING", "CONDUIT_TOOL_TIMEOUT_S": str(tool_timeout_s)}
         self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
                            scale={"orchestrator": 2, "web": 2})
         self.recoveries: list[float] = []
