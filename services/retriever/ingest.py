@@ -27,8 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conduit.runtime.settings import Settings
-from services.retriever import lawdb
-from services.retriever.documents import SUPPORTED_SUFFIXES, Chunk, DocumentError, file_chunks, law_chunks, law_document_id
+from services.retriever import lawdb, lawindex
+from services.retriever.documents import (LAW_LAYOUT, SUPPORTED_SUFFIXES, Chunk, DocumentError, file_chunks, law_chunks,
+                                          law_document_id)
 from services.retriever.embeddings import Embedder, make_embedder
 from services.retriever.sparse import SparseEncoder
 from services.retriever.store import PUBLIC_TENANT, ChunkPoint, VectorStore, edge_path, open_store
@@ -37,10 +38,6 @@ log = logging.getLogger("conduit.retriever.ingest")
 
 CORPUS_MARKER = "kb-corpus.json"
 """File in ``settings.data_dir`` written after a complete law-corpus ingest (read by ``corpus_ready``)."""
-LAW_LAYOUT = "articles+items/1"
-"""Chunk layout of the law corpus recorded in ``CORPUS_MARKER``: one chunk per article plus item
-chunks of long articles (``documents.law_chunks``). A marker without it (an older store) is not
-ready, so ``conduit up``/``demo`` re-run the ingest once, which embeds only the missing item chunks."""
 
 
 @dataclass
@@ -56,7 +53,8 @@ class IngestSummary:
     """What an ingest did.
 
     Fields: ``documents`` and ``chunks`` seen; ``embedded`` (new or changed chunks
-    written), ``unchanged`` (skipped: same content hash), ``removed`` (stale chunks
+    embedded and written), ``loaded`` (new or changed law chunks written with vectors from the
+    shipped law index, ``lawindex``), ``unchanged`` (skipped: same content hash), ``removed`` (stale chunks
     deleted); ``failures`` (files not ingested); ``total_points`` in the store
     afterwards; ``seconds`` wall time, of which ``embed_seconds`` dense embedding,
     ``sparse_seconds`` tokenising, ``optimize_seconds`` the store's index build.
@@ -65,6 +63,7 @@ class IngestSummary:
     documents: int = 0
     chunks: int = 0
     embedded: int = 0
+    loaded: int = 0
     unchanged: int = 0
     removed: int = 0
     failures: list[FileFailure] = field(default_factory=list)
@@ -78,6 +77,7 @@ class IngestSummary:
     def render(self) -> str:
         """One-paragraph human summary (for the CLI)."""
         lines = [f"{self.documents} documents, {self.chunks} chunks: {self.embedded} embedded, "
+                 f"{self.loaded} from the shipped index, "
                  f"{self.unchanged} unchanged, {self.removed} stale removed; "
                  f"{self.total_points} points in the store; {self.seconds:.1f} s "
                  f"(embed {self.embed_seconds:.1f} s, tokenise {self.sparse_seconds:.1f} s, "
@@ -100,13 +100,16 @@ class Indexer:
     Args:
         store, embedder, encoder: the open store and the encoders.
         batch_size: chunks per embedding/upsert batch.
+        prebuilt: shipped law index whose vectors are used instead of embedding (every chunk
+            given must be in it: ``LawIndex.check``); None embeds.
     """
 
     def __init__(self, store: VectorStore, embedder: Embedder, encoder: SparseEncoder | None = None,
-                 batch_size: int = 128) -> None:
+                 batch_size: int = 128, prebuilt: lawindex.LawIndex | None = None) -> None:
         self.store, self.embedder = store, embedder
         self.encoder = encoder or SparseEncoder()
         self.batch_size = batch_size
+        self.prebuilt = prebuilt
 
     def _write_batch(self, batch: list[Chunk], summary: IngestSummary) -> None:
         hashes = [content_hash(self.embedder.name, c) for c in batch]
@@ -116,7 +119,10 @@ class Indexer:
         if not todo:
             return
         t0 = time.perf_counter()
-        dense = self.embedder.embed([c.index_text for c, _ in todo])
+        if self.prebuilt is not None:
+            dense = self.prebuilt.vectors_for([c for c, _ in todo])
+        else:
+            dense = self.embedder.embed([c.index_text for c, _ in todo])
         t1 = time.perf_counter()
         sparse = [self.encoder.encode_document(c.index_text) for c, _ in todo]
         summary.embed_seconds += t1 - t0
@@ -124,7 +130,10 @@ class Indexer:
         self.store.upsert([
             ChunkPoint(c.id, dense[i], sparse[i], {**c.payload, "content_hash": h}) for i, (c, h) in enumerate(todo)
         ])
-        summary.embedded += len(todo)
+        if self.prebuilt is not None:
+            summary.loaded += len(todo)
+        else:
+            summary.embedded += len(todo)
 
     def index(self, documents: Iterable[tuple[str, list[Chunk]]], summary: IngestSummary,
               on_progress=None) -> IngestSummary:
@@ -153,7 +162,8 @@ class Indexer:
 
 
 def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: IngestSummary, label: str,
-         progress: bool, embedder: Embedder | None, store: VectorStore | None) -> IngestSummary:
+         progress: bool, embedder: Embedder | None, store: VectorStore | None,
+         prebuilt: lawindex.LawIndex | None = None) -> IngestSummary:
     """Index ``documents`` with a rich progress bar; opens (and closes) the store unless one is given."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415
 
@@ -163,13 +173,13 @@ def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: 
     own_store = store is None
     store = store or open_store(settings, embedder.dim)
     try:
-        indexer = Indexer(store, embedder, SparseEncoder(), batch_size=settings.ingest_batch_size)
+        indexer = Indexer(store, embedder, SparseEncoder(), batch_size=settings.ingest_batch_size, prebuilt=prebuilt)
         total = sum(len(chunks) for _, chunks in documents)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("chunks"), TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress) as bar:
             task = bar.add_task(label, total=total)
             indexer.index(documents, summary, on_progress=lambda n: bar.advance(task, n))
-        if summary.embedded:
+        if summary.embedded or summary.loaded:
             t0 = time.perf_counter()
             store.optimize()
             summary.optimize_seconds = time.perf_counter() - t0
@@ -200,13 +210,20 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
         items: also write item chunks of long articles (default; False: articles only,
             and item chunks already stored are removed; benchmarks).
 
+    Vectors come from the shipped law index of the embedder (``lawindex``, one file per model)
+    when it exists and ``settings.law_index`` is on; a file that does not match this corpus
+    (package version, laws.db, chunking) raises ``LawIndexError`` naming the build command
+    before anything is written. Without a file for the embedder (e.g. ``openai``) the chunks are embedded.
+
     A complete ingest (no limit, no name list) writes ``CORPUS_MARKER`` for ``corpus_ready``.
-    Raises ``LawDbError``, ``StoreError`` or ``EmbeddingError``.
+    Raises ``LawDbError``, ``LawIndexError``, ``StoreError`` or ``EmbeddingError``.
     """
     laws = lawdb.list_laws(law_names=law_names, limit_laws=limit_laws)
     articles = lawdb.articles_by_law(laws)
     documents = [(law_document_id(law), law_chunks(law, articles[law.law_id], items=items)) for law in laws]
-    summary = _run(settings, documents, IngestSummary(), "laws.db", progress, embedder, store)
+    embedder = embedder or make_embedder(settings)
+    prebuilt = law_index_for(settings, embedder.name, [c for _, chunks in documents for c in chunks])
+    summary = _run(settings, documents, IngestSummary(), "laws.db", progress, embedder, store, prebuilt)
     if limit_laws is None and law_names is None:
         marker = Path(settings.data_dir) / CORPUS_MARKER
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -216,6 +233,19 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
             "finished_at": datetime.now(UTC).isoformat(), "summary": asdict(summary),
         }, ensure_ascii=False, indent=2))
     return summary
+
+
+def law_index_for(settings: Settings, embedder_name: str, chunks: list[Chunk]) -> lawindex.LawIndex | None:
+    """The shipped law index for ``embedder_name``, checked against ``chunks`` (None when
+    ``settings.law_index`` is off or no file exists for that model). Raises ``LawIndexError``."""
+    if not settings.law_index:
+        return None
+    index = lawindex.find(embedder_name, Path(settings.law_index_dir) if settings.law_index_dir else None)
+    if index is None:
+        log.info("no shipped law index for %s: the law chunks are embedded (%s)", embedder_name, lawindex.BUILD_COMMAND)
+        return None
+    index.check(chunks, embedder_name)
+    return index
 
 
 def expand_paths(paths: list[Path]) -> Iterator[Path]:
