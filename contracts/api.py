@@ -126,6 +126,12 @@ class SessionContext(BaseModel):
     folded: int = 0
     seen: int = 0
     values: list[ExactValue] = Field(default_factory=list)
+    summarised: int = 0
+    """How many of the ``folded`` turns the model's own summary covers (rule M7; 0: none). The
+    summary is the model's alone when ``summarised == folded``; turns folded after it are appended
+    as extracted lines until the next model summary takes them in."""
+    summary_by: Literal["none", "extraction", "model"] = "none"
+    """Who wrote ``summary``: ``model`` when the model's summary covers every folded turn."""
 
 
 class SessionRename(BaseModel):

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 
 from pydantic import BaseModel
 from redis.asyncio import Redis
+from redis.exceptions import WatchError
 
 from conduit.records import keys
 from conduit.records.taskstream import TaskEventLog
@@ -145,3 +147,25 @@ async def load_context(redis: Redis, session_id: str) -> SessionContext:
 async def save_context(redis: Redis, session_id: str, context: SessionContext, ttl_s: int) -> None:
     """Write the session's structured state and rolling summary (lives ``ttl_s`` like its turns)."""
     await redis.set(keys.session_context(session_id), context.model_dump_json(), ex=ttl_s)
+
+
+async def update_context(redis: Redis, session_id: str,
+                         change: Callable[[SessionContext], SessionContext | None], ttl_s: int) -> bool:
+    """Apply ``change`` to the stored context atomically (``WATCH``/``MULTI``; retried while another
+    writer wins). ``change`` returns the new context or None to leave it. True when it was written."""
+    key = keys.session_context(session_id)
+    async with redis.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                await pipe.watch(key)
+                raw = await pipe.get(key)
+                new = change(SessionContext.model_validate_json(raw) if raw else SessionContext())
+                if new is None:
+                    await pipe.unwatch()
+                    return False
+                pipe.multi()
+                pipe.set(key, new.model_dump_json(), ex=ttl_s)
+                await pipe.execute()
+                return True
+            except WatchError:
+                continue

@@ -46,6 +46,10 @@ class TaskStore:
         """Write (create or replace) a task record."""
         await self.redis.set(self.key(view.task_id), view.model_dump_json(), ex=self.ttl_s)
 
+    async def create(self, view: TaskView) -> bool:
+        """Write a new task record unless one exists (``SET NX``); True when this call created it."""
+        return bool(await self.redis.set(self.key(view.task_id), view.model_dump_json(), ex=self.ttl_s, nx=True))
+
     async def get(self, task_id: str) -> TaskView | None:
         """Return the record, or None if unknown or expired."""
         raw = await self.redis.get(self.key(task_id))

@@ -136,6 +136,8 @@ class Settings(BaseSettings):
     cache_enabled: bool = Field(default=True, description="semantic cache of first-turn answers (per tenant; `Cache-Control: no-cache` bypasses it)")
     cache_min_similarity: float = Field(default=0.95, description="cosine between two first questions from which the cached answer is replayed")
     cache_ttl_s: int = Field(default=86_400, description="lifetime of a cache entry (seconds), renewed on every hit")
+    context_summary: Literal["model", "extraction"] = Field(default="model", description="who writes a session's rolling summary: `model` = the tenant's model rewrites the extracted summary off the task's path when a model is configured (fail-open), `extraction` = extraction only (rule M7)")
+    context_summary_timeout_s: float = Field(default=30.0, gt=0.0, description="longest wait for the model's summary call (seconds); past it the extracted summary stays")
     context_summary_at: float = Field(default=0.75, gt=0.0, le=1.0, description="share of context_window_chars the history may fill before older turns are folded into the session's rolling summary")
     team_max_depth: int = Field(default=2, ge=1, description="team mode: deepest worker level below the supervisor (rule D3)")
     team_max_fan_out: int = Field(default=4, ge=1, description="team mode: delegate calls run per step; more are refused (rule D3)")

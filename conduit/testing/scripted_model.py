@@ -9,6 +9,11 @@ Turn fields: ``content`` (text streamed in ``chunks`` pieces), ``tool_calls``
 (``[{"name", "arguments"}]``), ``delay_s`` before the first chunk,
 ``chunk_delay_s`` between chunks, ``status`` (answer with that HTTP error instead), ``reasoning``
 (streamed first as ``reasoning_content`` deltas, as DeepSeek, Qwen and vLLM send them).
+
+A session's rolling-summary call (rule M7; its system prompt starts with ``SUMMARY_MARK``) runs
+beside the tasks at no fixed point of a script, so it never takes a turn of it: ``summary`` answers
+it (default: ``【模型摘要】`` and the first 400 characters of what it was sent), and its bodies are kept
+in ``summary_requests``, not ``requests``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ class Turn:
 
 
 TurnSource = Turn | Callable[[dict[str, Any]], Turn]
+SUMMARY_MARK = "【摘要任务】"
+"""First words of the orchestrator's summary-call prompt (``agent.context.SUMMARY_INSTRUCTION``)."""
+
+
+def echo_summary(body: dict[str, Any]) -> Turn:
+    """The default answer to a summary call: ``【模型摘要】`` and the start of what it was sent."""
+    sent = " ".join(str(m.get("content") or "") for m in body.get("messages", [])[1:])
+    return Turn(content="【模型摘要】" + re.sub(r"\s+", " ", sent)[:400])
 
 
 def evidence_number(messages: list[dict[str, Any]], title_part: str, locator: str) -> int | None:
@@ -71,9 +84,12 @@ class ScriptedModel:
     subtract it to measure only Conduit).
     """
 
-    def __init__(self, script: list[TurnSource] | None = None, default: Turn | None = None) -> None:
+    def __init__(self, script: list[TurnSource] | None = None, default: Turn | None = None,
+                 summary: TurnSource = echo_summary) -> None:
         self.script: list[TurnSource] = list(script or [])
         self.default = default or Turn(content="OK.")
+        self.summary = summary
+        self.summary_requests: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.received_at: list[float] = []
         """``time.monotonic()`` when each request of ``requests`` arrived (same order)."""
@@ -94,6 +110,11 @@ class ScriptedModel:
             self.script.extend(turns)
 
     def _next(self, body: dict[str, Any]) -> Turn:
+        messages = body.get("messages") or [{}]
+        if str(messages[0].get("content") or "").startswith(SUMMARY_MARK):
+            with self._lock:
+                self.summary_requests.append(body)
+            return self.summary(body) if callable(self.summary) else self.summary
         with self._lock:
             self.requests.append(body)
             self.received_at.append(time.monotonic())

@@ -44,6 +44,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         for task_id, t in running.items():
             if t.cancelled():  # checkpointed before the model call: another replica resumes it now, not after the lease
                 await orch.store.expire_lease(task_id)
+        await orch.summaries.close()  # a summary call lost here is asked again at the session's next fold
 
     # topics and message model: what contracts.channels says the orchestrator's group reads
     bus.subscribe(broker, settings, redis, handler=dispatch, group_id=topics.GROUP_ORCHESTRATOR,

@@ -19,17 +19,18 @@ from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import bus, metrics
 from contracts import topics
-from contracts.api import ApprovalRecord
+from contracts.api import ApprovalRecord, TaskView
 from contracts.envelope import utcnow
 from contracts.events import (
     CancelPayload,
+    QuestionAsked,
     TaskCancelled,
     ToolRequested,
     ToolRequestPayload,
     ToolResult,
 )
 from contracts.evidence import Citation
-from contracts.stream import StreamEvent
+from contracts.stream import StreamEvent, TaskAccepted
 from contracts.tools import request_topic
 from services.orchestrator.agent import endings, team
 from services.orchestrator.agent.deps import Deps
@@ -83,12 +84,25 @@ class Outputs:
         delegate call's is the ``question.asked`` of its worker's task (team mode, rule D2)."""
         assert call.tool is not None  # refused calls (unknown names) are never requested
         if call.tool == "delegate":
-            await bus.publish(self.broker, topics.QUESTIONS, team.child_question(state, call))
+            asked = team.child_question(state, call)
+            await self.accept_child(asked)
+            await bus.publish(self.broker, topics.QUESTIONS, asked)
             return
         request = parent_of(state).child(ToolRequested, payload=ToolRequestPayload(
             call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason, step=call.step,
             idempotency_key=call.idempotency_key, deadline_at=call.deadline_at))
         await bus.publish(self.broker, request_topic(call.tool), request)
+
+    async def accept_child(self, asked: QuestionAsked) -> None:
+        """Rule D2: a worker's task exists from its delegate call on, as a task the gateway accepted
+        does: an ``accepted`` record and a ``task.accepted`` first event, written once (a re-send
+        finds the record and leaves it). So its owner can open its stream before any replica starts
+        it, and a worker cancelled before it starts still ends in ``task.cancelled`` there."""
+        view = TaskView(task_id=asked.task_id, session_id=asked.session_id, tenant_id=asked.tenant_id,
+                        user_id=asked.user_id, status="accepted", question=asked.payload.question, created_at=utcnow())
+        if await self.tasks.create(view):
+            await self.events.append(asked.task_id, TaskAccepted(
+                task_id=asked.task_id, session_id=asked.session_id, question=asked.payload.question))
 
     async def public(self, state: TaskState, kind: str, **fields: Any) -> None:
         """Put a public ``AgentEvent`` in the outbox for a step that saved no checkpoint (a saved

@@ -55,6 +55,7 @@ from services.orchestrator.agent.effects import (
     Remember,
     RunModelStep,
     SaveContext,
+    Summarise,
     SaveApproval,
     Step,
     UpdateApproval,
@@ -68,6 +69,7 @@ from services.orchestrator.memoryio import MemoryIO
 from services.orchestrator.model import Model
 from services.orchestrator.outputs import Outputs
 from services.orchestrator.steps import ModelSteps
+from services.orchestrator.summaries import SessionSummaries
 from services.orchestrator.store import SAVE_RETRIES, StaleState, StateStore, Transition
 
 log = structlog.get_logger("conduit.orchestrator")
@@ -128,6 +130,7 @@ class Orchestrator:
         self.hooks: Hooks = hooks or NoHooks()
         self.steps = ModelSteps(self)
         self.memory = MemoryIO(settings, redis, broker)
+        self.summaries = SessionSummaries(settings, redis, self.model)
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
         self._bus_up, self._bus_checked_at = True, float("-inf")
         self.unavailable: frozenset[str] = frozenset()
@@ -314,6 +317,8 @@ class Orchestrator:
             await self.out.cancel_child(state, e.task_id, e.reason)
         elif isinstance(e, SaveContext):
             await sessions.save_context(self.redis, e.session_id, e.context, self.settings.task_events_ttl_s)
+        elif isinstance(e, Summarise):
+            self.summaries.spawn(e)
         elif isinstance(e, Remember):
             try:
                 await self.memory.remember(state, e.citations)

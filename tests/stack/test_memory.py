@@ -185,8 +185,17 @@ def test_a_long_session_keeps_turn_ones_values_exact_in_its_state(stack, keys, m
     view = httpx.get(f"{stack.gateway_url}/v1/sessions/{session['session_id']}", headers=auth(keys["dave"]),
                      timeout=10).json()
     ctx = view["context"]
-    assert ctx["folded"] >= 1 and ctx["seen"] == 3 and "第1轮 问：发票 INV-7781" in ctx["summary"], ctx
+    assert ctx["folded"] >= 1 and ctx["seen"] == 3, ctx
     assert {"kind": "amount", "value": "118.5 元", "turn": 1, "side": "user"} in ctx["values"]
+    # rule M7: the model rewrites the folded turns into the summary, off the tasks' path; the next turn reads it
+    summary_of = lambda: httpx.get(f"{stack.gateway_url}/v1/sessions/{session['session_id']}",  # noqa: E731
+                                   headers=auth(keys["dave"]), timeout=10).json()["context"]
+    assert wait_until(lambda: summary_of()["summary_by"] == "model", 30), summary_of()
+    ctx = summary_of()
+    assert ctx["summarised"] == ctx["folded"] and ctx["summary"].startswith("【模型摘要】") and "INV-7781" in ctx["summary"]
+    assert any(first in str(b) for b in model.summary_requests), "the summary call got turn 1's full text"
+    ask(stack, keys["dave"], "第5轮：还有吗？", session_id=session["session_id"])
+    assert "【模型摘要】" in " ".join(sent_for(model, "第5轮：还有吗？"))
 
 
 def test_the_page_marks_recalled_facts_and_cached_answers(stack, keys):

@@ -33,6 +33,7 @@ from services.orchestrator.agent.effects import (
     RunModelStep,
     Remember,
     SaveContext,
+    Summarise,
     SaveApproval,
     Step,
     UpdateApproval,
@@ -99,6 +100,7 @@ class Sim:
         self.publics: list[Public] = []
         self.remembered: list[Remember] = []
         self.contexts: list[SessionContext] = []
+        self.summaries: list[Summarise] = []  # rule M7: the model summary calls asked for
         self.requests: list[PendingCall] = []
         self.approvals: dict[str, dict[str, Any]] = {}
         self.cancels: list[CancelChild] = []
@@ -203,6 +205,8 @@ class Sim:
                 self.remembered.append(e)
             elif isinstance(e, SaveContext):
                 self.contexts.append(e.context)
+            elif isinstance(e, Summarise):
+                self.summaries.append(e)
             elif isinstance(e, Announce):
                 assert self.state is not None
                 self.events.append(endings.terminal_event(self.state, self.now, e.citations))

@@ -7,14 +7,17 @@ from datetime import timedelta
 
 import pytest
 
-from agentsim import T0, Reply, Sim, TestModel, kb, ok, passage, question
+from agentsim import T0, Reply, Sim, TestModel, kb, ok, passage, question, settings
+from conduit.testing.scripted_model import SUMMARY_MARK
 from contracts.api import SessionContext
 from contracts.evidence import Citation, NumberedEvidence
 from contracts.memory import CacheEntry, MemoryItem, RecallCandidate
 from contracts.stream import TaskCompleted
-from services.orchestrator.agent import cache, memory
+from services.orchestrator.agent import cache, context, memory
 from services.orchestrator.agent.cache import Recalled
+from services.orchestrator.agent.effects import Summarise
 from services.orchestrator.agent.memory import Weights
+from services.orchestrator.summaries import SessionSummaries
 
 
 def facts(text: str) -> list[tuple[str | None, str, str]]:
@@ -153,6 +156,66 @@ async def test_rules_m6_m7_a_long_session_is_summarised_and_turn_ones_amount_sta
         assert "第1轮 用户" in state_note and exact in state_note, (exact, state_note[:400])
     assert ctx.folded >= 13 and ctx.seen == 19 and "第1轮 问：发票 INV-102" in ctx.summary
     assert [v.value for v in ctx.values if v.turn == 1][:2] == ["INV-102", "118.5 元"]
+
+
+async def _session(model: TestModel | None, n_turns: int, **fields) -> tuple[list[dict], SessionContext, list]:
+    """``n_turns`` turns of one session through ``Sim`` (history 2 turns): its turns, its last context
+    and the ``Summarise`` effects each turn asked for."""
+    turns: list[dict] = []
+    ctx, asked = SessionContext(), []
+    for n in range(1, n_turns + 1):
+        sim = Sim(model, history_turns=2, **fields)
+        text = "发票 INV-102 的金额是 118.5 元。" if n == 1 else f"第{n}个问题：报销还要什么材料？"
+        state = await sim.ask(question(text), turns=list(turns), context=ctx)
+        ctx = sim.contexts[-1] if sim.contexts else ctx
+        asked.append(sim.summaries)
+        turns.append({"question": text, "answer": state.answer or "", "n": state.turn_no})
+    return turns, ctx, asked
+
+
+async def test_rule_m7_the_model_is_asked_to_rewrite_the_folded_turns_into_the_summary():
+    turns, ctx, asked = await _session(TestModel(default=Reply(content="好的。")), 4)
+    assert [len(a) for a in asked] == [0, 0, 0, 1]  # turn 4 folds turn 1 (two turns are kept)
+    call = asked[-1][0]
+    assert call.upto == ctx.folded == 1 and ctx.summary_by == "extraction" and ctx.summarised == 0
+    assert call.messages[0]["content"] == context.SUMMARY_INSTRUCTION
+    assert "发票 INV-102 的金额是 118.5 元。" in call.messages[1]["content"]  # the folded turn's full text
+    done = context.with_model_summary(ctx, call.upto, "用户报了发票 INV-102，金额 118.5 元。")
+    assert done is not None and done.summary_by == "model" and done.summarised == 1
+    assert done.summary.startswith("用户报了发票") and done.values == ctx.values  # rule M6 never depends on it
+    assert context.summary_request(done, turns) is None  # nothing left to summarise
+    assert context.with_model_summary(ctx, 0, "late") is None  # a later fold came first
+    assert context.with_model_summary(ctx, 1, "  ") is None  # a blank reply leaves the extracted lines
+
+
+async def test_rule_m7_after_a_model_summary_only_newer_folds_are_sent_and_it_reaches_the_model():
+    model = TestModel(default=Reply(content="好的。"))
+    turns, ctx, _ = await _session(model, 4)
+    ctx = context.with_model_summary(ctx, 1, "【模型摘要】发票 INV-102 金额 118.5 元。")
+    sim = Sim(model, history_turns=2)
+    state = await sim.ask(question("第5个问题：还有吗？"), turns=list(turns), context=ctx)
+    new = sim.contexts[-1]
+    assert new.folded == 2 and new.summarised == 1 and new.summary_by == "extraction"
+    assert new.summary.startswith("【模型摘要】") and "第2轮 问：第2个问题" in new.summary
+    sent = sim.summaries[0].messages[1]["content"]
+    assert "第2个问题：报销还要什么材料？" in sent and "发票 INV-102 的金额是 118.5 元。" not in sent  # only turn 2 is new
+    note = next(m["content"] for m in model.calls[-1][0] if m["role"] == "system" and "早先对话摘要" in m["content"])
+    assert "【模型摘要】发票 INV-102" in note and state.turn_no == 5
+
+
+async def test_rule_m7_no_model_summary_without_a_model_or_when_set_to_extraction():
+    _, ctx, asked = await _session(None, 4)
+    assert ctx.folded == 1 and not any(asked)
+    _, ctx, asked = await _session(TestModel(default=Reply(content="好的。")), 4, context_summary="extraction")
+    assert ctx.folded == 1 and ctx.summary_by == "extraction" and not any(asked)
+
+
+async def test_rule_m7_a_failed_summary_call_changes_nothing_and_never_raises():
+    failing = TestModel(Reply(error="endpoint down"))
+    summaries = SessionSummaries(settings(), redis=None, model=failing)  # type: ignore[arg-type]  # never reached
+    effect = Summarise("s1", 1, [{"role": "system", "content": context.SUMMARY_INSTRUCTION}, {"role": "user", "content": "x"}])
+    assert await summaries.run(effect) is False
+    assert context.SUMMARY_INSTRUCTION.startswith(SUMMARY_MARK)  # the scripted model knows the call by it
 
 
 async def test_only_a_written_agent_answer_becomes_an_episode():

@@ -134,6 +134,18 @@ class SaveContext:
 
 
 @dataclass(frozen=True)
+class Summarise:
+    """After the save: ask the model for the session's rolling summary (rule M7), off the task's
+    path. ``messages``: the call (``context.summary_request``); ``upto``: the folded turns it
+    covers; ``model``: the tenant's chat model (None: the default). A failure changes nothing."""
+
+    session_id: str
+    upto: int
+    messages: list[dict[str, str]]
+    model: str | None = None
+
+
+@dataclass(frozen=True)
 class Remember:
     """After the announcement: keep what the finished task taught (rules M1, M2: the user's facts,
     the episode) and, for a cacheable first answer, a semantic-cache entry (rule C2).

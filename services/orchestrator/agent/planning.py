@@ -38,7 +38,8 @@ from services.orchestrator.agent import cache, endings, fallback, finalizer, pro
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
-from services.orchestrator.agent.effects import FaultPoint, HoldLease, Public, RunModelStep, SaveContext, Step, WriteView
+from services.orchestrator.agent.effects import (
+    FaultPoint, HoldLease, Public, RunModelStep, SaveContext, Step, Summarise, WriteView)
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import Phase, TaskState
 from services.orchestrator.agent.window import window
@@ -68,6 +69,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     first_turn = not turns
     turn_no = context_rules.turn_number(turns, len(turns) - 1) + 1 if turns else 1
     s = deps.settings
+    all_turns = turns
     folded, turns = context_rules.fold(context or SessionContext(), turns, s.context_window_chars,
                                        s.context_summary_at, s.history_turns)
     model = deps.model_configured
@@ -103,7 +105,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     step = Step(state, [Public("task.started"), FaultPoint("started")]).then(  # a crash test's point after the save
         cache.apply_recall(state, recalled))
     if context is not None and folded != context:
-        step.effects.append(SaveContext(state.session_id, folded))
+        step.effects += _context_effects(deps, state, folded, all_turns)
     if recalled.cached is not None:
         return step.then(cache.replay(state, recalled, now or event.occurred_at))
     route = route or routing.by_rules(state.question)
@@ -114,6 +116,17 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         if routed is not None:
             return step.then(routed)
     return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
+
+
+def _context_effects(deps: Deps, state: TaskState, folded: SessionContext, turns: list[dict[str, Any]]) -> list:
+    """Rules M6, M7: save the session's changed context; with a model (and ``context_summary="model"``)
+    the model then rewrites its summary, after the save and off this task's path."""
+    s = deps.settings
+    effects: list = [SaveContext(state.session_id, folded)]
+    asked = context_rules.summary_request(folded, turns) if deps.model_configured and s.context_summary == "model" else None
+    if asked is not None:
+        effects.append(Summarise(state.session_id, folded.folded, asked, tenants.policy(s, state.tenant_id).model))
+    return effects
 
 
 def _start_child(deps: Deps, state: TaskState, event: QuestionAsked, available: list[str]) -> Step:
