@@ -190,6 +190,7 @@ class Settings(BaseSettings):
     retrieval_pool: int = Field(default=100, description="rule K7: first-stage candidates handed to the second stage")
     retrieval_stage2_weight: float = Field(default=1.0, description="rule K7: weight of the e5 rank against the first-stage rank (1.0)")
     retrieval_stage2_k: float = Field(default=10.0, description="rule K7: reciprocal-rank constant of the second-stage fusion")
+    retrieval_stage2_expansion: bool = Field(default=True, description="rule K7: e5 also embeds the expanded question (one batch of two: ~1.7x one text)")
     retrieval_stage2_law_boost: float = Field(default=0.0, description="rule K7: boost of the law the pool's best chunks agree on (0 = off)")
     retriever_concurrency: int = Field(default=4, ge=1, le=64, description="requests one retriever handles at once (searches run in worker threads; per-task order kept; rule T7)")
 

@@ -325,7 +325,10 @@ class KbSearcher:
         attempts: list[Attempt] = []
         e5 = None
         if self.stage2 is not None:  # rule K7: e5 query vectors while the first stage runs
-            e5 = self.stage2.start([query, expand_query(query) if s.retrieval_query_expansion else query])
+            forms = [query]
+            if s.retrieval_stage2_expansion and s.retrieval_query_expansion:
+                forms.append(expand_query(query))  # the same text twice is embedded once
+            e5 = self.stage2.start(forms)
         self._round("original", query, flt, merged, attempts, e5)
 
         compressed: str | None = None  # jieba runs at most once per search for it
