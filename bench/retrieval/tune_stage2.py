@@ -32,6 +32,7 @@ def main() -> int:
     ap.add_argument("--ks", default="5,10,30,60")
     ap.add_argument("--boosts", default="0,0.5,1")
     ap.add_argument("--pools", default="100")
+    ap.add_argument("--extra", default="0", help="exact e5 nearest chunks added to the pool, e.g. 0,30")
     ap.add_argument("--forms", default="2", help="e5 query forms: 1 (question) and/or 2 (question + expansion), e.g. 1,2")
     args = ap.parse_args()
     from conduit.runtime.settings import Settings  # noqa: PLC0415
@@ -51,14 +52,15 @@ def main() -> int:
             rank_of(q, [e.metadata for e in base.search(q["question"], TENANT).evidence]) for q in tune])})
         print(rows[-1], flush=True)
         grid = itertools.product(*(map(float, v.split(",")) for v in (args.weights, args.ks, args.boosts, args.pools,
-                                                                      args.forms)))
-        for w, k, boost, pool, forms in grid:
+                                                                      args.forms, args.extra)))
+        for w, k, boost, pool, forms, extra in grid:
             s = settings.model_copy(update={"retrieval_stage2_weight": w, "retrieval_stage2_k": k,
                                             "retrieval_stage2_law_boost": boost, "retrieval_pool": int(pool),
-                                            "retrieval_stage2_expansion": forms > 1})
+                                            "retrieval_stage2_expansion": forms > 1,
+                                            "retrieval_stage2_candidates": int(extra)})
             searcher = KbSearcher(s, embedder, store, stage2=stage2)
             ranks = [rank_of(q, [e.metadata for e in searcher.search(q["question"], TENANT).evidence]) for q in tune]
-            rows.append({"setting": f"w_e5={w} k={k} law_boost={boost} pool={int(pool)} forms={int(forms)}", **metrics(ranks)})
+            rows.append({"setting": f"w_e5={w} k={k} law_boost={boost} pool={int(pool)} forms={int(forms)} extra={int(extra)}", **metrics(ranks)})
             print(rows[-1], flush=True)
     finally:
         store.close()

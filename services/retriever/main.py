@@ -76,7 +76,7 @@ def make_kb_search_tool(searcher: KbSearcher):
 
     async def kb_search_tool(args: KbSearchArgs, request: ToolRequested) -> ToolOutput:
         try:
-            outcome = await asyncio.to_thread(searcher.search, args.query, request.tenant_id)
+            outcome = await asyncio.to_thread(searcher.search, args.query, request.tenant_id, None, args.sub_queries)
         except (EmbeddingError, StoreError) as exc:
             raise ToolFailure("kb_backend_unavailable", str(exc)[:500], hint="retry later", kind="transient") from exc
         if not outcome.evidence:

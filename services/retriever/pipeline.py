@@ -1,4 +1,4 @@
-"""``kb_search``: the knowledge-base search pipeline (rules K1-K8, docs/rules.md).
+"""``kb_search``: the knowledge-base search pipeline (rules K1-K9, docs/rules.md).
 
 For one query and tenant (numbers are settings; the defaults are given):
 
@@ -19,6 +19,7 @@ For one query and tenant (numbers are settings; the defaults are given):
 3. (rule K3) if the query names several topics (tax kinds, social insurance, housing fund,
    invoices) and a topic is in no kept hit, search once for that topic (simple
    version; TODO(later issue): smarter sub-queries per topic);
+   (rule K9) each of the model's ``sub_queries`` (at most 2) is one more round, merged the same way;
 4. (rule K7, when ``retrieval_second_stage`` is on) every round returns a pool of
    ``retrieval_pool`` (100) chunks instead of 18, each scored by its e5 cosine to the question
    and its expansion (``rescoring.py``; passage vectors from the shipped e5 law index), and the
@@ -300,6 +301,26 @@ class KbSearcher:
         best = max((h.dense_score for h in kept if h.dense_score is not None), default=None)
         attempts.append(Attempt(kind, query, len(hits), len(kept), None if best is None else round(best, 4)))
 
+    def _e5_candidates(self, queries, merged: dict[str, Hit], attempts: list[Attempt]) -> None:
+        """Rule K7: add the ``retrieval_stage2_candidates`` exact e5 nearest law chunks to the pool (the first
+        stage misses answers its USE and BM25 lists do not reach); they rank last in the first stage."""
+        found = self.stage2.nearest(queries, self.settings.retrieval_stage2_candidates)
+        payloads = self.store.payloads([pid for pid, _ in found], None)
+        floor = min((h.score for h in merged.values()), default=0.0)
+        added = 0
+        for pid, cos in found:
+            payload = payloads.get(pid)
+            if payload is None:
+                continue
+            key = payload.get("parent_id") or pid
+            old = merged.get(key)
+            if old is None:
+                merged[key] = Hit(key, floor * 0.999, payload, None, cos)
+                added += 1
+            elif old.second is None or cos > old.second:
+                old.second = cos
+        attempts.append(Attempt("e5", "", len(found), added, None))
+
     def _ranked(self, merged: dict[str, Hit], second: bool = False) -> list[Hit]:
         """The top ``retrieval_top_k`` of ``merged`` by fused score (ties: dense cosine, id); with
         ``second`` (rule K7) by the second-stage fusion of that order and the e5 cosines."""
@@ -310,12 +331,14 @@ class KbSearcher:
             first = [first[i] for i in sorted(range(len(first)), key=lambda i: (-scores[i], i))]
         return first[: self.settings.retrieval_top_k]
 
-    def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None) -> SearchOutcome:
+    def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
+               sub_queries: list[str] | None = None) -> SearchOutcome:
         """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
 
         ``document_ids`` (optional) restricts every round to those store documents
-        (``POST /v1/search`` filters). Returns evidence ordered by fused rank (empty
-        when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
+        (``POST /v1/search`` filters). ``sub_queries`` (rule K9, the model's split of the question,
+        at most 2): one more round each, merged like the retry's. Returns evidence ordered by fused
+        rank (empty when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
         """
         s = self.settings
         flt = SearchFilter.for_tenant(tenant_id)
@@ -330,6 +353,10 @@ class KbSearcher:
                 forms.append(expand_query(query))  # the same text twice is embedded once
             e5 = self.stage2.start(forms)
         self._round("original", query, flt, merged, attempts, e5)
+        if e5 is not None and s.retrieval_stage2_candidates and not document_ids:
+            self._e5_candidates(e5.result(), merged, attempts)
+        for n, sub in enumerate([q for q in dict.fromkeys(sub_queries or []) if q.strip() and q.strip() != query.strip()][:2]):
+            self._round(f"sub:{n + 1}", sub, flt, merged, attempts, e5)  # rule K9
 
         compressed: str | None = None  # jieba runs at most once per search for it
         best = max((h.dense_score for h in merged.values() if h.dense_score is not None), default=None)
