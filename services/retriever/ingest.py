@@ -102,14 +102,16 @@ class Indexer:
         batch_size: chunks per embedding/upsert batch.
         prebuilt: shipped law index whose vectors are used instead of embedding (every chunk
             given must be in it: ``LawIndex.check``); None embeds.
+        prebuilt_sparse: the shipped sparse vectors (``sparse.npz``), used instead of tokenising; None encodes.
     """
 
     def __init__(self, store: VectorStore, embedder: Embedder, encoder: SparseEncoder | None = None,
-                 batch_size: int = 128, prebuilt: lawindex.LawIndex | None = None) -> None:
+                 batch_size: int = 128, prebuilt: lawindex.LawIndex | None = None,
+                 prebuilt_sparse: lawindex.LawIndex | None = None) -> None:
         self.store, self.embedder = store, embedder
         self.encoder = encoder or SparseEncoder()
         self.batch_size = batch_size
-        self.prebuilt = prebuilt
+        self.prebuilt, self.prebuilt_sparse = prebuilt, prebuilt_sparse
 
     def _write_batch(self, batch: list[Chunk], summary: IngestSummary) -> None:
         hashes = [content_hash(self.embedder.name, c) for c in batch]
@@ -124,7 +126,10 @@ class Indexer:
         else:
             dense = self.embedder.embed([c.index_text for c, _ in todo])
         t1 = time.perf_counter()
-        sparse = [self.encoder.encode_document(c.index_text) for c, _ in todo]
+        if self.prebuilt_sparse is not None:
+            sparse = self.prebuilt_sparse.sparse_for([c for c, _ in todo])
+        else:
+            sparse = [self.encoder.encode_document(c.index_text) for c, _ in todo]
         summary.embed_seconds += t1 - t0
         summary.sparse_seconds += time.perf_counter() - t1
         self.store.upsert([
@@ -163,7 +168,7 @@ class Indexer:
 
 def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: IngestSummary, label: str,
          progress: bool, embedder: Embedder | None, store: VectorStore | None,
-         prebuilt: lawindex.LawIndex | None = None) -> IngestSummary:
+         prebuilt: lawindex.LawIndex | None = None, prebuilt_sparse: lawindex.LawIndex | None = None) -> IngestSummary:
     """Index ``documents`` with a rich progress bar; opens (and closes) the store unless one is given."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415
 
@@ -173,7 +178,8 @@ def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: 
     own_store = store is None
     store = store or open_store(settings, embedder.dim)
     try:
-        indexer = Indexer(store, embedder, SparseEncoder(), batch_size=settings.ingest_batch_size, prebuilt=prebuilt)
+        indexer = Indexer(store, embedder, SparseEncoder(), batch_size=settings.ingest_batch_size, prebuilt=prebuilt,
+                          prebuilt_sparse=prebuilt_sparse)
         total = sum(len(chunks) for _, chunks in documents)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("chunks"), TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress) as bar:
@@ -222,8 +228,10 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
     articles = lawdb.articles_by_law(laws)
     documents = [(law_document_id(law), law_chunks(law, articles[law.law_id], items=items)) for law in laws]
     embedder = embedder or make_embedder(settings)
-    prebuilt = law_index_for(settings, embedder.name, [c for _, chunks in documents for c in chunks])
-    summary = _run(settings, documents, IngestSummary(), "laws.db", progress, embedder, store, prebuilt)
+    every = [c for _, chunks in documents for c in chunks]
+    prebuilt = law_index_for(settings, embedder.name, every)
+    sparse = law_index_for(settings, lawindex.SPARSE_MODEL, every)
+    summary = _run(settings, documents, IngestSummary(), "laws.db", progress, embedder, store, prebuilt, sparse)
     if limit_laws is None and law_names is None:
         marker = Path(settings.data_dir) / CORPUS_MARKER
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -236,8 +244,9 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
 
 
 def law_index_for(settings: Settings, embedder_name: str, chunks: list[Chunk]) -> lawindex.LawIndex | None:
-    """The shipped law index for ``embedder_name``, checked against ``chunks`` (None when
-    ``settings.law_index`` is off or no file exists for that model). Raises ``LawIndexError``."""
+    """The shipped law index for ``embedder_name`` (``lawindex.SPARSE_MODEL``: the sparse vectors), checked
+    against ``chunks`` (None when ``settings.law_index`` is off or no file exists for that model).
+    Raises ``LawIndexError``."""
     if not settings.law_index:
         return None
     index = lawindex.find(embedder_name, Path(settings.law_index_dir) if settings.law_index_dir else None)

