@@ -283,8 +283,9 @@ class KbSearcher:
             limit=max(limit, s.retrieval_pool) if e5 is not None else limit, prefetch_limit=s.retrieval_candidates,
         )
         kept = [h for h in hits if h.dense_score is None or h.dense_score >= s.retrieval_min_score]
-        if e5 is not None and kept:  # rule K7: each chunk's e5 cosine (item chunks have their own vectors)
-            cosines = self.stage2.cosines([h.id for h in kept], e5.result(), [h.payload.get("parent_id") for h in kept])
+        queries = _e5_rows(e5) if kept else None
+        if queries is not None:  # rule K7: each chunk's e5 cosine (item chunks have their own vectors)
+            cosines = self.stage2.cosines([h.id for h in kept], queries, [h.payload.get("parent_id") for h in kept])
             for h, cos in zip(kept, cosines):
                 h.second = cos
         for h in kept:
@@ -353,8 +354,8 @@ class KbSearcher:
                 forms.append(expand_query(query))  # the same text twice is embedded once
             e5 = self.stage2.start(forms)
         self._round("original", query, flt, merged, attempts, e5)
-        if e5 is not None and s.retrieval_stage2_candidates and not document_ids:
-            self._e5_candidates(e5.result(), merged, attempts)
+        if _e5_rows(e5) is not None and s.retrieval_stage2_candidates and not document_ids:
+            self._e5_candidates(_e5_rows(e5), merged, attempts)
         for n, sub in enumerate([q for q in dict.fromkeys(sub_queries or []) if q.strip() and q.strip() != query.strip()][:2]):
             self._round(f"sub:{n + 1}", sub, flt, merged, attempts, e5)  # rule K9
 
@@ -382,6 +383,18 @@ class KbSearcher:
         log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
                  [(a.kind, a.kept, a.best) for a in attempts], len(evidence))
         return SearchOutcome(evidence, attempts)
+
+
+def _e5_rows(future):
+    """The e5 query vectors of rule K7, or None when the second stage is off or its embedding failed
+    (fail-open: the first stage's order stands; logged)."""
+    if future is None:
+        return None
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001 - the second stage must never cost the search
+        log.warning("second stage skipped: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 def kb_search(searcher: KbSearcher, query: str, tenant_id: str) -> list[EvidenceItem]:
