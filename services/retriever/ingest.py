@@ -31,6 +31,7 @@ from services.retriever import lawdb, lawindex
 from services.retriever.documents import (LAW_LAYOUT, SUPPORTED_SUFFIXES, Chunk, DocumentError, file_chunks, law_chunks,
                                           law_document_id)
 from services.retriever.embeddings import Embedder, make_embedder
+from services.retriever.rescoring import E5_PAYLOAD, encode_vector
 from services.retriever.sparse import SparseEncoder
 from services.retriever.store import PUBLIC_TENANT, ChunkPoint, VectorStore, edge_path, open_store
 
@@ -103,18 +104,21 @@ class Indexer:
         prebuilt: shipped law index whose vectors are used instead of embedding (every chunk
             given must be in it: ``LawIndex.check``); None embeds.
         prebuilt_sparse: the shipped sparse vectors (``sparse.npz``), used instead of tokenising; None encodes.
+        second: the second stage's embedder (rule K7): documents' chunks also get its passage vector, stored
+            in the payload (``rescoring.E5_PAYLOAD``), since only the law corpus has a shipped e5 index.
     """
 
     def __init__(self, store: VectorStore, embedder: Embedder, encoder: SparseEncoder | None = None,
                  batch_size: int = 128, prebuilt: lawindex.LawIndex | None = None,
-                 prebuilt_sparse: lawindex.LawIndex | None = None) -> None:
-        self.store, self.embedder = store, embedder
+                 prebuilt_sparse: lawindex.LawIndex | None = None, second: Embedder | None = None) -> None:
+        self.store, self.embedder, self.second = store, embedder, second
         self.encoder = encoder or SparseEncoder()
         self.batch_size = batch_size
         self.prebuilt, self.prebuilt_sparse = prebuilt, prebuilt_sparse
 
     def _write_batch(self, batch: list[Chunk], summary: IngestSummary) -> None:
-        hashes = [content_hash(self.embedder.name, c) for c in batch]
+        name = self.embedder.name if self.second is None else f"{self.embedder.name}+{self.second.name}"
+        hashes = [content_hash(name, c) for c in batch]
         stored = self.store.payloads([c.id for c in batch], ["content_hash"])
         todo = [(c, h) for c, h in zip(batch, hashes) if stored.get(c.id, {}).get("content_hash") != h]
         summary.unchanged += len(batch) - len(todo)
@@ -132,8 +136,12 @@ class Indexer:
             sparse = [self.encoder.encode_document(c.index_text) for c, _ in todo]
         summary.embed_seconds += t1 - t0
         summary.sparse_seconds += time.perf_counter() - t1
+        extra: list[dict] = [{} for _ in todo]
+        if self.second is not None and self.prebuilt is None:  # rule K7: the chunk's e5 vector rides in its payload
+            extra = [{E5_PAYLOAD: encode_vector(v)} for v in self.second.embed([c.index_text for c, _ in todo])]
         self.store.upsert([
-            ChunkPoint(c.id, dense[i], sparse[i], {**c.payload, "content_hash": h}) for i, (c, h) in enumerate(todo)
+            ChunkPoint(c.id, dense[i], sparse[i], {**c.payload, **extra[i], "content_hash": h})
+            for i, (c, h) in enumerate(todo)
         ])
         if self.prebuilt is not None:
             summary.loaded += len(todo)
@@ -168,7 +176,8 @@ class Indexer:
 
 def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: IngestSummary, label: str,
          progress: bool, embedder: Embedder | None, store: VectorStore | None,
-         prebuilt: lawindex.LawIndex | None = None, prebuilt_sparse: lawindex.LawIndex | None = None) -> IngestSummary:
+         prebuilt: lawindex.LawIndex | None = None, prebuilt_sparse: lawindex.LawIndex | None = None,
+         second: Embedder | None = None) -> IngestSummary:
     """Index ``documents`` with a rich progress bar; opens (and closes) the store unless one is given."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415
 
@@ -179,7 +188,7 @@ def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: 
     store = store or open_store(settings, embedder.dim)
     try:
         indexer = Indexer(store, embedder, SparseEncoder(), batch_size=settings.ingest_batch_size, prebuilt=prebuilt,
-                          prebuilt_sparse=prebuilt_sparse)
+                          prebuilt_sparse=prebuilt_sparse, second=second)
         total = sum(len(chunks) for _, chunks in documents)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("chunks"), TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress) as bar:
@@ -267,8 +276,12 @@ def expand_paths(paths: list[Path]) -> Iterator[Path]:
 
 
 def ingest_paths(settings: Settings, paths: list[Path], tenant_id: str = "default", progress: bool = True, *,
-                 embedder: Embedder | None = None, store: VectorStore | None = None) -> IngestSummary:
+                 embedder: Embedder | None = None, store: VectorStore | None = None,
+                 second: Embedder | None = None) -> IngestSummary:
     """Ingest text, Markdown, HTML and PDF files (directories recursively) for ``tenant_id``.
+
+    ``second``: the second stage's embedder (rule K7; default: e5 when ``retrieval_second_stage`` is on),
+    whose passage vectors go into the chunks' payloads.
 
     A file that cannot be read (missing, unsupported type, over 20 MiB, undecodable, empty)
     is listed in ``summary.failures`` with its reason; the others still go in.
@@ -290,7 +303,11 @@ def ingest_paths(settings: Settings, paths: list[Path], tenant_id: str = "defaul
         documents.append((chunks[0].document_id, chunks))
     if not documents:
         return summary
-    return _run(settings, documents, summary, "files", progress, embedder, store)
+    if second is None and settings.retrieval_second_stage:
+        from services.retriever.embeddings import E5Embedder  # noqa: PLC0415
+
+        second = E5Embedder(threads=settings.embedding_threads)
+    return _run(settings, documents, summary, "files", progress, embedder, store, second=second)
 
 
 def corpus_ready(settings: Settings) -> bool:

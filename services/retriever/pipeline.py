@@ -44,7 +44,7 @@ from conduit.runtime.settings import Settings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
-from services.retriever.rescoring import Fusion, SecondStage, fuse
+from services.retriever.rescoring import E5_PAYLOAD, Fusion, SecondStage, fuse
 from services.retriever.sparse import SparseEncoder, jieba_tokenizer
 from services.retriever.store import Hit, SearchFilter, VectorStore
 
@@ -192,7 +192,7 @@ def select_passages(text: str, query: str, limit: int) -> str:
 
 
 _META_SKIP = frozenset({"text", "parent_text", "parent_id", "content_hash", "source_path", "title", "locator",
-                        "document_id", "tenant_id"})
+                        "document_id", "tenant_id", E5_PAYLOAD})
 
 
 def to_evidence(hit: Hit, text: str) -> EvidenceItem:
@@ -285,7 +285,8 @@ class KbSearcher:
         kept = [h for h in hits if h.dense_score is None or h.dense_score >= s.retrieval_min_score]
         queries = _e5_rows(e5) if kept else None
         if queries is not None:  # rule K7: each chunk's e5 cosine (item chunks have their own vectors)
-            cosines = self.stage2.cosines([h.id for h in kept], queries, [h.payload.get("parent_id") for h in kept])
+            cosines = self.stage2.cosines([h.id for h in kept], queries, [h.payload.get("parent_id") for h in kept],
+                                          [h.payload for h in kept])
             for h, cos in zip(kept, cosines):
                 h.second = cos
         for h in kept:
@@ -328,7 +329,7 @@ class KbSearcher:
         first = sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))
         if second and first:
             scores = fuse(range(1, len(first) + 1), [h.second for h in first],
-                          [h.payload.get("law_name") for h in first], self.fusion())
+                          [h.payload.get("document_id") for h in first], self.fusion())
             first = [first[i] for i in sorted(range(len(first)), key=lambda i: (-scores[i], i))]
         return first[: self.settings.retrieval_top_k]
 

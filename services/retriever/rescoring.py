@@ -21,6 +21,7 @@ matrix product over ~100 rows (< 0.2 ms).
 
 from __future__ import annotations
 
+import base64
 import logging
 import uuid
 from collections.abc import Sequence
@@ -34,6 +35,20 @@ from services.retriever.lawindex import LawIndex, dequantise
 
 log = logging.getLogger("conduit.retriever.rescoring")
 
+E5_PAYLOAD = "e5_vector"
+"""Payload field of a tenant's chunk holding its e5 passage vector (base64 of float16; the law chunks'
+vectors are in the shipped e5 law index instead)."""
+
+
+def encode_vector(vector: np.ndarray) -> str:
+    """A unit vector as base64 of its float16 bytes (768 B for 384-d, ~1 KB of payload)."""
+    return base64.b64encode(np.asarray(vector, dtype=np.float16).tobytes()).decode("ascii")
+
+
+def decode_vector(text: str) -> np.ndarray:
+    """Inverse of ``encode_vector``: float32."""
+    return np.frombuffer(base64.b64decode(text), dtype=np.float16).astype(np.float32)
+
 
 @dataclass(frozen=True)
 class Fusion:
@@ -41,9 +56,10 @@ class Fusion:
 
     w_first: float = 1.0
     w_e5: float = 1.0
-    k: float = 10.0
-    law_boost: float = 0.0
-    """Added (times the law's share of the top ``law_top`` fused scores) to each chunk of that law; 0 = off."""
+    k: float = 5.0
+    law_boost: float = 0.5
+    """Added (times the law's (document's) share of the top ``law_top`` fused scores, over ``k + 1``) to each
+    chunk of that law; 0 = off."""
     law_top: int = 10
 
 
@@ -77,19 +93,25 @@ class SecondStage:
         """Row of each point id in the law matrix (None: not a law chunk of the index)."""
         return [self._row.get(uuid.UUID(i).bytes) for i in point_ids]
 
-    def cosines(self, point_ids: Sequence[str], queries: np.ndarray,
-                parent_ids: Sequence[str | None] | None = None) -> list[float | None]:
-        """Best cosine of each chunk's e5 vector to the query rows; a chunk missing from the index
-        uses its parent's vector (``parent_ids``: an item chunk's article) if that is there, else None."""
+    def cosines(self, point_ids: Sequence[str], queries: np.ndarray, parent_ids: Sequence[str | None] | None = None,
+                payloads: Sequence[dict] | None = None) -> list[float | None]:
+        """Best cosine of each chunk's e5 vector to the query rows: from the law index, else its payload's
+        ``E5_PAYLOAD`` (a tenant's chunk), else its parent's in the index (``parent_ids``: an item chunk's
+        article), else None."""
         rows = self.rows(point_ids)
         if parent_ids is not None:
             rows = [r if r is not None or not p else self.rows([p])[0] for r, p in zip(rows, parent_ids)]
-        present = [n for n, r in enumerate(rows) if r is not None]
+        q = np.asarray(queries, np.float32)
         out: list[float | None] = [None] * len(rows)
+        present = [n for n, r in enumerate(rows) if r is not None]
         if present:
-            best = (self.matrix[[rows[n] for n in present]] @ np.asarray(queries, np.float32).T).max(axis=1)
+            best = (self.matrix[[rows[n] for n in present]] @ q.T).max(axis=1)
             for n, value in zip(present, best.tolist()):
                 out[n] = value
+        for n, payload in enumerate(payloads or []):
+            if rows[n] is None and payload.get(E5_PAYLOAD):
+                v = decode_vector(payload[E5_PAYLOAD])
+                out[n] = float((q @ (v / (np.linalg.norm(v) or 1.0))).max())
         return out
 
     def nearest(self, queries: np.ndarray, n: int) -> list[tuple[str, float]]:
@@ -112,7 +134,9 @@ def fuse(first_ranks: Sequence[int], e5: Sequence[float | None], laws: Sequence[
     Args:
         first_ranks: each candidate's 1-based first-stage rank.
         e5: its e5 cosine (None: no vector; its first-stage rank stands in for its e5 rank).
-        laws: its law name (None for other documents), for the law boost.
+        laws: its document (``document_id``: a law, or a tenant's file), for the law boost; grouping by
+            document rather than law name lets a tenant's file earn the same boost as a law (without it a
+            tenant's answer lost rank 1 to law chunks on bench/retrieval's docs set).
     """
     order = sorted((i for i, c in enumerate(e5) if c is not None), key=lambda i: -float(e5[i]))
     e5_rank = {i: r for r, i in enumerate(order, 1)}

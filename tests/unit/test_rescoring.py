@@ -15,7 +15,7 @@ from services.retriever.rescoring import Fusion, SecondStage, fuse
 
 def test_fusion_lifts_what_e5_prefers_and_leaves_unscored_chunks_at_their_rank() -> None:
     # first stage: a, b, c, d; e5 likes c best, has no vector for d
-    scores = fuse([1, 2, 3, 4], [0.5, 0.6, 0.9, None], ["L", "L", "L", None], Fusion(w_e5=2.0, k=10))
+    scores = fuse([1, 2, 3, 4], [0.5, 0.6, 0.9, None], ["L", "L", "L", None], Fusion(w_e5=2.0, k=10, law_boost=0.0))
     order = sorted(range(4), key=lambda i: -scores[i])
     assert order[0] == 2 and order[-1] == 3
     # d (no vector) counts its first-stage rank twice: it beats nothing it did not beat before
@@ -28,7 +28,7 @@ def test_fusion_lifts_what_e5_prefers_and_leaves_unscored_chunks_at_their_rank()
 def test_law_boost_favours_the_law_the_best_candidates_agree_on() -> None:
     ranks, e5 = [1, 2, 3, 4], [0.80, 0.79, 0.78, 0.77]
     laws = ["劳动法", "劳动合同法", "劳动合同法", "劳动合同法"]
-    plain = fuse(ranks, e5, laws, Fusion())
+    plain = fuse(ranks, e5, laws, Fusion(law_boost=0.0))
     boosted = fuse(ranks, e5, laws, Fusion(law_boost=2.0, law_top=4))
     assert max(range(4), key=lambda i: plain[i]) == 0
     assert max(range(4), key=lambda i: boosted[i]) == 1
@@ -69,3 +69,19 @@ def test_second_stage_cosines_from_the_index_with_the_article_standing_in_for_a_
         stage.close()
     with pytest.raises(ValueError, match="index of"):
         SecondStage(_Fixed({}), LawIndex(None, {"model": "other"}, index.ids, index.digests, index.vectors))  # type: ignore[arg-type]
+
+
+def test_a_tenant_chunk_is_scored_by_the_e5_vector_in_its_payload() -> None:
+    from services.retriever.rescoring import E5_PAYLOAD, decode_vector, encode_vector  # noqa: PLC0415
+
+    v = np.array([0.6, 0.8, 0.0, 0.0], dtype=np.float32)
+    assert np.allclose(decode_vector(encode_vector(v)), v, atol=1e-3)
+    index = LawIndex(None, {"model": "fake-e5"}, np.zeros((0, 16), np.uint8), np.zeros((0, 8), np.uint8),  # type: ignore[arg-type]
+                     np.zeros((0, 4), np.int8))
+    stage = SecondStage(_Fixed({}), index)
+    try:
+        got = stage.cosines([str(uuid.uuid4()), str(uuid.uuid4())], np.array([[0.0, 1.0, 0.0, 0.0]]), None,
+                            [{E5_PAYLOAD: encode_vector(v)}, {}])
+        assert got[0] == pytest.approx(0.8, abs=1e-3) and got[1] is None
+    finally:
+        stage.close()
