@@ -44,6 +44,7 @@ from conduit.ops import infra
 from conduit.ops.client import bearer, create_task, stream_task
 from conduit.ops.stack import Stack
 from conduit.ops.supervisor import Supervisor
+from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime.liveness import alive_key
 from conduit.runtime.settings import Settings
@@ -73,6 +74,11 @@ def answer_for(n: int) -> str:
     return f"第{n}号任务的答案：小规模纳税人征收率为百分之三[1]。"
 
 
+def page_path(n: int) -> str:
+    """The path of task ``n``'s page at the site (``-approve``: its fetch needs approval)."""
+    return f"/doc/{n}" + ("-approve" if needs_approval(n) else "")
+
+
 class Site(ThreadingHTTPServer):
     """A local web site; ``hits`` counts GETs per path (one path per task)."""
 
@@ -82,6 +88,8 @@ class Site(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Page)
         self.base = f"http://127.0.0.1:{self.server_address[1]}"
         self.hits: Counter[str] = Counter()
+        self.hit_times: dict[str, list[str]] = {}
+        """Per path, the wall-clock time (``HH:MM:SS.mmm``) of each GET, to set beside the kill log."""
         self.lock = threading.Lock()
 
 
@@ -94,6 +102,9 @@ class _Page(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         with self.server.lock:
             self.server.hits[self.path] += 1
+            now = time.time()
+            self.server.hit_times.setdefault(self.path, []).append(
+                time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}")
         body = ("<html><head><title>征收率</title></head><body><article><h1>小规模纳税人征收率</h1>"
                 + "<p>小规模纳税人适用简易计税方法，征收率为百分之三。</p>" * 6 + "</article></body></html>").encode()
         reply(self, body)
@@ -108,8 +119,7 @@ def script(site: Site):  # noqa: ANN201 - a TurnSource
         n = int(re.search(r"chaos-(\d+)", str(messages[last_user]["content"])).group(1))
         if any(m["role"] == "tool" for m in messages[last_user:]):
             return Turn(content=answer_for(n), chunks=12, chunk_delay_s=0.03)
-        path = f"/doc/{n}" + ("-approve" if needs_approval(n) else "")
-        return Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": site.base + path, "reason": "查征收率"}}])
+        return Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": site.base + page_path(n), "reason": "查征收率"}}])
 
     return turn
 
@@ -297,6 +307,8 @@ class Chaos:
             try:
                 done_ids = [f.result().task_id for f in futures if f.done() and f.result().task_id]
                 logged = asyncio.run(self._terminal_counts(done_ids))
+                self.calls = asyncio.run(self._web_calls({f.result().n: f.result().task_id for f in futures
+                                                          if f.done() and f.result().task_id}))
             except Exception as exc:  # noqa: BLE001 - Redis gone: the figures say so
                 self.log.append(f"cannot read the task logs: {exc!r}")
             self.stack.stop()
@@ -317,15 +329,36 @@ class Chaos:
         finally:
             await client.aclose()
 
+    async def _web_calls(self, tasks: dict[int, str]) -> dict[int, list[str]]:
+        """Per task ``n`` whose page was not fetched once: its ``web_fetch`` calls as its trace shows
+        them (id, outcome, attempts: two ids mean the model step ran again; one id with two attempts,
+        a transient failure retried, rule T3; one attempt, one call run twice)."""
+        from redis.asyncio import Redis  # noqa: PLC0415
+
+        client = Redis.from_url(self.settings.redis())
+        store = TaskStore(client)
+        out: dict[int, list[str]] = {}
+        try:
+            for n, task_id in tasks.items():
+                if self.site.hits[page_path(n)] != 1:
+                    view = await store.get(task_id)
+                    out[n] = [f"{t.get('call_id')}: {t.get('outcome')} after {t.get('attempts')} attempt(s)"
+                              for t in (view.trace if view else []) if t.get("tool") == "web_fetch"]
+            return out
+        finally:
+            await client.aclose()
+
     def _figures(self, outcomes: list[TaskOutcome], logged: dict[str, int], sup: Supervisor, elapsed: float) -> dict:
         bad_terminal = [o.n for o in outcomes if len(o.terminals) != 1 or logged.get(o.task_id) != 1]
-        executions = [self.site.hits[f"/doc/{o.n}" + ("-approve" if needs_approval(o.n) else "")]
-                      for o in outcomes]
+        executions = [self.site.hits[page_path(o.n)] for o in outcomes]
         return {
             "tasks": len(outcomes), "kills": sum(self.killed.values()), "killed": dict(self.killed),
             "not_one_terminal": bad_terminal,
             "not_completed": [o.n for o in outcomes if o.terminals != ["task.completed"]],
             "executions_not_one": [(o.n, c) for o, c in zip(outcomes, executions) if c != 1],
+            "executions_detail": {o.n: {"hits": self.site.hit_times.get(page_path(o.n), []),
+                                        "calls": getattr(self, "calls", {}).get(o.n)}
+                                  for o, c in zip(outcomes, executions) if c != 1},
             "wrong_answers": [o.n for o in outcomes if o.terminals == ["task.completed"] and o.answer != answer_for(o.n)],
             "wrong_answer_texts": {o.n: (o.answer or "")[:80] for o in outcomes
                                    if o.terminals == ["task.completed"] and o.answer != answer_for(o.n)},
