@@ -146,22 +146,32 @@ async def _claim(state: GatewayState, claim: str, body: TaskCreate, task_id: str
     return None
 
 
+async def _save_with_wake_up(state: GatewayState, view: TaskView, asked: QuestionAsked) -> None:
+    """Write the task's record and its question's wake-up in one transaction."""
+    ttl = state.settings.task_events_ttl_s
+    async with state.redis.pipeline(transaction=True) as pipe:
+        state.store.stage_save(pipe, view)
+        questions.stage(pipe, asked, ttl)
+        await pipe.execute()
+
+
 async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, task_id: str, session_id: str,
                        traceparent: str, use_cache: bool = True) -> TaskCreated:
     tenant = who.tenant_id
     view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                     status="accepted", question=body.question, created_at=utcnow())
-    # record and first log entry are independent: both in flight at once, both done before the publish
-    await asyncio.gather(
-        state.store.save(view),
-        state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question)))
     asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                           traceparent=traceparent,
                           payload=QuestionPayload(question=body.question, mode=body.mode, use_cache=use_cache,
                                                   allowed_tools=narrow_tools(
                               body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
+    # the record and the question's wake-up (rule G4) land together or not at all: a gateway killed
+    # after them leaves a task the sweeper starts, never an accepted record nothing will start; the
+    # first log entry is independent (in flight at once); all are done before the publish
+    await asyncio.gather(
+        _save_with_wake_up(state, view, asked),
+        state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question)))
     try:
-        await questions.record(state.redis, asked, state.settings.task_events_ttl_s)  # its wake-up (rule G4)
         await publish(state, topics.QUESTIONS, asked)
     except Exception as exc:  # noqa: BLE001 - any publish failure means the question was not queued
         log.error("publish of task %s failed: %r", task_id, exc)
