@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import re
 import tempfile
@@ -207,7 +208,7 @@ class Chaos:
     def __init__(self, tasks: int, kills: int, seed: int, infra_kills: tuple[str, ...] = ("redis", "tansu"),
                  tool_timeout_s: float = 30.0) -> None:
         self.tasks, self.kills = tasks, kills
-        self.infra_kills = infra_kills
+        self.infra_kills, self.tool_timeout_s = infra_kills, tool_timeout_s
         self.rng = random.Random(seed)
         self.site = Site()
         threading.Thread(target=self.site.serve_forever, daemon=True).start()
@@ -219,7 +220,7 @@ class Chaos:
         env = {"OPENAI_BASE_URL": self.model.base_url, "OPENAI_API_KEY": "chaos", "CONDUIT_MODEL": "scripted",
                "CONDUIT_SEARXNG_URL": self.site.base, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
                "CONDUIT_APPROVAL_POLICIES": '{"web_fetch": "if:url~approve", "code_exec": "always"}',
-               "CONDUIT_LEASE_TTL_S": "5", "CONDUIT_LOG_LEVEL": "WARNING", "CONDUIT_TOOL_TIMEOUT_S": str(tool_timeout_s)}
+               "CONDUIT_LEASE_TTL_S": "5", "CONDUIT_LOG_LEVEL": "INFO", "CONDUIT_TOOL_TIMEOUT_S": str(tool_timeout_s)}
         self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
                            scale={"orchestrator": 2, "web": 2})
         self.recoveries: list[float] = []
@@ -376,6 +377,7 @@ class Chaos:
         floor = [(o.n, c) for o, c in zip(outcomes, executions) if c > 1 and c - 1 <= interrupted[o.task_id]]
         return {
             "tasks": len(outcomes), "kills": sum(self.killed.values()), "killed": dict(self.killed),
+            "tool_timeout_s": self.tool_timeout_s, "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "not_one_terminal": bad_terminal,
             "not_completed": [o.n for o in outcomes if o.terminals != ["task.completed"]],
             "executions_not_one": [(o.n, c) for o, c in zip(outcomes, executions) if c != 1 and (o.n, c) not in floor],
@@ -403,8 +405,8 @@ def report(f: dict) -> str:
 {f['tasks']} tasks ({f['approvals']} needing approval, {SESSIONS} sessions), each one `web_fetch` and a streamed
 scripted answer, through a supervised embedded stack (2 orchestrator replicas, 2 web replicas, gateway, tansu, Redis
 with its AOF). {f['kills']} SIGKILLs at random moments: {', '.join(f'{k} {v}' for k, v in sorted(f['killed'].items()))}.
-Clients reconnect with `Last-Event-ID`. Lease TTL 5 s; supervisor crash-loop limit raised to 1000 for the run.
-Machine: {machine()}.
+Clients reconnect with `Last-Event-ID`. Lease TTL 5 s; tool deadline {f['tool_timeout_s']:.0f} s; supervisor crash-loop
+limit raised to 1000 for the run. Machine: {machine()}; load average at the end: {f['load']}.
 
 | figure | value |
 |---|---|
@@ -429,8 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--no-broker-kill", action="store_true", help="kill Redis but not the broker")
+    parser.add_argument("--tool-timeout-s", type=float, default=30.0,
+                        help="the tool deadline (CONDUIT_TOOL_TIMEOUT_S; the CI form uses 60)")
     args = parser.parse_args(argv)
-    chaos = Chaos(args.tasks, args.kills, args.seed, ("redis",) if args.no_broker_kill else ("redis", "tansu"))
+    chaos = Chaos(args.tasks, args.kills, args.seed, ("redis",) if args.no_broker_kill else ("redis", "tansu"),
+                  tool_timeout_s=args.tool_timeout_s)
     figures = chaos.run()
     print("\n".join(chaos.log))
     print(figures)
