@@ -93,7 +93,9 @@ async def read_page(url: str, policy: safefetch.AddressPolicy, timeout_s: float,
     and a fetched one goes into it at once (rule W5). Raises ``ToolFailure`` (fetch errors;
     ``empty_page``, business)."""
     fetched = await journal.get(url) if journal is not None else None
-    if fetched is None:
+    if fetched is not None:
+        log.info("page %s: read from the call's fetch journal (rule W5)", url)
+    else:
         fetched = await safefetch.fetch(url, policy, timeout_s=timeout_s)
         if journal is not None:
             await journal.put(url, fetched)
