@@ -355,7 +355,8 @@ class KbSearcher:
                 forms.append(expand_query(query))  # the same text twice is embedded once
             e5 = self.stage2.start(forms)
         self._round("original", query, flt, merged, attempts, e5)
-        if _e5_rows(e5) is not None and s.retrieval_stage2_candidates and not document_ids:
+        if merged and _e5_rows(e5) is not None and s.retrieval_stage2_candidates and not document_ids:
+            # only beside first-stage hits: a question nothing passes the K1 floor for stays kb_no_results
             self._e5_candidates(_e5_rows(e5), merged, attempts)
         for n, sub in enumerate([q for q in dict.fromkeys(sub_queries or []) if q.strip() and q.strip() != query.strip()][:2]):
             self._round(f"sub:{n + 1}", sub, flt, merged, attempts, e5)  # rule K9
