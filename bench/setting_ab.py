@@ -34,7 +34,7 @@ def row(setting: str, value: str, sessions: int, seconds: float) -> str:
         e2e.DELAY["s"] = 1.0
         asyncio.run(e2e.closed_loop(lambda: e2e.ConduitRun(stack), 20, 5))
         time.sleep(2)
-        pids, log = e2e.pids_of(stack), stack.settings.data_dir / "logs" / "orchestrator.log"
+        pids, log = e2e.pids_of(stack), Path(stack.settings.data_dir) / "logs" / "orchestrator.log"
         a, load0, swept0 = e2e.cpu_of(pids), os.getloadavg()[0], log.read_text(errors="replace").count(SWEPT)
         n, lat = asyncio.run(e2e.closed_loop(lambda: e2e.ConduitRun(stack), sessions, seconds))
         b, swept = e2e.cpu_of(pids), log.read_text(errors="replace").count(SWEPT) - swept0
