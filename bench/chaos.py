@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import re
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -156,11 +158,13 @@ def run_client(base: str, key: str, n: int, session_id: str | None, abandon: thr
     give up (``error="abandoned"``) once ``abandon`` is set and the connection drops."""
     out = TaskOutcome(n)
     created = None
+    idempotency_key = uuid.uuid4().hex  # one per question: a retry after a lost 202 must not ask it twice
     for attempt in range(300):
         if abandon.is_set():
             break
         try:
-            created = create_task(base, f"chaos-{n}：小规模纳税人的征收率是多少？", session_id, attempts=1, api_key=key)
+            created = create_task(base, f"chaos-{n}：小规模纳税人的征收率是多少？", session_id, attempts=1, api_key=key,
+                                  idempotency_key=idempotency_key)
             break
         except (httpx.TransportError, httpx.HTTPStatusError):
             time.sleep(min(1.0, 0.1 * (attempt + 1)))
@@ -204,7 +208,7 @@ class Chaos:
     def __init__(self, tasks: int, kills: int, seed: int, infra_kills: tuple[str, ...] = ("redis", "tansu"),
                  tool_timeout_s: float = 30.0) -> None:
         self.tasks, self.kills = tasks, kills
-        self.infra_kills = infra_kills
+        self.infra_kills, self.tool_timeout_s = infra_kills, tool_timeout_s
         self.rng = random.Random(seed)
         self.site = Site()
         threading.Thread(target=self.site.serve_forever, daemon=True).start()
@@ -216,7 +220,7 @@ class Chaos:
         env = {"OPENAI_BASE_URL": self.model.base_url, "OPENAI_API_KEY": "chaos", "CONDUIT_MODEL": "scripted",
                "CONDUIT_SEARXNG_URL": self.site.base, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
                "CONDUIT_APPROVAL_POLICIES": '{"web_fetch": "if:url~approve", "code_exec": "always"}',
-               "CONDUIT_LEASE_TTL_S": "5", "CONDUIT_LOG_LEVEL": "WARNING", "CONDUIT_TOOL_TIMEOUT_S": str(tool_timeout_s)}
+               "CONDUIT_LEASE_TTL_S": "5", "CONDUIT_LOG_LEVEL": "INFO", "CONDUIT_TOOL_TIMEOUT_S": str(tool_timeout_s)}
         self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
                            scale={"orchestrator": 2, "web": 2})
         self.recoveries: list[float] = []
@@ -348,14 +352,36 @@ class Chaos:
         finally:
             await client.aclose()
 
+    def interrupted_runs(self) -> Counter[str]:
+        """Per task id, the tool runs its web replicas started and never finished: the process died
+        mid-call (a SIGKILL; a clean stop waits for running calls). Read from the services' own
+        log lines ``call KEY: runs here (OWNER)`` and ``call KEY: ran (OWNER), ...``."""
+        started: Counter[tuple[str, str]] = Counter()
+        finished: Counter[tuple[str, str]] = Counter()
+        pattern = re.compile(r"call (\w+):\S+: (runs here|ran) \(([^)]+)\)")
+        for path in (self.data_dir / "logs").glob("web*.log"):
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                if (m := pattern.search(line)) is not None:
+                    (started if m.group(2) == "runs here" else finished)[(m.group(1), m.group(3))] += 1
+        out: Counter[str] = Counter()
+        for (task_id, owner), n in started.items():
+            out[task_id] += max(0, n - finished[(task_id, owner)])
+        return out
+
     def _figures(self, outcomes: list[TaskOutcome], logged: dict[str, int], sup: Supervisor, elapsed: float) -> dict:
         bad_terminal = [o.n for o in outcomes if len(o.terminals) != 1 or logged.get(o.task_id) != 1]
         executions = [self.site.hits[page_path(o.n)] for o in outcomes]
+        interrupted = self.interrupted_runs()
+        # the at-least-once floor (rule T6): a run killed after its request reached the site and
+        # before it could keep the page (rule W5) leaves the next run to fetch it again
+        floor = [(o.n, c) for o, c in zip(outcomes, executions) if c > 1 and c - 1 <= interrupted[o.task_id]]
         return {
             "tasks": len(outcomes), "kills": sum(self.killed.values()), "killed": dict(self.killed),
+            "tool_timeout_s": self.tool_timeout_s, "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "not_one_terminal": bad_terminal,
             "not_completed": [o.n for o in outcomes if o.terminals != ["task.completed"]],
-            "executions_not_one": [(o.n, c) for o, c in zip(outcomes, executions) if c != 1],
+            "executions_not_one": [(o.n, c) for o, c in zip(outcomes, executions) if c != 1 and (o.n, c) not in floor],
+            "repeated_after_kill_mid_call": floor,
             "executions_detail": {o.n: {"hits": self.site.hit_times.get(page_path(o.n), []),
                                         "calls": getattr(self, "calls", {}).get(o.n)}
                                   for o, c in zip(outcomes, executions) if c != 1},
@@ -379,8 +405,8 @@ def report(f: dict) -> str:
 {f['tasks']} tasks ({f['approvals']} needing approval, {SESSIONS} sessions), each one `web_fetch` and a streamed
 scripted answer, through a supervised embedded stack (2 orchestrator replicas, 2 web replicas, gateway, tansu, Redis
 with its AOF). {f['kills']} SIGKILLs at random moments: {', '.join(f'{k} {v}' for k, v in sorted(f['killed'].items()))}.
-Clients reconnect with `Last-Event-ID`. Lease TTL 5 s; supervisor crash-loop limit raised to 1000 for the run.
-Machine: {machine()}.
+Clients reconnect with `Last-Event-ID`. Lease TTL 5 s; tool deadline {f['tool_timeout_s']:.0f} s; supervisor crash-loop
+limit raised to 1000 for the run. Machine: {machine()}; load average at the end: {f['load']}.
 
 | figure | value |
 |---|---|
@@ -388,6 +414,7 @@ Machine: {machine()}.
 | tasks not completed | {len(f['not_completed'])} |
 | tasks stuck {SETTLE_S:.0f} s after the last kill (number, last event) | {len(f['stuck'])} {f['stuck'] or ''} |
 | tool executions per idempotency key != 1 (page requests at the site) | {len(f['executions_not_one'])} {f['executions_not_one'] or ''} |
+| pages fetched again because their first run was SIGKILLed mid-call (the at-least-once floor) | {len(f['repeated_after_kill_mid_call'])} {f['repeated_after_kill_mid_call'] or ''} |
 | answers that differ from the script | {len(f['wrong_answers'])} |
 | events a client got twice after a reconnect | {f['replayed_duplicates']} |
 | kill to recovery (new process checked in), p50 / max | {f['recovery_p50_s']:.2f} s / {f['recovery_max_s']:.2f} s |
@@ -404,8 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--no-broker-kill", action="store_true", help="kill Redis but not the broker")
+    parser.add_argument("--tool-timeout-s", type=float, default=30.0,
+                        help="the tool deadline (CONDUIT_TOOL_TIMEOUT_S; the CI form uses 60)")
     args = parser.parse_args(argv)
-    chaos = Chaos(args.tasks, args.kills, args.seed, ("redis",) if args.no_broker_kill else ("redis", "tansu"))
+    chaos = Chaos(args.tasks, args.kills, args.seed, ("redis",) if args.no_broker_kill else ("redis", "tansu"),
+                  tool_timeout_s=args.tool_timeout_s)
     figures = chaos.run()
     print("\n".join(chaos.log))
     print(figures)

@@ -69,18 +69,20 @@ def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
 
 
 def create_task(base_url: str, question: str, session_id: str | None = None, timeout_s: float = 10.0,
-                attempts: int = 3, api_key: str | None = None, **extra: Any) -> dict[str, Any]:
+                attempts: int = 3, api_key: str | None = None, idempotency_key: str | None = None,
+                **extra: Any) -> dict[str, Any]:
     """``POST /v1/tasks``; returns the 202 body ``{task_id, session_id, events_url}``.
 
-    Sends one random ``Idempotency-Key`` and retries a failed connection up to
-    ``attempts`` times with it, so a retry never creates a second task.
+    Sends one ``Idempotency-Key`` (``idempotency_key``, else a random one) and retries a failed
+    connection up to ``attempts`` times with it, so a retry never creates a second task; a caller
+    that retries on its own passes the same ``idempotency_key`` to every call.
     Raises ``httpx.HTTPStatusError`` on an error status (body has ``error.code``) and
     ``httpx.TransportError`` when every attempt failed to connect or read.
     """
     body: dict[str, Any] = {"question": question, **extra}
     if session_id:
         body["session_id"] = session_id
-    headers = {"Idempotency-Key": uuid.uuid4().hex, **bearer(api_key)}
+    headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex, **bearer(api_key)}
     for attempt in range(1, attempts + 1):
         try:
             resp = httpx.post(f"{base_url}/v1/tasks", json=body, headers=headers, timeout=timeout_s)

@@ -17,7 +17,7 @@ Usage (exit status 0 = healthy)::
   name in Kubernetes; ``conduit.runtime.liveness.heartbeat`` refreshes the key every 2 s
   with a 6 s TTL, from the service's event loop); else 1. Another replica's key does not
   count: a hung pod is not kept alive by a healthy one.
-  For ``sandbox`` it also reads this pod's isolation status key ``conduit:sandbox:status:HOST:*``
+  For ``sandbox`` it also reads this pod's isolation status (fields ``HOST:*`` of ``conduit:sandbox:statuses``)
   (``services.sandbox.main.publish_status``) and fails with its message (why, and the
   command that turns isolation on) when it cannot isolate code and unsafe mode is off
   (``sandbox_not_isolated``).
@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from conduit.records import keys
+from conduit.records import keys, sandboxstatus
 from conduit.runtime.settings import Settings
 
 REDIS_TIMEOUT_S = 2.0
@@ -72,16 +72,13 @@ def heartbeat_present(redis_url: str, service: str, host: str | None = None) -> 
 def sandbox_isolation(redis_url: str, host: str | None = None) -> tuple[int, str]:
     """``(0, how)`` when the sandbox on ``host`` (default: this host) isolates code (or runs in the
     logged unsafe mode), else ``(1, why not)``."""
-    import json  # noqa: PLC0415
-
     import redis  # noqa: PLC0415
 
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
     try:
         reasons = []
-        for k in client.scan_iter(match=keys.sandbox_status_pattern(host or socket.gethostname()), count=500):
-            raw = client.get(k)
-            status = json.loads(raw) if raw else {}
+        for status in sandboxstatus.fresh(client.hgetall(keys.SANDBOX_STATUSES), time.time(),
+                                          host or socket.gethostname()):
             if status.get("isolated"):
                 return 0, f"sandbox ready: {status.get('reason')}"
             if status.get("unsafe"):

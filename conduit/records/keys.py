@@ -54,7 +54,8 @@ Tool services and the bus
   topic's idle consumers (``conduit.runtime.idlefetch``).
 - ``artifact(artifact_id)``: hash ``{meta, data}`` of a stored tool output file.
 - ``alive(service, host, pid)`` / ``alive_pattern(service)``: liveness marks.
-- ``sandbox_status(host, pid)`` / ``SANDBOX_STATUS_PATTERN``: the sandbox's isolation status.
+- ``SANDBOX_STATUSES``: hash, ``{host}:{pid}`` -> a sandbox process's isolation status
+  (``conduit.records.sandboxstatus``).
 
 MCP tools in (``conduit.records.mcp``)
 - ``mcp_servers(tenant)``: hash, server name -> ``contracts.mcp.McpServerConfig`` JSON registered
@@ -70,7 +71,7 @@ PREFIX = "conduit"
 LEASES = f"{PREFIX}:leases"
 TOOL_DEADLINES = f"{PREFIX}:tool_deadlines"
 QUESTIONS_PENDING = f"{PREFIX}:questions:pending"
-SANDBOX_STATUS_PATTERN = f"{PREFIX}:sandbox:status:*"
+SANDBOX_STATUSES = f"{PREFIX}:sandbox:statuses"
 MCP_SERVERS_PATTERN = f"{PREFIX}:mcp:servers:*"
 APIKEYS = f"{PREFIX}:apikeys"
 RATELIMIT_PREFIX = f"{PREFIX}:ratelimit"
@@ -246,16 +247,6 @@ def alive(service: str, host: str, pid: int) -> str:
 def alive_pattern(service: str = "*", host: str = "*") -> str:
     """SCAN pattern of the liveness marks of ``service`` on ``host`` (default: every service, every host)."""
     return f"{PREFIX}:alive:{service}:{host}:*"
-
-
-def sandbox_status_pattern(host: str = "*") -> str:
-    """SCAN pattern of the isolation statuses of the sandbox processes on ``host`` (default: every host)."""
-    return f"{PREFIX}:sandbox:status:{host}:*"
-
-
-def sandbox_status(host: str, pid: int) -> str:
-    """The isolation status of the sandbox process ``pid`` on ``host``."""
-    return f"{PREFIX}:sandbox:status:{host}:{pid}"
 
 
 def mcp_servers(tenant_id: str) -> str:

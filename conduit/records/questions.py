@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from conduit.records import keys
 from contracts.events import QuestionAsked
@@ -24,9 +25,15 @@ QUESTION_RESEND_S = 5.0
 async def record(redis: Redis, event: QuestionAsked, ttl_s: int, resend_s: float = QUESTION_RESEND_S) -> None:
     """Keep ``event`` (its JSON, ``ttl_s`` seconds) and its wake-up ``resend_s`` seconds from now."""
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.set(keys.question(event.task_id), event.model_dump_json(), ex=ttl_s)
-        pipe.zadd(keys.QUESTIONS_PENDING, {event.task_id: time.time() + resend_s})
+        stage(pipe, event, ttl_s, resend_s)
         await pipe.execute()
+
+
+def stage(pipe: Pipeline, event: QuestionAsked, ttl_s: int, resend_s: float = QUESTION_RESEND_S) -> None:
+    """``record``'s two writes, queued on a caller's transaction ``pipe`` (so they land with the
+    task's record or not at all)."""
+    pipe.set(keys.question(event.task_id), event.model_dump_json(), ex=ttl_s)
+    pipe.zadd(keys.QUESTIONS_PENDING, {event.task_id: time.time() + resend_s})
 
 
 async def due(redis: Redis, limit: int = 50) -> list[str]:

@@ -12,6 +12,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from conduit.records import keys
 from contracts.api import TaskView
@@ -45,6 +46,10 @@ class TaskStore:
     async def save(self, view: TaskView) -> None:
         """Write (create or replace) a task record."""
         await self.redis.set(self.key(view.task_id), view.model_dump_json(), ex=self.ttl_s)
+
+    def stage_save(self, pipe: Pipeline, view: TaskView) -> None:
+        """``save``, queued on a caller's pipeline or transaction ``pipe``."""
+        pipe.set(self.key(view.task_id), view.model_dump_json(), ex=self.ttl_s)
 
     async def create(self, view: TaskView) -> bool:
         """Write a new task record unless one exists (``SET NX``); True when this call created it."""

@@ -3,11 +3,11 @@ tool that cannot run, such as code_exec without isolation, is not shown)."""
 
 from __future__ import annotations
 
-import json
+import time
 
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, sandboxstatus
 from conduit.runtime.settings import Settings
 from contracts.tools import ALL_TOOLS
 
@@ -34,15 +34,10 @@ async def unavailable_tools(redis: Redis) -> frozenset[str]:
     status and none of them isolates code (or runs in the logged unsafe mode), else empty.
 
     No report at all (no sandbox started yet) hides nothing: the request then waits in its
-    topic for a sandbox. One SCAN plus one GET per replica; Redis errors propagate.
+    topic for a sandbox. One ``HGETALL`` of ``keys.SANDBOX_STATUSES`` (``conduit.records.sandboxstatus``;
+    a status not rewritten for 30 s is a gone replica's); Redis errors propagate.
     """
-    statuses = []
-    # each sandbox replica keeps its status (JSON {"isolated", "unsafe", "reason"}, a TTL of seconds)
-    # under keys.sandbox_status(host, pid) (services.sandbox.main.publish_status)
-    async for key in redis.scan_iter(match=keys.SANDBOX_STATUS_PATTERN, count=500):
-        raw = await redis.get(key)
-        if raw:
-            statuses.append(json.loads(raw))
+    statuses = sandboxstatus.fresh(await redis.hgetall(keys.SANDBOX_STATUSES), time.time())
     if statuses and not any(s.get("isolated") or s.get("unsafe") for s in statuses):
         return frozenset({"code_exec"})
     return frozenset()

@@ -267,8 +267,8 @@ class ToolService:
             log.info("call %s: runs here (%s)", request.payload.idempotency_key, self._owner)
             try:
                 payload = await self.execute(request)
-                log.info("call %s: ran, %s in %.0f ms", request.payload.idempotency_key, payload.outcome,
-                         payload.duration_ms or 0)
+                log.info("call %s: ran (%s), %s in %.0f ms", request.payload.idempotency_key, self._owner,
+                         payload.outcome, payload.duration_ms or 0)
                 metrics.tool_call(payload.tool, payload.outcome, (payload.duration_ms or 0) / 1000)
                 transient = payload.outcome == "timeout" or (payload.error is not None and payload.error.kind == "transient")
                 if not transient:  # a retry of a transient failure must run the tool again (rule T3)

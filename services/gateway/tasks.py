@@ -40,6 +40,11 @@ from services.gateway.state import GatewayState
 
 log = logging.getLogger("conduit.gateway.tasks")
 
+PENDING_CLAIM_TTL_S = 15
+"""Seconds an ``Idempotency-Key`` claim lives before its task is created (then: the task's TTL). A
+gateway that dies in between leaves a claim that lapses this soon, so the client's retry can create
+the task; until then a retry gets 409 ``idempotency_key_in_progress``."""
+
 
 def events_url(task_id: str) -> str:
     """Relative URL of a task's SSE stream."""
@@ -69,6 +74,9 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
         ApiError: 403 ``user_mismatch`` (body ``user_id`` is someone else); 404
             ``session_not_found`` (the ``session_id`` belongs to another user or tenant);
             409 ``idempotency_key_reused`` when the key was used with another body;
+            409 ``idempotency_key_in_progress`` (``Retry-After: 1``) while the first request with
+            the key has not created its task yet (or died before it did: its claim lapses after
+            ``PENDING_CLAIM_TTL_S`` seconds, then a retry creates the task);
             429 ``too_many_running_tasks`` (running-task limits, ``services.gateway.ratelimit``);
             503 ``broker_unavailable`` when Kafka did not ack the publish
             (the task is then recorded ``failed`` and its log sealed).
@@ -101,6 +109,8 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
         try:
             created = await _create_task(state, who, body, task_id, session_id, tp, use_cache)
             await sessions.add_task(state.redis, session_id, who.tenant_id, who.user_id, task_id, ttl)
+            if claim is not None:  # created: the key now replays for the task's whole life
+                await state.redis.expire(claim, ttl)
             return created, False
         except ApiError:
             if claim is not None:
@@ -116,7 +126,7 @@ async def _claim(state: GatewayState, claim: str, body: TaskCreate, task_id: str
     """
     digest = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
     record = json.dumps({"task_id": task_id, "session_id": session_id, "body": digest})
-    while not await state.redis.set(claim, record, nx=True, ex=state.settings.task_events_ttl_s):
+    while not await state.redis.set(claim, record, nx=True, ex=PENDING_CLAIM_TTL_S):
         raw = await state.redis.get(claim)
         if raw is None:
             continue  # expired between the two calls: claim it again
@@ -125,9 +135,24 @@ async def _claim(state: GatewayState, claim: str, body: TaskCreate, task_id: str
             raise ApiError(409, "idempotency_key_reused",
                            "this Idempotency-Key was already used for a different request body",
                            {"task_id": earlier["task_id"]})
+        if not await state.store.exists(earlier["task_id"]):
+            # the first request is still creating it, or its gateway died before it did (the claim
+            # then lapses within PENDING_CLAIM_TTL_S and a retry creates the task)
+            raise ApiError(409, "idempotency_key_in_progress",
+                           "a request with this Idempotency-Key is still being processed; retry shortly",
+                           {"task_id": earlier["task_id"]}, headers={"Retry-After": "1"})
         return TaskCreated(task_id=earlier["task_id"], session_id=earlier["session_id"],
                            events_url=events_url(earlier["task_id"]))
     return None
+
+
+async def _save_with_wake_up(state: GatewayState, view: TaskView, asked: QuestionAsked) -> None:
+    """Write the task's record and its question's wake-up in one transaction."""
+    ttl = state.settings.task_events_ttl_s
+    async with state.redis.pipeline(transaction=True) as pipe:
+        state.store.stage_save(pipe, view)
+        questions.stage(pipe, asked, ttl)
+        await pipe.execute()
 
 
 async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, task_id: str, session_id: str,
@@ -135,17 +160,18 @@ async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, ta
     tenant = who.tenant_id
     view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                     status="accepted", question=body.question, created_at=utcnow())
-    # record and first log entry are independent: both in flight at once, both done before the publish
-    await asyncio.gather(
-        state.store.save(view),
-        state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question)))
     asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                           traceparent=traceparent,
                           payload=QuestionPayload(question=body.question, mode=body.mode, use_cache=use_cache,
                                                   allowed_tools=narrow_tools(
                               body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
+    # the record and the question's wake-up (rule G4) land together or not at all: a gateway killed
+    # after them leaves a task the sweeper starts, never an accepted record nothing will start; the
+    # first log entry is independent (in flight at once); all are done before the publish
+    await asyncio.gather(
+        _save_with_wake_up(state, view, asked),
+        state.events.append(task_id, TaskAccepted(task_id=task_id, session_id=session_id, question=body.question)))
     try:
-        await questions.record(state.redis, asked, state.settings.task_events_ttl_s)  # its wake-up (rule G4)
         await publish(state, topics.QUESTIONS, asked)
     except Exception as exc:  # noqa: BLE001 - any publish failure means the question was not queued
         log.error("publish of task %s failed: %r", task_id, exc)

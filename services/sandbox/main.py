@@ -22,19 +22,20 @@ N = 1 (the default) an offset is committed after the run, and a run lost with th
 redelivered; with N > 1 it is committed when the run starts (the orchestrator re-sends, rule A14).
 
 Readiness: ``python -m conduit.ops.probe ready sandbox`` also reads the status key written by
-``publish_status`` (``conduit:sandbox:status:{host}:{pid}``: ``{"isolated", "unsafe", "reason"}``)
+``publish_status`` (field ``{host}:{pid}`` of the hash ``conduit:sandbox:statuses``: ``{"isolated", "unsafe", "reason", "at"}``)
 and fails, printing the reason, when no replica can isolate code and unsafe mode is off.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
 import os
 import socket
+import time
 
-from conduit.records import keys
+from conduit.records import keys, sandboxstatus
 from conduit.records.artifacts import ArtifactStore
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
@@ -74,29 +75,33 @@ def format_output(result: RunResult, limits: Limits) -> str:
     return "\n".join(parts)
 
 
-STATUS_TTL_S = 30
-"""Seconds a sandbox status key lives; ``publish_status`` rewrites it every ``STATUS_TTL_S / 3``."""
-
-
-def status_key() -> str:
-    """This process's readiness key: ``conduit:sandbox:status:{host}:{pid}``."""
-    return keys.sandbox_status(socket.gethostname(), os.getpid())
+def status_field() -> str:
+    """This process's field in the statuses hash (``keys.SANDBOX_STATUSES``): ``{host}:{pid}``."""
+    return sandboxstatus.field(socket.gethostname(), os.getpid())
 
 
 async def publish_status(service: ToolService, setup: Setup | None = None) -> None:
-    """Keep this replica's isolation status in Redis (JSON ``{"isolated", "unsafe", "reason"}``) until cancelled.
+    """Keep this replica's isolation status in Redis (``conduit.records.sandboxstatus``) until
+    cancelled, then remove it; each write also drops the fields of processes long gone.
 
     Without isolation the reason is ``isolation.off_message``: why, and the command that turns it on.
     """
     ok, reason = (setup[0] is not None, setup[1]) if setup is not None else sandbox_status()
     reason = reason if ok else off_message(reason)
-    body = json.dumps({"isolated": ok, "unsafe": service.settings.sandbox_unsafe, "reason": reason})
-    while True:
-        try:
-            await service.redis.set(status_key(), body, ex=STATUS_TTL_S)
-        except Exception as exc:  # noqa: BLE001 - Redis down: readiness says so by itself
-            log.warning("cannot write sandbox status: %r", exc)
-        await asyncio.sleep(STATUS_TTL_S / 3)
+    try:
+        while True:
+            try:
+                now = time.time()
+                await service.redis.hset(keys.SANDBOX_STATUSES, status_field(),
+                                         sandboxstatus.encode(ok, service.settings.sandbox_unsafe, reason, now))
+                if gone := sandboxstatus.stale(await service.redis.hgetall(keys.SANDBOX_STATUSES), now):
+                    await service.redis.hdel(keys.SANDBOX_STATUSES, *gone)
+            except Exception as exc:  # noqa: BLE001 - Redis down: readiness says so by itself
+                log.warning("cannot write sandbox status: %r", exc)
+            await asyncio.sleep(sandboxstatus.STATUS_TTL_S / 3)
+    finally:
+        with contextlib.suppress(Exception):  # a stopping replica: readers ignore it 30 s later anyway
+            await asyncio.shield(service.redis.hdel(keys.SANDBOX_STATUSES, status_field()))
 
 
 def build_service(settings: Settings, setup: Setup | None = None) -> ToolService:

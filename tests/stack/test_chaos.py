@@ -1,6 +1,7 @@
 """The chaos suite's short form (bench/chaos.py): 20 tasks, 10 SIGKILLs over the orchestrator
 replicas, the web service and the gateway, plus one Redis kill, through a supervised embedded
-stack. Zero loss: one terminal event per task, one tool execution per idempotency key, the
+stack. Zero loss: one terminal event per task, one tool execution per idempotency key (a run
+SIGKILLed mid-call excepted: its side effect may happen again, the at-least-once floor), the
 script's answer every time.
 
 The broker kill of the full suite is left out here (the full suite, `python -m bench.chaos`, has it);
@@ -16,8 +17,6 @@ from bench.chaos import Chaos
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="open defect (issue 14): in about half the runs one or two tasks' pages are "
-                   "fetched twice (executions_not_one); the cause is not found yet, see docs/benchmarks.md, Chaos")
 def test_chaos_short_form_loses_nothing():
     # a 60 s tool deadline (the bench keeps the default 30 s): on a loaded machine a web replica's
     # restart alone can take 20 s, and this test is about what the kills lose, not about load
@@ -26,6 +25,8 @@ def test_chaos_short_form_loses_nothing():
     log = "tool outcomes of wrong answers: " + repr(f.get("tool_outcomes")) + "\n" + "\n".join(chaos.log[-40:])
     assert f["kills"] == 11, f  # 10 spread over the services, and Redis
     assert f["not_one_terminal"] == [], (f, log)
+    # each page fetched once per question, except after a web replica SIGKILLed between its request
+    # and keeping the page (the at-least-once floor, counted from the services' logs, rule T6)
     assert f["executions_not_one"] == [], (f, log)
     assert f["wrong_answers"] == [], (f, log)
     assert f["replayed_duplicates"] == 0 and f["restarts"] >= f["kills"], (f, log)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -28,6 +29,7 @@ from redis.asyncio import Redis
 from conduit.ops import infra
 from conduit.ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
+from conduit.records import keys
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.testing.waits import until
@@ -35,6 +37,8 @@ from contracts import topics
 from contracts.events import QuestionAsked, TaskCancelled
 from contracts.stream import AnswerDelta, TaskCompleted, TaskStreamEvent
 from conduit.testing.stack import auth, new_key
+from contracts.api import TaskCreate
+from services.gateway import tasks
 from services.gateway.app import create_app
 
 parse_stream_event = TypeAdapter(TaskStreamEvent).validate_json
@@ -233,6 +237,25 @@ async def test_idempotency_key_replays_the_same_task(client, infra_stack):
     for bad in ("", "has space", "x" * 256):
         resp = await client.post("/v1/tasks", json={"question": question}, headers={"Idempotency-Key": bad})
         assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request", bad
+
+
+async def test_a_key_whose_first_request_died_before_creating_its_task_is_in_progress_then_free(client, redis):
+    """A gateway killed between claiming an Idempotency-Key and creating its task leaves a claim
+    without a task: a retry gets 409 ``idempotency_key_in_progress`` (Retry-After), never the id of
+    a task that does not exist, and once the claim lapses the retry creates the task."""
+    key, question = f"died-{uuid.uuid4().hex}", f"q-{uuid.uuid4().hex}"
+    claim = keys.idempotency("default", hashlib.sha256(f"u1\x00{key}".encode()).hexdigest())
+    body_digest = hashlib.sha256(TaskCreate(question=question).model_dump_json().encode()).hexdigest()
+    ghost = uuid.uuid4().hex  # what the dead request had claimed, as it left it in Redis
+    await redis.set(claim, json.dumps({"task_id": ghost, "session_id": "s", "body": body_digest}),
+                    ex=tasks.PENDING_CLAIM_TTL_S)
+    busy = await client.post("/v1/tasks", json={"question": question}, headers={"Idempotency-Key": key})
+    assert busy.status_code == 409 and busy.json()["error"]["code"] == "idempotency_key_in_progress", busy.text
+    assert busy.headers["retry-after"] == "1" and busy.json()["error"]["details"]["task_id"] == ghost
+    await redis.delete(claim)  # the claim lapses (PENDING_CLAIM_TTL_S)
+    made = await client.post("/v1/tasks", json={"question": question}, headers={"Idempotency-Key": key})
+    assert made.status_code == 202 and made.json()["task_id"] != ghost
+    assert await redis.ttl(claim) > tasks.PENDING_CLAIM_TTL_S  # created: the key replays for the task's life
 
 
 async def test_sse_streams_prior_and_live_events_then_stops(client, log, gw):

@@ -234,7 +234,8 @@ async def test_readiness_reports_why_isolation_is_missing(infra_stack, settings:
     """The probe's sandbox readiness reads the status key: refused (with bubblewrap's reason) unless unsafe."""
     from conduit.runtime import liveness
     from conduit.ops import probe
-    from services.sandbox.main import publish_status, status_key
+    from conduit.records import keys
+    from services.sandbox.main import publish_status, status_field
 
     url = infra_stack.redis_url.rsplit("/", 1)[0] + "/7"  # a database of its own: no real replica's keys
     missing = (None, "bubblewrap is not installed (test)")
@@ -245,7 +246,7 @@ async def test_readiness_reports_why_isolation_is_missing(infra_stack, settings:
         status = asyncio.create_task(publish_status(service, setup=missing))
         try:
             for _ in range(50):
-                if await service.redis.exists(status_key()):
+                if await service.redis.hexists(keys.SANDBOX_STATUSES, status_field()):
                     break
                 await asyncio.sleep(0.05)
             code, reason = await asyncio.to_thread(probe.check, "ready", "sandbox", url)

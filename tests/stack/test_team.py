@@ -13,6 +13,7 @@ import asyncio
 import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -203,3 +204,30 @@ def test_cancelling_the_question_cancels_its_workers(stack, model):
     assert events[-1].event == "task.cancelled" and len(started) == 2
     for child in started:  # rule D8: each worker's own stream ends cancelled too
         assert child_stream(stack, child)[-1].event == "task.cancelled"
+
+
+def test_the_page_asks_in_team_mode_and_shows_each_worker_in_the_record(stack):
+    """The composer's team switch sends ``mode: "team"``; the status line says the workers are
+    researching, and the record lists each worker with its sub-question, result and time."""
+    pytest.importorskip("playwright")
+    from playwright.sync_api import expect
+
+    from conduit.testing.page import CHROMIUM, ask as ask_on_page, chromium, last_turn, open_page, shot
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    with chromium() as browser:
+        page = open_page(browser, stack)
+        page.get_by_label("团队").check()
+        ask_on_page(page, QUESTION)
+        turn = last_turn(page)
+        expect(turn.locator(".status-text")).to_have_text("研究员正在并行研究…")
+        expect(turn.locator(".answer")).to_contain_text("综上所述")
+        turn.locator("details.record summary").click()
+        workers = turn.locator(".rec-worker")
+        expect(workers).to_have_count(2)
+        expect(workers.first).to_contain_text("研究员 · kb_researcher")
+        expect(turn.locator("details.record")).to_contain_text("小规模纳税人 增值税 征收率")
+        expect(workers.locator(".rec-stdout").first).to_contain_text("相关条文如下")
+        shot(page, "team-record", full=True)
+        page.context.close()

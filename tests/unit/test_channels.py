@@ -77,7 +77,7 @@ def test_every_key_has_the_prefix_and_its_parts() -> None:
              keys.events_terminal("t"), keys.cancel("t"), keys.approval("t", "c"), keys.approval_decision("t", "c"), keys.fault("t"),
              keys.idempotency("ten", "d"), keys.hub_wake("h"), keys.reply("r"), keys.document("ten", "d"),
              keys.documents("ten"), keys.tool_result("k"), keys.attempts("c", "e"), keys.artifact("a"),
-             keys.alive("web", "host", 7), keys.sandbox_status("host", 7), keys.mcp_servers("ten"), keys.mcp_catalog("ten"), keys.LEASES, keys.TOOL_DEADLINES]
+             keys.alive("web", "host", 7), keys.SANDBOX_STATUSES, keys.mcp_servers("ten"), keys.mcp_catalog("ten"), keys.LEASES, keys.TOOL_DEADLINES]
     assert all(k.startswith("conduit:") for k in built)
     assert len(set(built)) == len(built)
     assert keys.alive("web", "h", 7) == "conduit:alive:web:h:7"

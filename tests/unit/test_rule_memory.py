@@ -218,6 +218,18 @@ async def test_rule_m7_a_failed_summary_call_changes_nothing_and_never_raises():
     assert context.SUMMARY_INSTRUCTION.startswith(SUMMARY_MARK)  # the scripted model knows the call by it
 
 
+def test_rule_m1_the_same_question_asked_again_replaces_its_episode():
+    def ep(task_id: str, question: str, answer: str):
+        return memory.episode(tenant_id="t", user_id="u", task_id=task_id, session_id="s", question=question,
+                              answer=answer, citations=[], now=T0, episode_days=30)
+    first, again = ep("task1", "打车能报多少？", "八十元。"), ep("task2", " 打车能报多少？ ", "上限八十元。")
+    assert first.id == again.id and again.task_id == "task2" and "上限八十元" in again.text
+    assert ep("task3", "住宿能报多少？", "五百元。").id != first.id
+    assert ep("task4", "打车能报多少？", "x").id != memory.episode(
+        tenant_id="t", user_id="other", task_id="task4", session_id="s", question="打车能报多少？", answer="x",
+        citations=[], now=T0, episode_days=30).id  # never across users
+
+
 async def test_only_a_written_agent_answer_becomes_an_episode():
     """Rule M1: a retrieval-only answer (the knowledge base quoted) is no episode."""
     written = Sim(TestModel(Reply(content="好的。")))

@@ -71,7 +71,7 @@ def _clauses(text: str) -> list[str]:
 
 
 def item_id(tenant_id: str, user_id: str, key: str) -> str:
-    """Stable id of a user's item (a fact's topic or an episode's task): ``m-`` + 20 hex digits."""
+    """Stable id of a user's item (a fact's topic or an episode's question): ``m-`` + 20 hex digits."""
     return "m-" + hashlib.sha256(f"{tenant_id}\x00{user_id}\x00{key}".encode()).hexdigest()[:20]
 
 
@@ -129,12 +129,14 @@ def worth_an_episode(state: "TaskState") -> bool:
 def episode(*, tenant_id: str, user_id: str, task_id: str, session_id: str | None, question: str, answer: str,
             citations: list[Citation], now: datetime, episode_days: float) -> MemoryItem:
     """Rule M1: a finished task as an episode: the question, the answer's first
-    ``EPISODE_ANSWER_CHARS`` characters and the citations (never confirmed: the model wrote it)."""
+    ``EPISODE_ANSWER_CHARS`` characters and the citations (never confirmed: the model wrote it).
+    Its id is the user's question (whitespace and case folded): the same question asked again
+    replaces the earlier episode instead of adding a copy."""
     summary = answer.strip().replace("\n", " ")
     if len(summary) > EPISODE_ANSWER_CHARS:
         summary = summary[:EPISODE_ANSWER_CHARS] + "…"
     return MemoryItem(
-        id=item_id(tenant_id, user_id, f"episode:{task_id}"), tenant_id=tenant_id, user_id=user_id, type="episode",
+        id=item_id(tenant_id, user_id, "episode:" + " ".join(question.split()).casefold()), tenant_id=tenant_id, user_id=user_id, type="episode",
         text=f"问：{question.strip()[:300]}\n答：{summary}", source="observation", task_id=task_id,
         session_id=session_id, importance=IMPORTANCE["episode"], confirmed=False, created_at=now, last_used_at=now,
         expires_at=now + timedelta(days=episode_days), citations=citations)

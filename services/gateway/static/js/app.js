@@ -183,6 +183,7 @@ async function ask() {
   $("empty").hidden = true;
   const body = { question };
   if (state.sessionId) body.session_id = state.sessionId;
+  if ($("team-mode").checked) body.mode = "team"; // a supervisor and parallel workers (docs/agent-rules.md D1)
   try {
     const created = await request("/v1/tasks", { json: body, headers: { "Idempotency-Key": randomId() } });
     state.sessionId = created.session_id;

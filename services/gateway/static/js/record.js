@@ -29,6 +29,15 @@ export class Record {
     } else if (type === "tool.requested") {
       this.calls.set(d.call_id, { call_id: d.call_id, tool: d.tool, arguments: d.arguments, reason: d.reason,
         step: this.currentStep, outcome: null, evidence: [], approval: null });
+    } else if (type === "worker.started") { // team mode: a worker's task, shown as the supervisor's call
+      this.calls.set(d.call_id, { call_id: d.call_id, tool: `${t("record.worker")} · ${d.worker}`, worker: d.task_id,
+        arguments: { task: d.task }, reason: null, step: this.currentStep, outcome: null, evidence: [], approval: null });
+    } else if (type === "worker.completed") {
+      const c = this.calls.get(d.call_id);
+      if (c) {
+        Object.assign(c, { outcome: d.outcome, duration_ms: d.duration_ms, error_code: d.error_code, output: d.summary || null });
+        this.unclaimed.push(c);
+      }
     } else if (type === "tool.approval_required") {
       const c = this.calls.get(d.call_id);
       if (c) c.approval = "pending";
@@ -41,7 +50,9 @@ export class Record {
         this.unclaimed.push(c);
       }
     } else if (type === "evidence") {
-      const takers = this.unclaimed.filter((c) => c.tool !== "code_exec");
+      // a worker's evidence comes renumbered in the supervisor's pool of all its workers: it is
+      // nobody's alone, so only the sources list shows it
+      const takers = this.unclaimed.filter((c) => c.tool !== "code_exec" && !c.worker);
       const to = takers.length ? takers[takers.length - 1] : null;
       if (to) to.evidence.push(...d.items);
       this.unclaimed = [];
@@ -91,7 +102,7 @@ function argumentsView(call) {
 }
 
 function callView(call) {
-  const li = el("li", `rec-call outcome-${call.outcome || "pending"}`);
+  const li = el("li", `rec-call${call.worker ? " rec-worker" : ""} outcome-${call.outcome || "pending"}`);
   const head = el("div", "rec-head");
   head.append(el("span", "rec-tool", call.tool));
   const status = call.outcome ? t(`outcome.${call.outcome}`) : t("record.pending");

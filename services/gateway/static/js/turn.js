@@ -128,6 +128,7 @@ export class Turn {
         this.setPhase(`phase.tool.${d.tool}`);
         break;
       case "tool.approval_required": this.ask(d); break;
+      case "worker.started": this.setPhase("phase.team"); break;
       case "tool.completed": {
         const p = this.prompts.get(d.call_id);
         if (p) p.resolve(t(d.error_code === "rejected_by_user" ? "approval.rejected" : d.error_code === "approval_expired" ? "approval.expired" : "approval.approved"));
