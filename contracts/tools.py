@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from contracts import topics
 from contracts.mcp import McpToolName, is_mcp
@@ -39,10 +39,25 @@ class ToolArgs(BaseModel):
 
 
 class KbSearchArgs(ToolArgs):
-    """Arguments of ``kb_search``: a short query over the knowledge base."""
+    """Arguments of ``kb_search``: a short query over the knowledge base, plus up to two sub-queries the
+    model splits a question into (rule K9: searched with the query and merged; blank or repeated ones are
+    ignored, so a poor rewrite costs nothing)."""
 
     query: str = Field(min_length=1, max_length=500, description="检索词：法律名称、事项、关键词，尽量短 (search terms, short)")
+    sub_queries: list[str] = Field(default_factory=list, max_length=2, description=(
+        "可选：问题涉及两三个方面时，每个方面一个简短子查询，最多 2 个，与主查询一起检索 "
+        "(optional: up to 2 short sub-queries, one per aspect of the question, searched together with the query)"))
     reason: str = REASON_FIELD
+
+    @field_validator("sub_queries", mode="before")
+    @classmethod
+    def _short_sub_queries(cls, value: object) -> object:
+        """Rule K9, fail-open: strip, drop blanks, repeats and non-strings, keep the first 2, each cut to 200
+        characters (a sloppy rewrite is trimmed, never refused)."""
+        if not isinstance(value, list):
+            return []
+        kept = dict.fromkeys(q.strip()[:200] for q in value if isinstance(q, str) and q.strip())
+        return list(kept)[:2]
 
 
 class WebSearchArgs(ToolArgs):

@@ -1,6 +1,7 @@
 """The ``conduit`` command line (typer + rich).
 
-Commands: ``demo`` (the README's first command), ``up``, ``status``, ``ask``, ``ingest``, ``serve``, ``eval``, ``keys``.
+Commands: ``demo`` (the README's first command), ``up``, ``status``, ``ask``, ``ingest``, ``serve``, ``eval``, ``keys``,
+``index`` (``index build --law-db``: the shipped law index).
 Commands that call the gateway send ``--key``, else ``CONDUIT_API_KEY``, else ``<data_dir>/admin.key``.
 """
 
@@ -18,7 +19,7 @@ import httpx
 import typer
 from rich.console import Console
 
-from conduit.ops import keyscli
+from conduit.ops import indexcli, keyscli
 from conduit.runtime.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Conduit: event-driven agentic question answering over Kafka and Redis.", no_args_is_help=True,
                   add_completion=False)
 app.add_typer(keyscli.app, name="keys")
+app.add_typer(indexcli.app, name="index")
 console = Console(stderr=True)
 out = Console(highlight=False, soft_wrap=True)
 

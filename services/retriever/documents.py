@@ -55,6 +55,11 @@ ITEM_MIN_ARTICLE_CHARS = 200
 (docs/retrieval.md "Item chunks")."""
 ITEM_LEAD_IN_CHARS = 60
 """At most this many characters of an enumeration's lead-in line are repeated before each item."""
+LAW_LAYOUT = "articles+items/1"
+"""Chunk layout of the law corpus (``law_chunks``: one chunk per article plus item chunks of long
+articles), recorded in the ingest marker (``ingest.CORPUS_MARKER``: a marker without it is an older
+store, so ``conduit up``/``demo`` re-run the ingest once) and in the shipped law index
+(``lawindex``). Change it whenever ``law_chunks`` changes what it produces."""
 MAX_FILE_BYTES = 20 * 1024 * 1024
 """Files larger than this (20 MiB) are refused with a per-file reason (``file_chunks(max_bytes=...)``)."""
 

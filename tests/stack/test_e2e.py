@@ -103,6 +103,21 @@ def test_question_streams_a_cited_answer_and_resumes_with_last_event_id(stack, m
     assert any(s["kind"] == "tool" and s["tool"] == "kb_search" for s in view["steps"])
 
 
+def test_the_models_sub_queries_reach_the_retriever_and_a_sloppy_one_is_trimmed(stack, model):
+    """Rule K9 through the bus: the scripted model splits a two-topic question into sub-queries (three, one
+    blank: trimmed to two, never refused); the evidence covers both laws."""
+    call = Turn(tool_calls=[{"name": "kb_search", "arguments": {
+        "query": "增值税和个税", "sub_queries": ["小规模纳税人 简易计税 征收率", " ", "个人所得税 综合所得 税率"],
+        "reason": "两个税种分开查"}}])
+    model.push(call, Turn(content="见证据。"))
+    _, events = run(stack, "增值税征收率和个税税率各是多少？")
+    assert events[-1].event == "task.completed"
+    done = [e.data for e in events if e.event == "tool.completed"]
+    assert done and done[0]["outcome"] == "ok"
+    laws = {i["title"] for e in events if e.event == "evidence" for i in e.data["items"]}
+    assert {f"《{VAT_LAW}》", "《中华人民共和国个人所得税法》"} <= laws
+
+
 def test_follow_up_in_same_session_sees_earlier_turns(stack, model):
     model.push(Turn(content="第一轮回答：征收率为百分之三。"))
     first, events = run(stack, "增值税征收率是多少？")

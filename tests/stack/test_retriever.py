@@ -64,7 +64,9 @@ def law_kb(tmp_path_factory: pytest.TempPathFactory, embedder: UseEmbedder) -> P
     """Data dir with the LAWS subset ingested into a closed Edge shard."""
     root = tmp_path_factory.mktemp("kb")
     summary = ingest_law_db(Settings(data_dir=root), law_names=LAWS, progress=False, embedder=embedder)
-    assert summary.documents == len(LAWS) and summary.embedded == summary.chunks == summary.total_points
+    # the law chunks' vectors come from the shipped law index (services/retriever/law_index), none is embedded
+    assert summary.documents == len(LAWS) and summary.loaded == summary.chunks == summary.total_points
+    assert summary.embedded == 0
     return root
 
 
@@ -149,7 +151,7 @@ def test_item_chunks_can_be_dropped_and_restored_by_reingest(kb: KB, embedder: U
     plain = ingest_law_db(kb.settings, law_names=LAWS, progress=False, embedder=embedder, store=kb.store, items=False)
     assert plain.removed == n_items and plain.embedded == 0 and kb.store.count() == n_articles
     back = ingest_law_db(kb.settings, law_names=LAWS, progress=False, embedder=embedder, store=kb.store)
-    assert back.embedded == n_items and back.removed == 0 and kb.store.count() == n_articles + n_items
+    assert back.loaded == n_items and back.removed == 0 and kb.store.count() == n_articles + n_items
 
 
 def test_dense_scores_are_the_best_cosine_to_each_query_vector(kb: KB, embedder: UseEmbedder) -> None:
@@ -202,6 +204,23 @@ def test_tenant_isolation_and_file_ingest(kb: KB, embedder: UseEmbedder, tmp_pat
     # re-ingesting the same file changes nothing
     again = ingest_paths(kb.settings, [doc], tenant_id="tenant-a", progress=False, embedder=embedder, store=kb.store)
     assert again.embedded == 0 and again.unchanged == 1
+
+
+async def test_sub_queries_are_searched_with_the_query_and_a_sloppy_rewrite_is_trimmed(kb: KB) -> None:
+    """Rule K9: the model's sub-queries (at most 2; blanks, repeats and the query itself dropped) are rounds of
+    their own, merged into one evidence list."""
+    args = KbSearchArgs(query="个税和契税", sub_queries=["个人所得税 税率", " ", "个税和契税", "契税 税率", "车船税"], reason="r")
+    assert args.sub_queries == ["个人所得税 税率", "个税和契税"]  # the first two kept, trimmed; never refused
+    outcome = kb.searcher.search("个税和契税", "default", sub_queries=["个人所得税 税率", "个税和契税", "契税 税率"])
+    subs = [(a.kind, a.query) for a in outcome.attempts if a.kind.startswith("sub:")]
+    assert subs == [("sub:1", "个人所得税 税率"), ("sub:2", "契税 税率")]
+    laws = {e.metadata.get("law_name") for e in outcome.evidence}
+    assert {"中华人民共和国个人所得税法", "中华人民共和国契税法"} <= laws
+    tool = make_kb_search_tool(kb.searcher)
+    request = ToolRequested(task_id="t2", session_id="s2", payload=ToolRequestPayload(
+        call_id="c2", tool="kb_search", arguments={}, step=1, idempotency_key="t2:1:c2"))
+    out = await tool(KbSearchArgs(query="契税", sub_queries=["个人所得税 税率"], reason="r"), request)
+    assert "中华人民共和国个人所得税法" in {e.metadata.get("law_name") for e in out.evidence}
 
 
 def test_dense_and_sparse_queries_for_benchmarks(kb: KB, embedder: UseEmbedder) -> None:

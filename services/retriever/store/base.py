@@ -90,8 +90,8 @@ class VectorStore(ABC):
         """Exact number of chunks matching ``flt`` (all chunks for None)."""
 
     @abstractmethod
-    def payloads(self, ids: Sequence[str], keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Payload fields ``keys`` of the existing points among ``ids`` (missing ids absent)."""
+    def payloads(self, ids: Sequence[str], keys: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+        """Payload fields ``keys`` (None: all) of the existing points among ``ids`` (missing ids absent)."""
 
     @abstractmethod
     def _query(self, *, dense: np.ndarray | None, sparse: SparseVec | None, flt: SearchFilter | None,

@@ -103,10 +103,11 @@ class ClientVectorStore(VectorStore):
     def count(self, flt: SearchFilter | None = None) -> int:
         return int(self._client.count(self.collection, count_filter=self._native_filter(flt), exact=True).count)
 
-    def payloads(self, ids: Sequence[str], keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def payloads(self, ids: Sequence[str], keys: Sequence[str] | None) -> dict[str, dict[str, Any]]:
         if not ids:
             return {}
-        records = self._client.retrieve(self.collection, ids=list(ids), with_payload=list(keys), with_vectors=False)
+        records = self._client.retrieve(self.collection, ids=list(ids), with_payload=True if keys is None else list(keys),
+                                        with_vectors=False)
         return {str(r.id): dict(r.payload or {}) for r in records}
 
     def _query(self, *, dense, sparse, flt, limit, prefetch_limit, weights=None, with_vectors=True):

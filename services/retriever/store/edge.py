@@ -101,13 +101,12 @@ class EdgeVectorStore(VectorStore):
         with self._lock:
             return int(self._shard.count(self._qe.CountRequest(exact=True, filter=self._native_filter(flt))))
 
-    def payloads(self, ids: Sequence[str], keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def payloads(self, ids: Sequence[str], keys: Sequence[str] | None) -> dict[str, dict[str, Any]]:
         if not ids:
             return {}
+        selector = True if keys is None else self._qe.PayloadSelector.Include(list(keys))
         with self._lock:
-            records = self._shard.retrieve(
-                [uuid.UUID(i) for i in ids], with_payload=self._qe.PayloadSelector.Include(list(keys)), with_vector=False
-            )
+            records = self._shard.retrieve([uuid.UUID(i) for i in ids], with_payload=selector, with_vector=False)
         return {str(r.id): dict(r.payload or {}) for r in records}
 
     vectors_for_scores = False  # see _dense_cosines

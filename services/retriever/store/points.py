@@ -81,10 +81,12 @@ class Hit:
     ``score``: the score of the query that found it (RRF fused score for
     ``hybrid_query``, cosine for ``dense_query``, BM25*IDF for ``sparse_query``).
     ``dense_score``: cosine similarity of the chunk's dense vector to the query
-    vector in [-1, 1] (None for ``sparse_query``).
+    vector in [-1, 1] (None for ``sparse_query``). ``second``: the second stage's e5 cosine
+    (``rescoring``; None when it is off or the chunk has no e5 vector).
     """
 
     id: str
     score: float
     payload: dict[str, Any] = field(default_factory=dict)
     dense_score: float | None = None
+    second: float | None = None

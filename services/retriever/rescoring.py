@@ -1,0 +1,153 @@
+"""The second stage of ``kb_search`` (rule K7, docs/rules.md): e5 cosines over the first stage's pool.
+
+The first stage (``pipeline.KbSearcher._round``: USE dense + BM25, RRF) returns a pool of about
+``retrieval_pool`` (100) chunks. The second stage scores each pooled chunk by the cosine of its
+multilingual-e5-small passage vector to the e5 query vectors (the question as asked and its
+expansion, embedded in ONE call and cached by text), taking the passage vectors from the shipped
+e5 law index (``lawindex``; no passage is embedded at query time), and fuses two rank lists by
+weighted reciprocal rank:
+
+    score = w1 / (k2 + first-stage rank) + w2 / (k2 + e5 rank)
+
+A chunk without an e5 vector (a tenant's document) is given its first-stage rank as its e5 rank,
+so it is neither lifted nor sunk by a score it does not have. Optionally the law the pool's best
+chunks agree on is boosted (law-then-article: ``law_boost``). Weights, k2 and the boost were
+chosen on the tuning set only (bench/retrieval/tune_stage2.py; docs/retrieval.md "Two stages").
+
+Cost: the query embedding (e5, ~18 ms for one text, ~30 ms for two on this machine) runs in a
+worker thread while the first stage runs (``SecondStage.start``), and the cosines are one gather +
+matrix product over ~100 rows (< 0.2 ms).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.retriever.embeddings import Embedder
+from services.retriever.lawindex import LawIndex, dequantise
+
+log = logging.getLogger("conduit.retriever.rescoring")
+
+E5_PAYLOAD = "e5_vector"
+"""Payload field of a tenant's chunk holding its e5 passage vector (base64 of float16; the law chunks'
+vectors are in the shipped e5 law index instead)."""
+
+
+def encode_vector(vector: np.ndarray) -> str:
+    """A unit vector as base64 of its float16 bytes (768 B for 384-d, ~1 KB of payload)."""
+    return base64.b64encode(np.asarray(vector, dtype=np.float16).tobytes()).decode("ascii")
+
+
+def decode_vector(text: str) -> np.ndarray:
+    """Inverse of ``encode_vector``: float32."""
+    return np.frombuffer(base64.b64decode(text), dtype=np.float16).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """Second-stage fusion parameters (see the module docstring); defaults from the tuning set."""
+
+    w_first: float = 1.0
+    w_e5: float = 1.0
+    k: float = 5.0
+    law_boost: float = 0.5
+    """Added (times the law's (document's) share of the top ``law_top`` fused scores, over ``k + 1``) to each
+    chunk of that law; 0 = off."""
+    law_top: int = 10
+
+
+class SecondStage:
+    """e5 vectors of the law chunks in memory plus the e5 query embedder.
+
+    Args:
+        embedder: the e5 embedder (``E5Embedder``; its ``embed_queries`` is cached by text).
+        index: the shipped e5 law index (``LawIndex`` of the same model), already ``check``-ed.
+        fusion: the fusion parameters.
+
+    Memory: the vectors as float32, 38,795 x 384 x 4 B = 60 MB.
+    """
+
+    def __init__(self, embedder: Embedder, index: LawIndex, fusion: Fusion | None = None) -> None:
+        if embedder.name != index.model:
+            raise ValueError(f"second stage: embedder {embedder.name} but index of {index.model}")
+        self.embedder, self.fusion = embedder, fusion or Fusion()
+        self.matrix = dequantise(index.vectors)
+        self._ids = [str(uuid.UUID(bytes=bytes(i))) for i in index.ids]
+        self._row = {bytes(i): n for n, i in enumerate(index.ids)}
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="e5-query")
+
+    def start(self, forms: Sequence[str]) -> Future:
+        """Embed the query ``forms`` (deduplicated, one backend call) in a worker thread; the future
+        gives unit rows ``(len(unique forms), dim)``. Raises ``EmbeddingError`` from ``result()``."""
+        unique = list(dict.fromkeys(forms))
+        return self._pool.submit(self.embedder.embed_queries, unique)
+
+    def rows(self, point_ids: Sequence[str]) -> list[int | None]:
+        """Row of each point id in the law matrix (None: not a law chunk of the index)."""
+        return [self._row.get(uuid.UUID(i).bytes) for i in point_ids]
+
+    def cosines(self, point_ids: Sequence[str], queries: np.ndarray, parent_ids: Sequence[str | None] | None = None,
+                payloads: Sequence[dict] | None = None) -> list[float | None]:
+        """Best cosine of each chunk's e5 vector to the query rows: from the law index, else its payload's
+        ``E5_PAYLOAD`` (a tenant's chunk), else its parent's in the index (``parent_ids``: an item chunk's
+        article), else None."""
+        rows = self.rows(point_ids)
+        if parent_ids is not None:
+            rows = [r if r is not None or not p else self.rows([p])[0] for r, p in zip(rows, parent_ids)]
+        q = np.asarray(queries, np.float32)
+        out: list[float | None] = [None] * len(rows)
+        present = [n for n, r in enumerate(rows) if r is not None]
+        if present:
+            best = (self.matrix[[rows[n] for n in present]] @ q.T).max(axis=1)
+            for n, value in zip(present, best.tolist()):
+                out[n] = value
+        for n, payload in enumerate(payloads or []):
+            if rows[n] is None and payload.get(E5_PAYLOAD):
+                v = decode_vector(payload[E5_PAYLOAD])
+                out[n] = float((q @ (v / (np.linalg.norm(v) or 1.0))).max())
+        return out
+
+    def nearest(self, queries: np.ndarray, n: int) -> list[tuple[str, float]]:
+        """Exact e5 nearest law chunks (point id, best cosine over the query rows), best first
+        (bench/retrieval's "dense e5" row; ~4 ms for 38,795 rows)."""
+        scores = (self.matrix @ np.asarray(queries, np.float32).T).max(axis=1)
+        top = np.argpartition(-scores, min(n, len(scores) - 1))[:n]
+        top = top[np.argsort(-scores[top])]
+        return [(self._ids[i], float(scores[i])) for i in top]
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        self._pool.shutdown(wait=False)
+
+
+def fuse(first_ranks: Sequence[int], e5: Sequence[float | None], laws: Sequence[str | None],
+         fusion: Fusion) -> list[float]:
+    """Second-stage scores of a pool (higher is better), one per candidate.
+
+    Args:
+        first_ranks: each candidate's 1-based first-stage rank.
+        e5: its e5 cosine (None: no vector; its first-stage rank stands in for its e5 rank).
+        laws: its document (``document_id``: a law, or a tenant's file), for the law boost; grouping by
+            document rather than law name lets a tenant's file earn the same boost as a law (without it a
+            tenant's answer lost rank 1 to law chunks on bench/retrieval's docs set).
+    """
+    order = sorted((i for i, c in enumerate(e5) if c is not None), key=lambda i: -float(e5[i]))
+    e5_rank = {i: r for r, i in enumerate(order, 1)}
+    scores = [fusion.w_first / (fusion.k + r) + fusion.w_e5 / (fusion.k + e5_rank.get(i, r))
+              for i, r in enumerate(first_ranks)]
+    if fusion.law_boost and any(laws):
+        top = sorted(range(len(scores)), key=lambda i: -scores[i])[: fusion.law_top]
+        total = sum(scores[i] for i in top) or 1.0
+        share: dict[str, float] = {}
+        for i in top:
+            if laws[i]:
+                share[laws[i]] = share.get(laws[i], 0.0) + scores[i] / total
+        scores = [s + fusion.law_boost * share.get(laws[i] or "", 0.0) / (fusion.k + 1) for i, s in enumerate(scores)]
+    return scores
