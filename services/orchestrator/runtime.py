@@ -83,6 +83,9 @@ BUS_PING_EVERY_S = 1.0
 """Seconds a broker ping's answer is kept by ``Orchestrator.bus_up``."""
 BUS_PING_TIMEOUT_S = 1.0
 """Seconds a broker ping may take before the broker counts as unreachable (rule A15)."""
+TOGETHER = (DropLease, ClearWake, WriteView)
+"""After-save effects that write distinct keys (the lease, the wake-up, the task record): consecutive ones
+run at once, each done before the next other effect (a step's tool requests leave one round trip sooner)."""
 
 
 def model_from_settings(settings: Settings) -> Model | None:
@@ -266,9 +269,19 @@ class Orchestrator:
 
 
     async def carry_out(self, step: Step, new_task: bool = False) -> None:
-        """Carry out ``step``'s effects in order; then mark the requests it sent as sent."""
+        """Carry out ``step``'s effects in order (consecutive ``TOGETHER`` ones at once); then mark the
+        requests it sent as sent."""
         state, sent = step.state, []
+        # the step's model step may start from this state when no later save (mark_sent) follows
+        fresh = new_task or (step.save and not any(isinstance(e, PublishTool) for e in step.effects))
+        together: list[Effect] = []  # consecutive effects on distinct keys: carried out at once
         for e in step.effects:
+            if isinstance(e, TOGETHER):
+                together.append(e)
+                continue
+            if together:
+                await asyncio.gather(*(self._carry_out_one(state, t, step.save, fresh) for t in together))
+                together = []
             if isinstance(e, PublishTool):
                 try:
                     await self.out.publish_request(state, e.call)
@@ -278,11 +291,13 @@ class Orchestrator:
                     continue
                 sent.append(e.call.call_id)
             else:
-                await self._carry_out_one(state, e, step.save, new_task)
+                await self._carry_out_one(state, e, step.save, fresh)
+        if together:
+            await asyncio.gather(*(self._carry_out_one(state, t, step.save, fresh) for t in together))
         if sent:
             await self.apply(state.task_id, lambda st: timers.mark_sent(st, sent))
 
-    async def _carry_out_one(self, state: TaskState, e: Effect, saved: bool, new_task: bool) -> None:
+    async def _carry_out_one(self, state: TaskState, e: Effect, saved: bool, fresh: bool) -> None:
         task_id = state.task_id
         if isinstance(e, Wake):  # only when the step wrote no checkpoint (else it was in the save)
             await self.store.set_tool_deadline(task_id, e.at)
@@ -305,9 +320,10 @@ class Orchestrator:
         elif isinstance(e, WriteView):
             await self.out.write_view(state)
         elif isinstance(e, RunModelStep):
-            # a new task's step starts when this handler next awaits, so the record's write is on the
-            # wire first; it need not load the checkpoint just saved
-            self.steps.spawn(task_id, state=state if new_task else None)
+            # the step starts when this handler next awaits, so the record's write is on the wire first;
+            # it need not load the checkpoint just saved (``fresh``: a new task's, or a saved step's
+            # that sends no tool request, whose mark_sent would save a newer one)
+            self.steps.spawn(task_id, state=state if fresh else None)
         elif isinstance(e, Announce):
             await self.out.announce(state, e.citations)
             if state.child is not None:  # rule D5: the worker's result goes to its supervisor

@@ -50,7 +50,8 @@ class ModelSteps:
     def spawn(self, task_id: str, resumed: bool = False, state: TaskState | None = None) -> None:
         """Start a model step for ``task_id`` in the background.
 
-        ``state`` is the checkpoint the caller has just saved (a new task), so the step need
+        ``state`` is the checkpoint the caller has just saved (a new task, or a step that sends no
+        tool request: ``Orchestrator.carry_out``), so the step need
         not load it again. If a step of this task is still finishing here (its tool calls were
         all answered at once, or a fast tool replied before the step returned), the new step
         starts right after it ends instead of being lost.
