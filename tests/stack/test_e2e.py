@@ -197,7 +197,10 @@ def test_without_a_model_the_answer_is_cited_passages(stack):
 
 
 def test_orchestrator_crash_mid_handler_loses_no_question(stack, model):
-    """At-least-once: the offset is committed only after the handler, so a crash redelivers."""
+    """At-least-once: a crash mid-handler loses no question. With one message at a time
+    (``orchestrator_concurrency`` 1) the offset is committed after the handler and the question is
+    redelivered; with concurrent handling (rule B2, the default) the offset was committed when the
+    job started, and the gateway's record of the question starts it (rule G4)."""
     restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"], **crash_env("question"))
     model.push(Turn(content="崩溃之后仍然回答了。"))
     created = create_task(stack.gateway_url, "崩溃测试：增值税法第十一条说了什么？", api_key=stack.admin_key)
