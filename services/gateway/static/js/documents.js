@@ -36,14 +36,18 @@ export function installDocuments(dialog, dropTargets) {
   const input = dialog.querySelector("input[type=file]");
   const zone = dialog.querySelector(".dropzone");
 
+  let generation = 0; // a list read older than the last refresh or delete is dropped (out-of-order replies)
+
   async function refresh() {
+    const mine = ++generation;
     try {
       const got = await request("/v1/documents");
+      if (mine !== generation) return;
       list.replaceChildren();
       if (!got.documents.length) list.append(el("li", "docs-empty", t("docs.empty")));
       for (const view of got.documents) list.append(row(view));
     } catch (err) {
-      list.replaceChildren(el("li", "docs-error", errorSentence(err)));
+      if (mine === generation) list.replaceChildren(el("li", "docs-error", errorSentence(err)));
     }
   }
 
@@ -60,6 +64,7 @@ export function installDocuments(dialog, dropTargets) {
       if (!confirm(t("docs.delete_confirm", { title: view.title }))) return;
       try {
         await request(`/v1/documents/${encodeURIComponent(view.document_id)}`, { method: "DELETE" });
+        generation += 1; // a list read sent before the delete must not bring the row back
         li.remove();
       } catch (err) {
         li.append(el("span", "docs-error", errorSentence(err)));
