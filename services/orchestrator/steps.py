@@ -15,10 +15,12 @@ sends ``answer.reset``, then runs the model call again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING
 
 import structlog
+from redis.exceptions import RedisError
 
 from conduit.runtime import metrics
 from contracts.envelope import utcnow
@@ -68,7 +70,10 @@ class ModelSteps:
         every = max(0.5, self.orch.settings.lease_ttl_s / 3)
         while True:
             await asyncio.sleep(every)
-            await self.orch.store.take_lease(task_id, self.orch.settings.lease_ttl_s)
+            try:
+                await self.orch.store.take_lease(task_id, self.orch.settings.lease_ttl_s)
+            except RedisError as exc:  # Redis restarting: the next renewal may reach it (else the lease lapses)
+                log.warning("lease renewal failed", error=repr(exc))
 
     async def _run(self, task_id: str, resumed: bool, fresh: TaskState | None) -> None:
         structlog.contextvars.bind_contextvars(task_id=task_id)
@@ -90,6 +95,10 @@ class ModelSteps:
             log.info("step superseded by a newer checkpoint")
         except asyncio.CancelledError:
             raise
+        except RedisError as exc:  # rule A16: the store went away mid-step, as if this step had crashed
+            log.warning("model step lost Redis; the task resumes from its checkpoint", error=repr(exc))
+            with contextlib.suppress(RedisError):  # back already: any replica's sweeper resumes it now
+                await store.expire_lease(task_id)
         except Exception as exc:  # noqa: BLE001 - the task fails visibly, the replica lives on
             log.exception("model step crashed")
             message = f"{type(exc).__name__}: {exc}"[:300]
