@@ -6,6 +6,8 @@ Tasks (orchestrator writes, gateway reads)
 - ``state(task_id)``: string, the orchestrator's JSON checkpoint (compare-and-set on ``version``).
 - ``LEASES``: sorted set, member task id, score = lease expiry (epoch s); expired = resumable.
 - ``TOOL_DEADLINES``: sorted set, member task id, score = earliest tool deadline (epoch s).
+- ``CONTROLS_PENDING`` / ``control(event_id)``: sorted set of recorded control events by re-send time, and
+  each one's kind and JSON (``conduit.records.controls``, rule G5).
 - ``QUESTIONS_PENDING``: sorted set, member task id, score = when the orchestrator's sweeper starts
   the question itself if no checkpoint exists by then (epoch s); ``question(task_id)``: string,
   the ``QuestionAsked`` JSON the gateway published (``conduit.records.questions``).
@@ -71,6 +73,7 @@ PREFIX = "conduit"
 LEASES = f"{PREFIX}:leases"
 TOOL_DEADLINES = f"{PREFIX}:tool_deadlines"
 QUESTIONS_PENDING = f"{PREFIX}:questions:pending"
+CONTROLS_PENDING = f"{PREFIX}:controls:pending"
 SANDBOX_STATUSES = f"{PREFIX}:sandbox:statuses"
 MCP_SERVERS_PATTERN = f"{PREFIX}:mcp:servers:*"
 APIKEYS = f"{PREFIX}:apikeys"
@@ -127,6 +130,11 @@ def running_of_tenant(tenant_id: str) -> str:
 def state(task_id: str) -> str:
     """The orchestrator's checkpoint of ``task_id``."""
     return f"{PREFIX}:state:{task_id}"
+
+
+def control(event_id: str) -> str:
+    """A recorded control event (approval decision or cancel) until an orchestrator handled it (rule G5)."""
+    return f"{PREFIX}:control:{event_id}"
 
 
 def question(task_id: str) -> str:

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 import jsonschema
 from pydantic import ValidationError
 
-from conduit.records import approvals
+from conduit.records import approvals, controls
 from contracts import topics
 from contracts.api import ApprovalDecisionBody, ErrorBody
 from contracts.events import ApprovalDecided, ApprovalDecisionPayload
@@ -93,10 +93,12 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
     earlier = await approvals.claim(state.redis, record, body.decision)  # one decision per call
     if earlier is not None:
         raise ApiError(409, "approval_not_pending", f"approval {call_id!r} is already {earlier}", {"status": earlier})
+    await controls.record(state.redis, event, state.settings.task_events_ttl_s)  # its re-send (rule G5)
     try:
         await tasks.publish(state, topics.CONTROL, event)
     except BaseException:
         await approvals.release(state.redis, task_id, call_id)
+        await controls.forget(state.redis, event.event_id)
         raise
     return JSONResponse({"task_id": task_id, "call_id": call_id, "decision": body.decision,
                          "arguments_digest": event.payload.arguments_digest}, status_code=202)

@@ -20,7 +20,7 @@ import json
 import logging
 import uuid
 
-from conduit.records import keys, questions, sessions
+from conduit.records import controls, keys, questions, sessions
 from conduit.runtime import bus, tracing
 from conduit.runtime.tenants import narrow_tools, policy
 from contracts import topics
@@ -231,9 +231,11 @@ async def cancel_task(state: GatewayState, who: Principal, task_id: str, tracepa
                        {"status": view.status})
     event = TaskCancelled(task_id=task_id, session_id=view.session_id, tenant_id=view.tenant_id,
                           user_id=view.user_id, traceparent=traceparent, payload=CancelPayload())
+    await controls.record(state.redis, event, state.settings.task_events_ttl_s)  # its re-send (rule G5)
     try:
         await publish(state, topics.CONTROL, event)
     except Exception as exc:  # noqa: BLE001
         log.error("publish of cancel for %s failed: %r", task_id, exc)
+        await controls.forget(state.redis, event.event_id)
         raise ApiError(503, "broker_unavailable", "the message broker is unavailable; retry the cancel") from None
     return view

@@ -27,7 +27,7 @@ import structlog
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
-from conduit.records import sessions
+from conduit.records import controls, sessions
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import metrics
@@ -189,7 +189,12 @@ class Orchestrator:
             event.event_id, lambda st: recording.record_results(deps, st, [event.payload], utcnow())))
 
     async def on_control(self, event: Any) -> None:
-        """Handle control events: cancel and approval decisions (both idempotent)."""
+        """Handle control events: cancel and approval decisions (both idempotent); then forget the
+        gateway's record of the event (rule G5: only one the bus lost is handled again from it)."""
+        await self._on_control(event)
+        await controls.forget(self.redis, event.event_id)
+
+    async def _on_control(self, event: Any) -> None:
         deps = self.deps
         if isinstance(event, ApprovalDecided):
             step = await self.apply(event.task_id, caused_by(

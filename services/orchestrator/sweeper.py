@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from conduit.records import keys, questions
+from conduit.records import controls, keys, questions
 from services.orchestrator.store import LEASES, TOOL_DEADLINES
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ async def sweep(orch: "Orchestrator") -> None:
             log.warning("resuming task after lease lapsed", task_id=task_id)
             orch.steps.spawn(task_id, resumed=True)
     await _start_lost_questions(orch)
+    await _handle_lost_controls(orch)
     if time.monotonic() < orch.timers_from:
         return  # just started: consume results waiting in the topic before declaring anything late
     for task_id in await store.due_tool_deadlines():
@@ -67,6 +68,20 @@ async def _start_lost_questions(orch: "Orchestrator") -> None:
             continue
         log.warning("starting a question the bus did not deliver", task_id=task_id)
         await orch.on_question(event)
+
+
+async def _handle_lost_controls(orch: "Orchestrator") -> None:
+    """Handle each due recorded control event the bus did not deliver (rule G5)."""
+    redis = orch.store.redis
+    for event_id in await controls.due(redis):
+        if not await orch.store.claim(keys.CONTROLS_PENDING, event_id, CLAIM_HOLD_S):
+            continue  # another replica has it
+        event = await controls.load(redis, event_id)
+        if event is None:
+            await controls.forget(redis, event_id)
+            continue
+        log.warning("handling a control event the bus did not deliver", task_id=event.task_id, kind=type(event).__name__)
+        await orch.on_control(event)
 
 
 async def run(orch: "Orchestrator", every_s: float = 0.5) -> None:

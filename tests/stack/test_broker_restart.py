@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from conduit.ops import infra
@@ -21,7 +22,7 @@ from conduit.ops.client import create_task, stream_task
 from conduit.ops.services import ServiceProcess
 from conduit.ops.stack import Stack
 from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import start_stack
+from conduit.testing.stack import auth, start_stack
 from conduit.testing.site import reply, serve
 
 
@@ -79,7 +80,8 @@ def stack(broker, infra_stack, tmp_path_factory, model, site) -> Iterator[Stack]
                      ("web", "orchestrator", "gateway"),
                      {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
                       "CONDUIT_LEASE_TTL_S": "3", "CONDUIT_TOOL_TIMEOUT_S": TOOL_TIMEOUT_S, "CONDUIT_TOOL_MAX_RETRIES": "0",
-                      "CONDUIT_SEARXNG_URL": site, "CONDUIT_WEB_ALLOW_PRIVATE": "true"})
+                      "CONDUIT_SEARXNG_URL": site, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
+                      "CONDUIT_APPROVAL_POLICIES": '{"web_fetch": "if:url~approve"}'})
     yield st
     st.stop()
 
@@ -103,6 +105,31 @@ def test_a_question_the_broker_lost_unread_is_started_anyway(stack, broker, mode
                               api_key=stack.admin_key))
     assert [e.event for e in events].count("task.completed") == 1, [e.event for e in events]
     assert events[-1].data["answer"].startswith("重启后的答案")
+
+
+def test_an_approval_the_broker_lost_unread_is_applied_anyway(stack, broker, model, site):
+    """Rule G5: the gateway records the decision before publishing it; the broker loses it unread,
+    and the orchestrator's sweeper applies it from the record, so the call runs and the task ends."""
+    model.script.clear()
+    model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/approve-rate", "reason": "查征收率"}}]))
+    model.default = lambda body: Turn(content="百分之三[1]。" if any(m["role"] == "tool" for m in body["messages"])
+                                      else "没有工具结果。")
+    created = create_task(stack.gateway_url, "网上查征收率（需要批准）", api_key=stack.admin_key)
+    seen: list = []
+    for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=3,
+                          api_key=stack.admin_key):
+        seen.append(ev)
+        if ev.event == "tool.approval_required":
+            stack.procs["orchestrator"].stop()  # nobody reads the decision: it waits in tansu's memory
+            url = f"{stack.gateway_url}/v1/tasks/{created['task_id']}/approvals/{ev.data['call_id']}"
+            r = httpx.post(url, json={"decision": "approve", "arguments_digest": ev.data["arguments_digest"]},
+                           headers=auth(stack.admin_key), timeout=10)
+            assert r.status_code == 202, r.text
+            broker.restart()  # ... and is lost with it
+            restart_service(stack, "orchestrator")
+    completed = [e.data for e in seen if e.event == "tool.completed"]
+    assert [c["outcome"] for c in completed] == ["ok"], [(e.event, str(e.data)[:200]) for e in seen]
+    assert seen[-1].event == "task.completed" and seen[-1].data["answer"] == "百分之三[1]。"
 
 
 def test_a_tool_request_the_broker_lost_unread_is_sent_again_before_its_deadline(stack, broker, model, site):
