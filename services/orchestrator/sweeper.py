@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -60,28 +60,31 @@ async def _start_lost_questions(orch: "Orchestrator") -> None:
         if await orch.store.load(task_id) is not None or await orch.events.is_sealed(task_id):
             await questions.forget(redis, task_id)
             continue
-        if not await orch.store.claim(keys.QUESTIONS_PENDING, task_id, CLAIM_HOLD_S):
-            continue  # another replica has it
-        event = await questions.load(redis, task_id)
-        if event is None:
-            await questions.forget(redis, task_id)
-            continue
-        log.warning("starting a question the bus did not deliver", task_id=task_id)
-        await orch.on_question(event)
+        event = await _claim_recorded(orch, keys.QUESTIONS_PENDING, task_id, questions.load, questions.forget)
+        if event is not None:
+            log.warning("starting a question the bus did not deliver", task_id=task_id)
+            await orch.on_question(event)
 
 
 async def _handle_lost_controls(orch: "Orchestrator") -> None:
     """Handle each due recorded control event the bus did not deliver (rule G5)."""
-    redis = orch.store.redis
-    for event_id in await controls.due(redis):
-        if not await orch.store.claim(keys.CONTROLS_PENDING, event_id, CLAIM_HOLD_S):
-            continue  # another replica has it
-        event = await controls.load(redis, event_id)
-        if event is None:
-            await controls.forget(redis, event_id)
-            continue
-        log.warning("handling a control event the bus did not deliver", task_id=event.task_id, kind=type(event).__name__)
-        await orch.on_control(event)
+    for event_id in await controls.due(orch.store.redis):
+        event = await _claim_recorded(orch, keys.CONTROLS_PENDING, event_id, controls.load, controls.forget)
+        if event is not None:
+            log.warning("handling a control event the bus did not deliver", task_id=event.task_id,
+                        kind=type(event).__name__)
+            await orch.on_control(event)
+
+
+async def _claim_recorded(orch: "Orchestrator", pending: str, member: str, load: Any, forget: Any) -> Any:
+    """The recorded event ``member`` of the due set ``pending`` once this replica claimed it (None:
+    another replica has it, or its record is gone, which is then forgotten)."""
+    if not await orch.store.claim(pending, member, CLAIM_HOLD_S):
+        return None
+    event = await load(orch.store.redis, member)
+    if event is None:
+        await forget(orch.store.redis, member)
+    return event
 
 
 async def run(orch: "Orchestrator", every_s: float = 0.5) -> None:
