@@ -123,10 +123,12 @@ class Outputs:
         kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled",
                 "needs_input": "task.needs_input"}[state.status]
         public = agent_event(state, kind, {"latency_ms": latency_ms, "code": getattr(event, "code", None)})
+        # the record first: a client that got the terminal event and reads the task sees it ended
+        await self.write_view(state, latency_ms, citations)
         # the terminal event and its public twin in one script: sealing the log queues the public event
         first = await self.store.append_terminal(state.task_id, event, public) > 0
         # the client has its terminal event; the bookkeeping writes are independent of each other
-        writes = [self.write_view(state, latency_ms, citations), self.store.release(state.task_id)]
+        writes = [self.store.release(state.task_id)]
         if first:
             metrics.task_finished(state.status, state.mode)
             turn = state.child is None  # a worker's task is no turn of the person's session (team mode)
