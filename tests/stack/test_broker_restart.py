@@ -86,6 +86,11 @@ def stack(broker, infra_stack, tmp_path_factory, model, site) -> Iterator[Stack]
     st.stop()
 
 
+def answer_from_tool(body: dict) -> Turn:
+    """The scripted answer: cites the tool result when the request carries one."""
+    return Turn(content="百分之三[1]。" if any(m["role"] == "tool" for m in body["messages"]) else "没有工具结果。")
+
+
 def restart_service(stack: Stack, name: str) -> None:
     old = stack.procs[name]
     old.stop()
@@ -112,8 +117,7 @@ def test_an_approval_the_broker_lost_unread_is_applied_anyway(stack, broker, mod
     and the orchestrator's sweeper applies it from the record, so the call runs and the task ends."""
     model.script.clear()
     model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/approve-rate", "reason": "查征收率"}}]))
-    model.default = lambda body: Turn(content="百分之三[1]。" if any(m["role"] == "tool" for m in body["messages"])
-                                      else "没有工具结果。")
+    model.default = answer_from_tool
     created = create_task(stack.gateway_url, "网上查征收率（需要批准）", api_key=stack.admin_key)
     seen: list = []
     for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=3,
@@ -135,8 +139,7 @@ def test_an_approval_the_broker_lost_unread_is_applied_anyway(stack, broker, mod
 def test_a_tool_request_the_broker_lost_unread_is_sent_again_before_its_deadline(stack, broker, model, site):
     model.script.clear()
     model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/rate", "reason": "查征收率"}}]))
-    model.default = lambda body: Turn(content="百分之三[1]。" if any(m["role"] == "tool" for m in body["messages"])
-                                      else "没有工具结果。")
+    model.default = answer_from_tool
     web = stack.procs["web"]
     os.kill(web.pid, signal.SIGSTOP)  # still offered (checked in), but nobody reads the request: it waits in tansu
     created = create_task(stack.gateway_url, "网上查征收率", api_key=stack.admin_key)
@@ -161,8 +164,7 @@ def test_a_tool_request_whose_publish_fails_is_sent_once_the_broker_is_back(stac
     model.script.clear()
     model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/rate", "reason": "查征收率"}}],
                     delay_s=2.0))
-    model.default = lambda body: Turn(content="百分之三[1]。" if any(m["role"] == "tool" for m in body["messages"])
-                                      else "没有工具结果。")
+    model.default = answer_from_tool
     created = create_task(stack.gateway_url, "网上再查征收率", api_key=stack.admin_key)
     seen: list = []
     for ev in stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, reconnects=0,
