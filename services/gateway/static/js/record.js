@@ -131,7 +131,7 @@ function callView(call) {
   }
   if (call.evidence.length) {
     const out = el("div", "rec-output");
-    out.append(el("div", "rec-label", `${t("record.output")} · ${call.evidence.length} ${t("record.evidence_n")}`));
+    out.append(el("div", "rec-label", `${t("record.output")} · ${call.evidence.length} ${t(call.evidence.length === 1 ? "record.evidence_one" : "record.evidence_n")}`));
     const ol = el("ol", "rec-evidence");
     for (const item of call.evidence) {
       const row = el("li");
