@@ -46,7 +46,9 @@ export class Record {
       if (c) {
         Object.assign(c, { outcome: d.outcome, duration_ms: d.duration_ms, error_code: d.error_code,
           output: d.output ?? null, artifacts: d.artifacts || [] });
-        if (c.approval === "pending") c.approval = d.error_code === "rejected_by_user" ? "rejected" : d.error_code === "approval_expired" ? "expired" : "approved";
+        if (d.approval) c.approval = d.approval; // the person's decision, also when the events are read again later
+        else if (c.approval === "pending") c.approval = d.error_code === "rejected_by_user" ? "rejected" : d.error_code === "approval_expired" ? "expired" : "approved";
+        if (d.arguments) c.arguments = d.arguments; // the edited arguments it ran with
         this.unclaimed.push(c);
       }
     } else if (type === "evidence") {
