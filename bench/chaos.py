@@ -65,7 +65,8 @@ SETTLE_S = 120.0
 KILL_EVERY_S = 2.0
 """Mean seconds between two kills; tasks start spread over the whole kill schedule."""
 KILLED_MID_CALL_S = 1.0
-"""A page request this close before a web replica's SIGKILL (seconds) was that run's: it died mid-call."""
+"""A page request this close to a web replica's or Redis's SIGKILL (seconds) counts as a run that died
+mid-call (or could not keep its page, rule W5): the at-least-once floor."""
 MIN_SERVING_S = 10.0
 """A restarted process is not killed again before it has served this long. Without it, on a loaded
 machine (restarts of 15-25 s at load 20) every target was still recovering but the one that had just
@@ -233,8 +234,8 @@ class Chaos:
         self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
                            scale={"orchestrator": 2, "web": 2})
         self.recoveries: list[float] = []
-        self.serving_since: dict[str, float] = {}
-        self.kill_epochs: dict[str, list[float]] = {}  # wall-clock times of each target's kills  # monotonic time each target last checked in after a kill
+        self.serving_since: dict[str, float] = {}  # monotonic time each target last checked in after a kill
+        self.kill_epochs: dict[str, list[float]] = {}  # wall-clock times of each target's kills
         self.killed: Counter[str] = Counter()
         self.log: list[str] = []
 
@@ -392,12 +393,13 @@ class Chaos:
         interrupted = self.interrupted_runs()
         # the at-least-once floor (rule T6): a run killed after its request reached the site and
         # before it could keep the page (rule W5) leaves the next run to fetch it again
-        # (a run's "runs here" line can die unwritten with it: a page request less than
-        # KILLED_MID_CALL_S before a web replica's SIGKILL counts as interrupted too)
-        web_kills = [t for key, ts in self.kill_epochs.items() if key.startswith("web") for t in ts]
+        # (a run's "runs here" line can die unwritten with it, and a run whose Redis died cannot keep
+        # its page: a page request within KILLED_MID_CALL_S of a web replica's or Redis's SIGKILL
+        # counts as interrupted too)
+        cuts = [t for key, ts in self.kill_epochs.items() if key.startswith("web") or key == "redis" for t in ts]
         for o in outcomes:
             cut = sum(1 for hit in self.site.hit_epochs.get(page_path(o.n), [])[:-1]
-                      if any(0 <= k - hit < KILLED_MID_CALL_S for k in web_kills))
+                      if any(abs(k - hit) < KILLED_MID_CALL_S for k in cuts))
             interrupted[o.task_id] = max(interrupted[o.task_id], cut)
         floor = [(o.n, c) for o, c in zip(outcomes, executions) if c > 1 and c - 1 <= interrupted[o.task_id]]
         return {
