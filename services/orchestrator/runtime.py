@@ -305,8 +305,8 @@ class Orchestrator:
                 await self._carry_out_one(state, e, step.save, fresh)
         if together:
             await asyncio.gather(*(self._carry_out_one(state, t, step.save, fresh) for t in together))
-        if sent:
-            await self.apply(state.task_id, lambda st: timers.mark_sent(st, sent))
+        if sent:  # a saved step's state is the stored one (its version too): no reload unless another save came first
+            await self.apply(state.task_id, lambda st: timers.mark_sent(st, sent), loaded=state if step.save else None)
 
     async def _carry_out_one(self, state: TaskState, e: Effect, saved: bool, fresh: bool) -> None:
         task_id = state.task_id
