@@ -64,7 +64,7 @@ BWRAP_PATH = "/usr/bin:/bin:/usr/local/bin"
 
 
 def ensure_bubblewrap(is_root: bool | None = None, run=subprocess.run) -> str:
-    """Make code_exec's isolation available for ``demo``; return what was done (and print it unless present).
+    """Make code_exec's isolation available for ``demo``; return what was done, and print one line of it.
 
     ``"present"`` when ``bwrap`` is found; ``"installed"`` after ``apt-get install -y bubblewrap``
     (an ``apt-get update`` first when the package index is stale) as root; else ``"off"`` after
@@ -72,6 +72,7 @@ def ensure_bubblewrap(is_root: bool | None = None, run=subprocess.run) -> str:
     and the code_exec tool error give. ``run`` runs a command (``subprocess.run``'s signature).
     """
     if shutil.which("bwrap", path=BWRAP_PATH):
+        print("code_exec can run: bubblewrap isolates it (the agent runs code once a model is configured)", flush=True)
         return "present"
     root = os.geteuid() == 0 if is_root is None else is_root
     if root and shutil.which("apt-get"):

@@ -64,6 +64,11 @@ SETTLE_S = 120.0
 """After the last kill, tasks get this long to finish; then the clients give up and the task counts as stuck."""
 KILL_EVERY_S = 2.0
 """Mean seconds between two kills; tasks start spread over the whole kill schedule."""
+MIN_SERVING_S = 10.0
+"""A restarted process is not killed again before it has served this long. Without it, on a loaded
+machine (restarts of 15-25 s at load 20) every target was still recovering but the one that had just
+checked in, so each web replica was killed within 2 s of serving again and the tool calls timed out
+for want of any serving replica: a measure of the machine's start-up time, not of what a crash loses."""
 
 
 def needs_approval(n: int) -> bool:
@@ -224,6 +229,7 @@ class Chaos:
         self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
                            scale={"orchestrator": 2, "web": 2})
         self.recoveries: list[float] = []
+        self.serving_since: dict[str, float] = {}  # monotonic time each target last checked in after a kill
         self.killed: Counter[str] = Counter()
         self.log: list[str] = []
 
@@ -259,19 +265,25 @@ class Chaos:
                 return
             time.sleep(0.05)
         self.recoveries.append(time.monotonic() - killed_at)
+        self.serving_since[key] = time.monotonic()
 
     def killer(self) -> None:
         """The kill schedule: ``kills`` SIGKILLs over ``TARGETS`` at random moments (mean ``KILL_EVERY_S``
-        apart, never a process still recovering), plus one of Redis and one of the broker."""
+        apart, never a process still recovering or serving for less than ``MIN_SERVING_S``), plus one
+        of Redis and one of the broker."""
         specials = {(i + 1) * self.kills // (len(self.infra_kills) + 1): key for i, key in enumerate(self.infra_kills)}
         recovering: dict[str, threading.Thread] = {}
+
+        def free() -> list[str]:
+            now = time.monotonic()
+            return [t for t in TARGETS if (t not in recovering or not recovering[t].is_alive())
+                    and now - self.serving_since.get(t, 0.0) >= MIN_SERVING_S]
+
         for i in range(self.kills):
             time.sleep(self.rng.uniform(0.3, 2 * KILL_EVERY_S - 0.3))
-            free = [t for t in TARGETS if t not in recovering or not recovering[t].is_alive()]
-            while not free:
+            while not (eligible := free()):
                 time.sleep(0.1)
-                free = [t for t in TARGETS if not recovering[t].is_alive()]
-            for key in [self.rng.choice(free)] + ([specials[i]] if i in specials else []):
+            for key in [self.rng.choice(eligible)] + ([specials[i]] if i in specials else []):
                 recovering[key] = threading.Thread(target=self.kill_one, args=(key,), daemon=True)
                 recovering[key].start()
         for t in recovering.values():
@@ -404,7 +416,8 @@ def report(f: dict) -> str:
 
 {f['tasks']} tasks ({f['approvals']} needing approval, {SESSIONS} sessions), each one `web_fetch` and a streamed
 scripted answer, through a supervised embedded stack (2 orchestrator replicas, 2 web replicas, gateway, tansu, Redis
-with its AOF). {f['kills']} SIGKILLs at random moments: {', '.join(f'{k} {v}' for k, v in sorted(f['killed'].items()))}.
+with its AOF). {f['kills']} SIGKILLs at random moments: {', '.join(f'{k} {v}' for k, v in sorted(f['killed'].items()))};
+a restarted process serves at least {MIN_SERVING_S:.0f} s before it is killed again.
 Clients reconnect with `Last-Event-ID`. Lease TTL 5 s; tool deadline {f['tool_timeout_s']:.0f} s; supervisor crash-loop
 limit raised to 1000 for the run. Machine: {machine()}; load average at the end: {f['load']}.
 

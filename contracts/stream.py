@@ -97,7 +97,9 @@ class ToolCompletedEvent(StreamEvent):
 
     ``output`` is the tool's text output shown in the page's record (code_exec: stdout and
     exit code; at most ``OUTPUT_MAX_CHARS``), ``artifacts`` the files it stored (plots, CSV),
-    served by ``GET {url}?task_id=...`` to the task's owner.
+    served by ``GET {url}?task_id=...`` to the task's owner. ``approval``: how a person decided a
+    call that needed approval (None when it needed none); ``arguments``: the arguments it ran
+    with when the person edited them (``edited``), else None.
     """
 
     type: Literal["tool.completed"] = "tool.completed"
@@ -108,6 +110,8 @@ class ToolCompletedEvent(StreamEvent):
     error_code: str | None = None
     output: str | None = None
     artifacts: list[ArtifactRef] = Field(default_factory=list)
+    approval: Literal["approved", "edited", "rejected", "expired"] | None = None
+    arguments: dict[str, Any] | None = None
 
 
 class WorkerStarted(StreamEvent):

@@ -38,12 +38,16 @@ class ToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+KB_QUERY_MAX_CHARS = 500
+"""Longest ``kb_search`` query (characters)."""
+
+
 class KbSearchArgs(ToolArgs):
     """Arguments of ``kb_search``: a short query over the knowledge base, plus up to two sub-queries the
     model splits a question into (rule K9: searched with the query and merged; blank or repeated ones are
     ignored, so a poor rewrite costs nothing)."""
 
-    query: str = Field(min_length=1, max_length=500, description="检索词：法律名称、事项、关键词，尽量短 (search terms, short)")
+    query: str = Field(min_length=1, max_length=KB_QUERY_MAX_CHARS, description="检索词：法律名称、事项、关键词，尽量短 (search terms, short)")
     sub_queries: list[str] = Field(default_factory=list, max_length=2, description=(
         "可选：问题涉及两三个方面时，每个方面一个简短子查询，最多 2 个，与主查询一起检索 "
         "(optional: up to 2 short sub-queries, one per aspect of the question, searched together with the query)"))

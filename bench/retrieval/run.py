@@ -44,6 +44,9 @@ Rows (all over the same store, tenant ``bench`` + public corpus, top 10; child c
 Latency: ``KbSearcher.search`` wall time per question (query embedding + hybrid query
 + packing), first call per question (empty query cache), p50/p95 in ms, with the
 1-minute load average before and after.
+Retrieval-only answers: for the held-out questions a pipeline hits at rank 1, whether the answer given without a
+model (``services/orchestrator/agent/fallback.compose`` over the evidence numbered as the orchestrator numbers it)
+quotes that article first (issue 18's "done when").
 Recall check: dense top-10 from the HNSW index vs exact search (``store.exact``).
 """
 
@@ -95,6 +98,18 @@ def parents(hits) -> list[dict]:
             seen.add(key)
             out.append(h.payload)
     return out
+
+
+def retrieval_only_first(item: dict, evidence) -> bool:
+    """True when the retrieval-only answer (no model: ``fallback.compose`` over the evidence pool, numbered as the
+    orchestrator numbers it, rule A10) quotes ``item``'s labelled article as its first passage."""
+    from services.orchestrator.agent.evidence import EvidencePool  # noqa: PLC0415
+    from services.orchestrator.agent.fallback import compose  # noqa: PLC0415
+
+    pool = EvidencePool([])
+    pool.add(list(evidence))
+    paragraphs = compose(item["question"], pool.items, model_configured=False).split("\n\n")
+    return len(paragraphs) > 1 and paragraphs[1].startswith(f"《{item['law_name']}》{item['article_no']}：")
 
 
 def metrics(ranks: list[int | None]) -> dict:
@@ -234,7 +249,7 @@ def run(settings, embedder, store, args, ingest) -> int:
     pipelines = {"kb_search": searcher}
     if stage2 is not None:
         pipelines["kb_search+2"] = KbSearcher(settings, embedder, store, encoder, stage2=stage2)
-    latency, ranks = {}, {}
+    latency, ranks, first_passage = {}, {}, {}
     for mode, pipe in pipelines.items():  # latency first: every question once, nothing cached
         pipe.search("预热", TENANT)
         embedder._cache.clear()
@@ -248,6 +263,8 @@ def run(settings, embedder, store, args, ingest) -> int:
             latencies.append((time.perf_counter() - t0) * 1000)
             ranks[mode].append(rank_of(item, [{**e.metadata, "text": e.text} for e in outcome.evidence]))
             r = ranks[mode][-1]
+            if r == 1 and name == "heldout":  # the retrieval-only answer's first passage is that article (issue 18)
+                first_passage.setdefault(mode, []).append(retrieval_only_first(item, outcome.evidence))
             if args.show_misses and (r is None or r > 5):
                 print(f"  {mode} miss {item['id']} {item['question']} -> "
                       f"{[e.title.replace('中华人民共和国', '') + (e.locator or '') for e in outcome.evidence[:5]]}")
@@ -306,6 +323,8 @@ def run(settings, embedder, store, args, ingest) -> int:
         "docs": part({"docs"}), "all": part(set(names)),
         "kb_search_ms": latency["kb_search"], "latency_ms": latency,
         "second_stage": None if stage2 is None else vars(pipelines["kb_search+2"].fusion()),
+        "retrieval_only_first_passage": {m: {"rank1": len(v), "first_passage_is_it": sum(v)}
+                                         for m, v in first_passage.items()},
         "hnsw_recall@10_vs_exact": (sum(recall) / len(recall)) if recall else None,
         "ranks": {m: {item["id"]: ranks[m][i] for i, (_, item) in enumerate(items)} for m in modes},
     }
@@ -318,6 +337,9 @@ def run(settings, embedder, store, args, ingest) -> int:
     for mode, lat in latency.items():
         print(f"{mode} latency over {lat['n']} questions: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms "
               f"(load average {lat['load_before']:.1f} -> {lat['load_after']:.1f})")
+    for mode, v in result["retrieval_only_first_passage"].items():
+        print(f"{mode}: the retrieval-only answer's first passage is the labelled article for "
+              f"{v['first_passage_is_it']} of the {v['rank1']} held-out questions hit at rank 1")
     if recall:
         print(f"dense HNSW recall@10 vs exact: {result['hnsw_recall@10_vs_exact']:.3f}")
     if args.json:

@@ -184,12 +184,14 @@ def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if th
         from conduit.ops.bootstrap import admin_key_path, login_link
 
         settings = stack.settings
-        console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}  (logs: {stack.log_dir})")
+        console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}", soft_wrap=True)
+        console.print(f"[dim]logs: {stack.log_dir}[/dim]", soft_wrap=True, highlight=False)
         console.print(f"open the page with this one-time login link (valid {settings.login_token_ttl_s // 60} minutes):")
         console.print(login_link(settings, stack.gateway_url), soft_wrap=True, highlight=False)  # never wrapped
         console.print(f"[dim]admin key: {admin_key_path(settings.data_dir)}[/dim]")
         console.print(f"try: .venv/bin/conduit ask \"{SAMPLE_QUESTION}\"")
         console.print("     .venv/bin/conduit status")
+        console.print("[dim]stop it with Ctrl-C (it stops every process it started)[/dim]")
         return _supervise(stack)
 
     raise typer.Exit(_run_stack(get_settings(), ingest, replicas, banner_then_supervise))
@@ -208,6 +210,18 @@ def status() -> None:
     raise typer.Exit(0 if all(row["ready"] for row in report["rows"]) else 1)
 
 
+def _error_sentence(response: httpx.Response) -> str:
+    """``code: message`` of an API error body (``{"error": {"code", "message", "details"}}``), the
+    first detail's field and message beside it; the raw text when the body is not one."""
+    try:
+        error = response.json()["error"]
+        detail = next(iter(error.get("details") or []), None) if isinstance(error.get("details"), list) else None
+        where = f" ({'.'.join(map(str, detail.get('loc', [])))}: {detail.get('msg')})" if isinstance(detail, dict) else ""
+        return f"{error['code']}: {error['message']}{where}"
+    except (ValueError, KeyError, TypeError):
+        return response.text[:500]
+
+
 def _ask(base_url: str, question: str, session_id: str | None, show_events: bool, key: str | None = None,
          mode: str | None = None) -> int:
     from conduit.ops.client import create_task, default_key, stream_task
@@ -216,17 +230,19 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
     try:
         created = create_task(base_url, question, session_id, api_key=key, **({"mode": mode} if mode else {}))
     except httpx.HTTPStatusError as exc:
-        console.print(f"[red]error {exc.response.status_code}:[/red] {exc.response.text}")
+        console.print(f"[red]error {exc.response.status_code}[/red] {_error_sentence(exc.response)}", highlight=False)
         return 2
     except httpx.TransportError as exc:
         console.print(f"[red]cannot reach the gateway at {base_url}:[/red] {exc}. Is `conduit up` running?")
         return 2
     console.print(f"[dim]task {created['task_id']} · session {created['session_id']}[/dim]")
     final = None
+    written = ""  # the answer's last two characters, so Sources follows it after one blank line
     for ev in stream_task(base_url, created["task_id"], api_key=key):
         d = ev.data
         if ev.event == "answer.delta":
             out.print(d["text"], end="")
+            written = (written + d["text"])[-2:]
         elif ev.event == "answer.reset":
             out.print(f"\n[dim]— answer restarted ({d['reason']}) —[/dim]")
         elif ev.event == "tool.requested":
@@ -245,13 +261,13 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
                 console.print(f"[dim][{item['index']}] {item['title']}{item.get('locator') or ''}[/dim]")
         elif ev.event in ("task.completed", "task.failed", "task.cancelled", "task.needs_input"):
             final = ev
-    out.print()
     if final is None:
+        out.print()
         return 1
     if final.event == "task.completed":
         cites = final.data.get("citations", [])
         if cites:
-            out.print("\n[bold]Sources[/bold]")
+            out.print(("\n" if written.endswith("\n") else "\n\n") + "[bold]Sources[/bold]")
             for c in cites:
                 out.print(f"  [{c['index']}] {c['title']}{c.get('locator') or ''}{'  ' + c['url'] if c.get('url') else ''}")
         console.print(f"[dim]{final.data.get('mode')} · {final.data.get('latency_ms', 0):.0f} ms · "
@@ -316,6 +332,9 @@ def demo(question: str = typer.Argument(SAMPLE_QUESTION, help="question to ask")
         if keep:
             console.print(f"[green]stack running at {stack.gateway_url}[/green]; Ctrl-C to stop")
             _supervise(stack)
+        else:
+            console.print("[dim]The demo stops its stack now. Keep one running, with the page: "
+                          ".venv/bin/conduit up[/dim]")
         return code
 
     raise typer.Exit(_run_stack(get_settings(), True, {}, ask_then))

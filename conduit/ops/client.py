@@ -120,6 +120,8 @@ def stream_task(base_url: str, task_id: str, last_event_id: int | None = None, r
             with httpx.stream("GET", f"{base_url}/v1/tasks/{task_id}/events", headers=headers,
                               timeout=httpx.Timeout(read_timeout_s, connect=5.0)) as resp:
                 resp.raise_for_status()
+                if resp.status_code == 204:  # the task ended at or before ``last``: nothing more to read
+                    return
                 for ev in iter_sse(resp.iter_lines()):
                     if ev.id is not None:
                         last = ev.id

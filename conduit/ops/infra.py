@@ -124,11 +124,32 @@ def port_holders(port: int) -> list[tuple[int, str]]:
     return found
 
 
+def supervisor_of(pid: int) -> int | None:
+    """The pid of the ``conduit up`` (or ``bootstrap.py demo``) process ``pid`` runs under, or None:
+    killing a supervised service only makes its supervisor start it again."""
+    import psutil  # noqa: PLC0415 - only when a port is busy
+
+    try:
+        for parent in psutil.Process(pid).parents():
+            cmd = parent.cmdline()
+            if any(a.endswith("conduit") or a == "conduit" for a in cmd) and "up" in cmd or "demo" in cmd:
+                return parent.pid
+    except psutil.Error:
+        return None
+    return None
+
+
 def busy_port_message(port: int, what: str, setting: str) -> str:
-    """One message for a busy ``port``: who holds it (pids, command lines) and how to stop them."""
+    """One message for a busy ``port``: who holds it (pids, command lines) and how to stop them (the
+    supervising ``conduit up`` when there is one, not its services, which it would start again)."""
     holders = port_holders(port)
     if not holders:
         return f"port {port} ({what}) is busy: stop what listens there or set {setting}."
+    supervisors = sorted({sup for pid, _ in holders if (sup := supervisor_of(pid)) is not None})
+    if supervisors:
+        pids = " ".join(map(str, supervisors))
+        return (f"port {port} ({what}) is used by a Conduit stack that is already running (`conduit up`, pid {pids}). "
+                f"Use it, or stop it with Ctrl-C in its terminal or `kill {pids}` (or set {setting}).")
     named = "; ".join(f"pid {pid}: {cmd}" for pid, cmd in holders)
     pids = " ".join(str(pid) for pid, _ in holders)
     return (f"port {port} ({what}) is held by {named}. An earlier Conduit stack? Stop it with "

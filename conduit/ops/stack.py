@@ -134,7 +134,7 @@ class Stack:
             wanted.append((s.gateway_host, s.gateway_port, "gateway", "CONDUIT_GATEWAY_PORT"))
         busy = [infra.busy_port_message(p, what, env) for host, p, what, env in wanted if infra.port_open(p, host)]
         if busy:
-            raise StackError(" ".join(busy))
+            raise StackError("\n".join(dict.fromkeys(busy)))
 
     def start_infra(self) -> None:
         """Start the embedded broker and Redis unless external ones are configured; create the topics."""

@@ -109,6 +109,11 @@ def session_tasks(session_id: str) -> str:
     return f"{PREFIX}:session:{session_id}:tasks"
 
 
+def session_workers(session_id: str) -> str:
+    """The list of the worker task ids a session's team-mode tasks started (rule D2; deleted with it)."""
+    return f"{PREFIX}:session:{session_id}:workers"
+
+
 def sessions_of_tenant(tenant_id: str) -> str:
     """The sorted set of a tenant's sessions."""
     return f"{PREFIX}:sessions:tenant:{tenant_id}"

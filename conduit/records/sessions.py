@@ -123,12 +123,14 @@ async def task_ids(redis: Redis, session_id: str) -> list[str]:
 async def delete(redis: Redis, meta: SessionMeta) -> list[str]:
     """Remove the session: its history, its tasks' records and event logs, its index entries.
 
-    Returns the deleted task ids. A later task with the same id starts an empty session.
+    Returns the deleted task ids (the session's own; its team-mode workers' records and logs go too).
+    A later task with the same id starts an empty session.
     """
     ids = await task_ids(redis, meta.session_id)
+    workers = [t.decode() for t in await redis.lrange(keys.session_workers(meta.session_id), 0, -1)]
     doomed = [meta_key(meta.session_id), tasks_key(meta.session_id), keys.session_turns(meta.session_id),
-              keys.session_context(meta.session_id)]
-    for task_id in ids:
+              keys.session_context(meta.session_id), keys.session_workers(meta.session_id)]
+    for task_id in ids + workers:
         doomed += [keys.task(task_id), *TaskEventLog.keys(task_id)]
     async with redis.pipeline(transaction=True) as pipe:
         pipe.delete(*doomed)

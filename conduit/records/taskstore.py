@@ -55,6 +55,18 @@ class TaskStore:
         """Write a new task record unless one exists (``SET NX``); True when this call created it."""
         return bool(await self.redis.set(self.key(view.task_id), view.model_dump_json(), ex=self.ttl_s, nx=True))
 
+    async def create_worker(self, view: TaskView) -> bool:
+        """``create`` for a team-mode worker's task, noted in its session's worker list so that
+        deleting the session deletes it too; True when this call created it."""
+        if not await self.create(view):
+            return False
+        key = keys.session_workers(view.session_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, view.task_id)
+            pipe.expire(key, self.ttl_s)
+            await pipe.execute()
+        return True
+
     async def get(self, task_id: str) -> TaskView | None:
         """Return the record, or None if unknown or expired."""
         raw = await self.redis.get(self.key(task_id))

@@ -84,6 +84,15 @@ class TaskEventLog:
         """True once a terminal event has been appended."""
         return bool(await self.redis.exists(self.keys(task_id)[2]))
 
+    async def seen_to_the_end(self, task_id: str, after: int) -> bool:
+        """True when the log is sealed and its last event's seq is ``<= after``: a client resuming
+        from ``after`` already has the terminal event (one round trip)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(self.keys(task_id)[2])
+            pipe.get(self.keys(task_id)[1])
+            sealed, last = await pipe.execute()
+        return bool(sealed) and last is not None and int(last) <= after
+
     async def sealed_and_exists(self, task_id: str, other_key: str) -> tuple[bool, bool]:
         """``(is the log sealed, does other_key exist)`` in one round trip (one pooled connection).
 

@@ -200,7 +200,7 @@ class Settings(BaseSettings):
     searxng_url: str | None = Field(default=None, description="SearXNG base URL; enables web_search/web_fetch")
     tavily_api_key: str | None = Field(default=None, description="Tavily API key; enables web_search/web_fetch")
     web_allow_private: bool = Field(default=False, description="TESTS ONLY: allow fetching 127.0.0.1")
-    web_concurrency: int = Field(default=1, ge=1, le=64, description="requests one web replica handles at once (per-task order kept; rule T7; above 1 a SIGKILLed replica takes more calls in flight with it)")
+    web_concurrency: int = Field(default=1, ge=1, le=64, description="requests one web replica handles at once (per-task order kept; rule T7; extraction and reranking are CPU work, so more helps only while pages are slow to arrive)")
 
     # ---- sandbox
     sandbox_timeout_s: float = Field(default=10.0, description="wall-time limit of one code_exec run (seconds, rule S3)")

@@ -7,7 +7,7 @@
   ``Cache-Control: no-cache``: the semantic cache is not read for this question)
 - ``GET  /v1/tasks/{id}``          -> 200 ``TaskView``
 - ``GET  /v1/tasks/{id}/events``   -> 200 ``text/event-stream``; resume with ``Last-Event-ID``
-  header or ``?last_event_id=`` (header wins)
+  header or ``?last_event_id=`` (header wins); 204 when the task ended at or before it
 - ``POST /v1/tasks/{id}/cancel``   -> 202 ``{"task_id", "status": "cancel_requested"}``
 Every route needs a bearer credential (``services.gateway.auth``); a task another user owns
 answers 404 like a missing one. Errors are ``ErrorBody`` (see ``services.gateway.errors``).
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from contracts.api import ErrorBody, TaskCreate, TaskCreated, TaskView
@@ -76,9 +76,12 @@ async def get_task(task_id: str, state: GatewayState = Depends(get_state),
 @router.get("/tasks/{task_id}/events", responses={**_ERRORS, **_SSE_DOC}, response_class=EventSourceResponse)
 async def task_events(task_id: str, request: Request, state: GatewayState = Depends(get_state),
                       who: Principal = Depends(authenticate)) -> EventSourceResponse:
-    """Stream the task's events after ``Last-Event-ID`` (0 = from the start)."""
+    """Stream the task's events after ``Last-Event-ID`` (0 = from the start); 204 No Content when the
+    task has ended and the client already has its terminal event (an EventSource stops reconnecting)."""
     after = inputs.last_event_id(request)
     await tasks.require_task(state, who, task_id)
+    if after and await state.events.seen_to_the_end(task_id, after):
+        return Response(status_code=204)  # type: ignore[return-value]
     return sse_response(state, task_id, after)
 
 

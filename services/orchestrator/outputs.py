@@ -100,7 +100,7 @@ class Outputs:
         it, and a worker cancelled before it starts still ends in ``task.cancelled`` there."""
         view = TaskView(task_id=asked.task_id, session_id=asked.session_id, tenant_id=asked.tenant_id,
                         user_id=asked.user_id, status="accepted", question=asked.payload.question, created_at=utcnow())
-        if await self.tasks.create(view):
+        if await self.tasks.create_worker(view):
             await self.events.append(asked.task_id, TaskAccepted(
                 task_id=asked.task_id, session_id=asked.session_id, question=asked.payload.question))
 

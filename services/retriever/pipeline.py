@@ -283,8 +283,9 @@ class KbSearcher:
             limit=max(limit, s.retrieval_pool) if e5 is not None else limit, prefetch_limit=s.retrieval_candidates,
         )
         kept = [h for h in hits if h.dense_score is None or h.dense_score >= s.retrieval_min_score]
-        queries = _e5_rows(e5) if kept else None
-        if queries is not None:  # rule K7: each chunk's e5 cosine (item chunks have their own vectors)
+        result = _e5_result(e5) if kept else None
+        if result is not None:
+            queries = result.vectors  # rule K7: each chunk's e5 cosine (item chunks have their own vectors)
             cosines = self.stage2.cosines([h.id for h in kept], queries, [h.payload.get("parent_id") for h in kept],
                                           [h.payload for h in kept])
             for h, cos in zip(kept, cosines):
@@ -303,10 +304,10 @@ class KbSearcher:
         best = max((h.dense_score for h in kept if h.dense_score is not None), default=None)
         attempts.append(Attempt(kind, query, len(hits), len(kept), None if best is None else round(best, 4)))
 
-    def _e5_candidates(self, queries, merged: dict[str, Hit], attempts: list[Attempt]) -> None:
-        """Rule K7: add the ``retrieval_stage2_candidates`` exact e5 nearest law chunks to the pool (the first
-        stage misses answers its USE and BM25 lists do not reach); they rank last in the first stage."""
-        found = self.stage2.nearest(queries, self.settings.retrieval_stage2_candidates)
+    def _e5_candidates(self, found: list[tuple[str, float]], merged: dict[str, Hit], attempts: list[Attempt]) -> None:
+        """Rule K7: add the exact e5 nearest law chunks ``found`` (``retrieval_stage2_candidates`` of them, computed
+        in the worker thread beside the first stage) to the pool (the first stage misses answers its USE and BM25
+        lists do not reach); they rank last in the first stage."""
         payloads = self.store.payloads([pid for pid, _ in found], None)
         floor = min((h.score for h in merged.values()), default=0.0)
         added = 0
@@ -353,11 +354,11 @@ class KbSearcher:
             forms = [query]
             if s.retrieval_stage2_expansion and s.retrieval_query_expansion:
                 forms.append(expand_query(query))  # the same text twice is embedded once
-            e5 = self.stage2.start(forms)
+            e5 = self.stage2.start(forms, 0 if document_ids else s.retrieval_stage2_candidates)
         self._round("original", query, flt, merged, attempts, e5)
-        if merged and _e5_rows(e5) is not None and s.retrieval_stage2_candidates and not document_ids:
+        if merged and _e5_result(e5) is not None and _e5_result(e5).nearest:
             # only beside first-stage hits: a question nothing passes the K1 floor for stays kb_no_results
-            self._e5_candidates(_e5_rows(e5), merged, attempts)
+            self._e5_candidates(_e5_result(e5).nearest, merged, attempts)
         for n, sub in enumerate([q for q in dict.fromkeys(sub_queries or []) if q.strip() and q.strip() != query.strip()][:2]):
             self._round(f"sub:{n + 1}", sub, flt, merged, attempts, e5)  # rule K9
 
@@ -387,9 +388,9 @@ class KbSearcher:
         return SearchOutcome(evidence, attempts)
 
 
-def _e5_rows(future):
-    """The e5 query vectors of rule K7, or None when the second stage is off or its embedding failed
-    (fail-open: the first stage's order stands; logged)."""
+def _e5_result(future):
+    """The ``E5Query`` of rule K7 (query vectors, e5 nearest law chunks), or None when the second stage is off
+    or its embedding failed (fail-open: the first stage's order stands; logged)."""
     if future is None:
         return None
     try:

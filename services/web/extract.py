@@ -10,12 +10,11 @@
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
 import trafilatura
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.metrics.pairwise import linear_kernel
 
 CHUNK_SIZE = 600
 """Characters per chunk (rule W2)."""
@@ -159,6 +158,11 @@ def rerank(query: str, chunks: list[str], top: int = TOP_CHUNKS) -> list[tuple[i
         return []
     if not query.strip():
         return [(i, 0.0) for i in range(min(top, len(chunks)))]
+    # scikit-learn is imported on first use (about 1.5 s idle, 6 s on a busy 2-core machine): a web
+    # replica restarted after a crash joins its consumer group while ``warm_up`` imports it
+    from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415
+    from sklearn.metrics.pairwise import linear_kernel  # noqa: PLC0415
+
     try:
         matrix = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 3), lowercase=True,
                                  sublinear_tf=True).fit_transform([*chunks, query])
@@ -173,9 +177,18 @@ def warm_up() -> None:
     """Run extraction and reranking once on a tiny page so lazy imports and caches load now.
 
     trafilatura and scikit-learn load parts of themselves on first use (about 0.1 s
-    idle, over 1 s on a busy 2-core machine); call this at service start so the first
-    search does not spend its 6 s page budget on it.
+    idle, over 1 s on a busy 2-core machine; importing scikit-learn 1.5 to 6 s); call this at
+    service start, in a thread beside the consumer's start-up (``start_warm_up``), so the first search
+    does not spend its 6 s page budget on it.
     """
     body = "增值税 warm up text. " * 40
     sample = f"<html><head><title>t</title></head><body><article><p>{body}</p></article></body></html>"
     rerank("warm up", chunk(extract_html(sample, "http://warm.up/").text))
+
+
+def start_warm_up() -> threading.Thread:
+    """Run ``warm_up`` in a daemon thread and return it; a call that arrives before it ends waits for
+    the imports (Python's import lock), not for a second warm-up."""
+    thread = threading.Thread(target=warm_up, name="web-warm-up", daemon=True)
+    thread.start()
+    return thread

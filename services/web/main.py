@@ -30,7 +30,7 @@ log = logging.getLogger("conduit.web")
 
 def build_service(settings: Settings) -> ToolService:
     """A ``ToolService("web", ...)`` with ``web_search`` and ``web_fetch`` registered (not started)."""
-    extract.warm_up()
+    extract.start_warm_up()  # beside the consumer group join, not before it
     provider = configured_provider(settings)
     policy = AddressPolicy(allow_private=settings.web_allow_private)
     if settings.web_allow_private:

@@ -48,6 +48,11 @@ def test_up_prints_a_login_link_and_ask_uses_the_admin_key(tmp_path: Path) -> No
         ask = subprocess.run([sys.executable, "-m", "conduit", "ask", "增值税的征收率是多少？"], env=env,
                              capture_output=True, text=True, timeout=180)
         assert ask.returncode == 0, ask.stdout[-2000:] + ask.stderr[-2000:]
+        assert "stop it with Ctrl-C" in banner.read_text()
+        empty = subprocess.run([sys.executable, "-m", "conduit", "ask", " "], env=env,
+                               capture_output=True, text=True, timeout=60)
+        said = " ".join(empty.stderr.split())  # the console writes to stderr
+        assert empty.returncode == 2 and "error 422 invalid_request:" in said and "{" not in said, said
     finally:
         os.killpg(up.pid, signal.SIGINT)  # Ctrl-C: `up` stops its stack
         try:

@@ -213,6 +213,8 @@ def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
     expect(notice).to_contain_text("仅检索模式")
     expect(notice).to_contain_text("model unavailable")
     expect(turn.locator(".sources")).to_contain_text("第十一条")
+    expect(turn.locator(".answer")).to_contain_text("第十一条")
+    expect(turn.locator(".answer")).not_to_contain_text("语言模型暂时不可用")  # said once, in the banner
     shot(page, "11-retrieval-only")
     page.context.close()
 

@@ -158,6 +158,11 @@ def test_edit_an_approval_rename_and_delete_a_session_in_english_by_keyboard(bro
         expect(turn.locator(".answer")).to_contain_text("EDITED")
     expect(turn.locator(".answer")).not_to_contain_text("ORIGINAL")
     expect(turn.locator("details.record")).to_contain_text("Approved with edits")
+    # switching language draws the answers on screen again in it
+    page.get_by_role("button", name="中文").first.click()
+    expect(last_turn(page).locator("details.record")).to_contain_text("执行记录")
+    page.get_by_role("button", name="English").first.click()
+    expect(last_turn(page).locator("details.record")).to_contain_text("Approved with edits")
     # Shift+Enter is a new line, not a question
     box = page.locator("#question")
     box.fill("line one")
@@ -174,10 +179,12 @@ def test_edit_an_approval_rename_and_delete_a_session_in_english_by_keyboard(bro
     listed = page.request.get(f"{stack.gateway_url}/v1/sessions",
                               headers={"Authorization": f"Bearer {admin_key(stack)}"}).json()["sessions"]
     assert "My renamed chat" in [x["title"] for x in listed], listed  # renamed on the gateway, not only here
-    page.once("dialog", lambda d: d.accept())
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
     page.locator("#sessions .session.current").get_by_role("button", name="Delete").click()
     expect(page.locator("#sessions")).not_to_contain_text("My renamed chat")
     expect(page.locator(".turn")).to_have_count(0)
+    assert "deleted from the server" in asked[0], asked  # it says what deleting does
     page.context.close()
 
 

@@ -159,6 +159,13 @@ def test_team_question_runs_two_workers_in_parallel_and_every_citation_resolves(
     # the public topic says whose workers they are
     public = asyncio.run(agent_events_of(stack.settings.bootstrap_servers(), children[0], "task.completed"))
     assert {e.payload.parent_task_id for e in public} == {task_id}
+    # deleting the session deletes its workers' tasks too
+    session_id = events[0].data["session_id"]
+    r = httpx.delete(f"{stack.gateway_url}/v1/sessions/{session_id}", headers=auth(stack.admin_key), timeout=10)
+    assert r.status_code == 200
+    for child in children:
+        r = httpx.get(f"{stack.gateway_url}/v1/tasks/{child}", headers=auth(stack.admin_key), timeout=10)
+        assert r.status_code == 404, r.text
 
 
 def test_sigkill_of_an_orchestrator_during_fan_out_loses_nothing(stack, model):

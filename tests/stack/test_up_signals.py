@@ -94,3 +94,16 @@ def test_stop_signal_during_the_first_ingest_exits_non_zero_and_starts_nothing(u
     assert up.proc.wait(120) == 128 + sig, up.output()
     assert not wait_no_processes(up.data_dir, 10)
     assert not (up.data_dir / "logs" / "tansu.log").exists(), "nothing is started after an interrupted ingest"
+
+
+def test_a_second_start_names_the_running_stacks_supervisor(up_factory):
+    """A second `conduit up` on a running stack's ports names the first one's `conduit up` (stopping
+    it stops its services), not its supervised services (killing those only restarts them)."""
+    first = up_factory()
+    first.wait_for(first.ready, "ready")
+    ports = {k: v for k, v in first.env.items() if k.startswith("CONDUIT_") and k.endswith("_PORT")}
+    second = up_factory(**ports)
+    assert second.proc.wait(60) == 1
+    out = " ".join(second.output().split())
+    assert f"pid {first.proc.pid}" in out and f"kill {first.proc.pid}" in out and "already running" in out, out
+    assert not wait_no_processes(second.data_dir, 10)

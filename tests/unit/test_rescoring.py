@@ -57,8 +57,11 @@ def test_second_stage_cosines_from_the_index_with_the_article_standing_in_for_a_
                      digests=np.zeros((3, 8), np.uint8), vectors=quantise(vectors, "int8"))
     stage = SecondStage(_Fixed({"q": np.array([0.0, 1.0, 0.0, 0.0])}), index)
     try:
-        queries = stage.start(["q", "q"]).result()
+        result = stage.start(["q", "q"], nearest=2).result()
+        queries = result.vectors
         assert queries.shape == (1, 4)  # the same form twice is embedded once
+        assert len(result.nearest) == 2 and result.nearest[0][0] == ids[1]  # found in the worker thread too
+        assert stage.start(["q"]).result().nearest == []
         item = str(uuid.uuid4())
         got = stage.cosines([ids[0], ids[1], item, "00000000-0000-0000-0000-000000000000"], queries,
                             [None, None, ids[1], None])

@@ -33,6 +33,8 @@ async def test_approve_runs_exactly_what_was_approved():
     assert step is not None and [r.arguments["code"] for r in sim.requests] == ["print(6*7)"]
     assert sim.approvals[call.call_id]["status"] == "approved"
     assert sim.state.status == "completed" and "ran print(6*7)" in sim.tool_messages()[0]
+    done = next(e for e in sim.events if e.type == "tool.completed")
+    assert done.approval == "approved" and done.arguments is None
     kinds = [p.kind for p in sim.publics]
     assert kinds.index("approval.requested") < kinds.index("approval.decided") < kinds.index("tool.completed")
     assert {"phase": "approval", "call_id": call.call_id, "decision": "approve"} in sim.state.trace
@@ -60,6 +62,9 @@ async def test_edit_validates_and_runs_the_edited_arguments():
     assert update.status == "edited" and update.arguments_digest != old_digest
     assert [r.arguments["code"] for r in sim.requests] == ["print('EDITED')"]
     assert "EDITED" in sim.tool_messages()[0] and "ORIGINAL" not in sim.tool_messages()[0]
+    # the client's record says so when its events are read again later: decision and arguments run
+    done = next(e for e in sim.events if e.type == "tool.completed")
+    assert done.approval == "edited" and done.arguments == {"code": "print('EDITED')", "reason": "改过的代码"}
 
 
 async def test_reject_is_final_and_a_repeat_is_refused_without_asking():

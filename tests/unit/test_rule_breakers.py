@@ -4,7 +4,8 @@ breaker sends the agent to retrieval-only answers (in process)."""
 
 from __future__ import annotations
 
-from agentsim import T0, Reply, Sim, TestModel, kb, ok, passage
+from agentsim import T0, Reply, Sim, TestModel, kb, ok, passage, question
+from contracts.events import ToolError, ToolResultPayload
 from services.orchestrator.agent.breaker import CircuitBreaker
 
 
@@ -106,3 +107,18 @@ async def test_tool_breaker_half_open_lets_one_call_through():
     codes = [e.error_code for e in sim.of("tool.completed")]
     assert len(sim.requests) == 1 and codes.count("circuit_open") == 1
     assert sim.deps.tool_breakers["kb_search"].state(T0.timestamp()) == "closed"  # the trial succeeded
+
+
+async def test_without_a_model_a_question_longer_than_a_query_searches_its_start_once():
+    """A 4,000-character question (the gateway takes up to 4,000) is searched by its first 500
+    characters, once; a search that fails is answered, not asked again (it looped before)."""
+    sim = Sim(None, tools={"kb_search": lambda c: ok(c, passage("p1"))})
+    state = await sim.ask(question("税" * 4000))
+    assert [len(r.arguments["query"]) for r in sim.requests] == [500]
+    assert state.status == "completed" and "[1]" in state.answer
+    def down(c):
+        return ToolResultPayload(call_id=c.call_id, tool="kb_search", idempotency_key=c.idempotency_key, outcome="error",
+                                 error=ToolError(error_code="tool_not_available", kind="business", message="down"))
+    failing = Sim(None, tools={"kb_search": down})
+    state = await failing.ask()
+    assert [r.name for r in failing.requests] == ["kb_search"] and state.status == "completed"

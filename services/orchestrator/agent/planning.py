@@ -33,7 +33,7 @@ from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
 from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
-from contracts.tools import openai_tool_schema
+from contracts.tools import KB_QUERY_MAX_CHARS, openai_tool_schema
 from services.orchestrator.agent import cache, endings, fallback, finalizer, prompt, routing, team, vetting, workers
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
@@ -365,6 +365,13 @@ def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, no
     return step.then(retrieval_only_step(deps, state, now))
 
 
+def _searched(state: TaskState) -> bool:
+    """True once this task asked for a ``kb_search``, whatever its outcome: a retrieval-only task
+    searches once (a refused or failed search is answered with what there is, never asked again)."""
+    return any(call.get("function", {}).get("name") == "kb_search"
+               for m in state.messages if m.get("role") == "assistant" for call in m.get("tool_calls") or [])
+
+
 def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
     """No model: one real ``kb_search`` for the question, then an answer from the evidence
     (the chit-chat agent's fixed reply for a chit-chat task; a supervisor's draft without a finalizer)."""
@@ -375,14 +382,14 @@ def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
         return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
     if state.team:  # a supervisor without its model searches itself (rule A13)
         state.allowed_tools = list(state.tree_tools)
-    searched = any(r.kind == "tool" and r.tool == "kb_search" for r in state.steps)
-    if not searched and not state.evidence:
+    if not _searched(state) and not state.evidence:
         call_id = deps.new_call_id()
         state.messages.append({
             "role": "assistant", "content": None,
             "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "kb_search", "arguments": "{}"}}],
         })
-        args = {"query": state.question, "reason": "检索知识库中与问题最相关的原文"}
+        # a question may be longer than a query may be (KB_QUERY_MAX_CHARS, 500): its start is searched
+        args = {"query": state.question[:KB_QUERY_MAX_CHARS], "reason": "检索知识库中与问题最相关的原文"}
         return vetting.request_tools(deps, state, [(call_id, "kb_search", args)], now)
     answer = fallback.compose(state.question, state.evidence, model_configured=deps.model_configured)
     step = Step(state).emit(*(AnswerDelta(text=para + "\n\n") for para in answer.split("\n\n")))

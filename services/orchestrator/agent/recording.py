@@ -141,8 +141,11 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
 def _completed(call: PendingCall, r: ToolResultPayload | Refusal, now: datetime) -> ToolCompletedEvent | WorkerCompleted:
     """The client's event for a result: ``worker.completed`` for a started worker (rule D2), else ``tool.completed``."""
     if call.child is None:
+        code = r.error.error_code if r.error else None
+        approval = "expired" if code == "approval_expired" else call.approval if call.approval != "pending" else None
         return ToolCompletedEvent(call_id=call.call_id, tool=call.name, outcome=r.outcome, duration_ms=r.duration_ms,
-                                  error_code=r.error.error_code if r.error else None, **_shown_output(r))
+                                  error_code=code, approval=approval,
+                                  arguments=call.arguments if call.approval == "edited" else None, **_shown_output(r))
     return WorkerCompleted(call_id=call.call_id, worker=call.child.worker, task_id=team.child_task_id(call.idempotency_key),
                            outcome=r.outcome, summary=team.summary_shown(getattr(r, "output", None)),
                            duration_ms=round((now - call.requested_at).total_seconds() * 1000, 2),

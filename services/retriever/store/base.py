@@ -33,6 +33,16 @@ def _cosines(queries_unit: np.ndarray, vectors: Sequence[Sequence[float] | None]
     return out
 
 
+def distinct_rows(matrix: np.ndarray) -> list[np.ndarray]:
+    """The rows of ``matrix`` without exact repeats, in order (``np.unique(axis=0)`` sorts structured rows:
+    ~0.1-12 ms per search here, against microseconds for two ``array_equal`` checks)."""
+    out: list[np.ndarray] = []
+    for row in matrix:
+        if not any(np.array_equal(row, seen) for seen in out):
+            out.append(row)
+    return out
+
+
 def _units(dense: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     """Query vector(s) as float32 unit rows ``(m, dim)`` (a single ``(dim,)`` vector gives m = 1)."""
     m = np.asarray(dense, dtype=np.float32)

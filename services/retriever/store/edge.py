@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from services.retriever.store.base import VectorStore
+from services.retriever.store.base import VectorStore, distinct_rows
 from services.retriever.store.points import (DENSE, INDEXED_INTEGERS, INDEXED_KEYWORDS, SPARSE, ChunkPoint,
                                              SearchFilter, StoreError)
 
@@ -123,7 +123,7 @@ class EdgeVectorStore(VectorStore):
         ids = {uuid.UUID(pid) for pid, *_ in rows}
         flt = qe.Filter(must=[qe.HasIdCondition(ids)])
         best: dict[str, float] = {}
-        for row in np.unique(queries_unit, axis=0):  # the same vector twice (no expansion) is scored once
+        for row in distinct_rows(queries_unit):  # the same vector twice (no expansion) is scored once
             request = qe.QueryRequest(limit=len(ids), query=qe.Query.Nearest(row.tolist(), using=DENSE), filter=flt,
                                       params=qe.SearchParams(exact=True), with_payload=False, with_vector=False)
             with self._lock:

@@ -106,7 +106,7 @@ async function renderSessions(reload = false) {
       }
     });
     const del = iconButton("×", t("sessions.delete"), () => {
-      if (!confirm(t("sessions.delete_confirm"))) return;
+      if (!confirm(t(state.sessions.server ? "sessions.delete_confirm" : "sessions.delete_confirm_local"))) return;
       state.sessions.remove(s.id).then(() => {
         if (s.id === state.sessionId) newSession(); else renderSessions(true);
       }, (err) => showBanner(errorSentence(err)));
@@ -232,7 +232,13 @@ function wire() {
   });
   $("logout").addEventListener("click", () => { auth.clear(); sessionStorage.removeItem(CURRENT); showLogin(""); });
   for (const b of document.querySelectorAll(".lang-switch")) {
-    b.addEventListener("click", () => { setLang(lang() === "zh" ? "en" : "zh"); applyStatic(); if (!$("app").hidden) renderSessions(); });
+    b.addEventListener("click", () => {
+      setLang(lang() === "zh" ? "en" : "zh");
+      applyStatic();
+      if ($("app").hidden) return;
+      // the answers on screen are drawn again in the new language (not while one is streaming)
+      if (state.sessionId && !state.active && state.turns.length) openSession(state.sessionId); else renderSessions();
+    });
   }
   $("composer").addEventListener("submit", (e) => { e.preventDefault(); ask(); });
   $("question").addEventListener("keydown", (e) => {

@@ -1,4 +1,4 @@
-// Documents of the tenant's knowledge base: drag-and-drop or pick txt / md / html files, see status, delete.
+// Documents of the tenant's knowledge base: drag-and-drop or pick txt / md / html / pdf files, see status, delete.
 import { t } from "./i18n.js";
 import { request, errorSentence } from "./api.js";
 
@@ -24,7 +24,7 @@ export async function fileText(file) {
 }
 
 function statusText(view) {
-  if (view.status === "ingested") return t("docs.ingested", { n: view.chunks ?? 0 });
+  if (view.status === "ingested") return view.chunks === 1 ? t("docs.ingested_one") : t("docs.ingested", { n: view.chunks ?? 0 });
   if (view.status === "failed") return `${t("docs.failed")}${view.reason ? `：${view.reason}` : ""}`;
   return t(`docs.${view.status}`);
 }

@@ -46,7 +46,9 @@ export class Record {
       if (c) {
         Object.assign(c, { outcome: d.outcome, duration_ms: d.duration_ms, error_code: d.error_code,
           output: d.output ?? null, artifacts: d.artifacts || [] });
-        if (c.approval === "pending") c.approval = d.error_code === "rejected_by_user" ? "rejected" : d.error_code === "approval_expired" ? "expired" : "approved";
+        if (d.approval) c.approval = d.approval; // the person's decision, also when the events are read again later
+        else if (c.approval === "pending") c.approval = d.error_code === "rejected_by_user" ? "rejected" : d.error_code === "approval_expired" ? "expired" : "approved";
+        if (d.arguments) c.arguments = d.arguments; // the edited arguments it ran with
         this.unclaimed.push(c);
       }
     } else if (type === "evidence") {
@@ -129,7 +131,7 @@ function callView(call) {
   }
   if (call.evidence.length) {
     const out = el("div", "rec-output");
-    out.append(el("div", "rec-label", `${t("record.output")} · ${call.evidence.length} ${t("record.evidence_n")}`));
+    out.append(el("div", "rec-label", `${t("record.output")} · ${call.evidence.length} ${t(call.evidence.length === 1 ? "record.evidence_one" : "record.evidence_n")}`));
     const ol = el("ol", "rec-evidence");
     for (const item of call.evidence) {
       const row = el("li");

@@ -31,7 +31,8 @@ export function parseChunk(buffer) {
  * Follow a task's events from after `after` until its terminal event.
  * Handlers: onEvent({id, type, data}) for each new event (ids strictly increase: a replayed
  * id is skipped), onReconnecting(attempt) when the connection dropped, onReconnected().
- * Reconnects by itself with `Last-Event-ID`. Resolves with the terminal event;
+ * Reconnects by itself with `Last-Event-ID`. Resolves with the terminal event (null when the
+ * gateway answers 204: the task ended at or before `after`);
  * rejects with ApiError on 401/404 or when `signal` aborts.
  */
 export async function followTask(taskId, { after = 0, onEvent, onReconnecting, onReconnected, signal } = {}) {
@@ -49,6 +50,7 @@ export async function followTask(taskId, { after = 0, onEvent, onReconnecting, o
       });
       if (attempt > 0 && onReconnected) onReconnected();
       attempt = 0;
+      if (resp.status === 204) return null; // the task ended at or before `last`: its terminal event was read
       const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
       for (;;) {

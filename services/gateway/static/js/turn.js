@@ -25,6 +25,16 @@ function retrievalNotice(done) {
   return t("notice.model_down", { reason: reason.split(":")[0].replace(/_/g, " ") });
 }
 
+/**
+ * A retrieval-only answer's text without its first paragraph, the notice that no model answered
+ * (services/orchestrator/agent/fallback.py writes it for API clients); the page shows that notice as
+ * its banner instead, so it is not said twice.
+ */
+function withoutNotice(text) {
+  const end = text.indexOf("\n\n");
+  return text.startsWith("（") && end > 0 ? text.slice(end + 2) : text;
+}
+
 /** The Turn that owns DOM node `node` (or null). */
 export function turnOf(node) {
   const art = node.closest(".turn");
@@ -138,7 +148,7 @@ export class Turn {
       case "evidence": for (const item of d.items) this.evidence.set(item.index, item); break;
       case "trace": if (d.phase === "memory" && d.data && d.data.recalled) this.showMemory(d.data.recalled); break;
       case "task.completed":
-        this.text = d.answer;
+        this.text = retrievalNotice(d) ? withoutNotice(d.answer) : d.answer;
         this.citations = d.citations;
         if (d.memory && d.memory.length) this.showMemory(d.memory);
         if (d.cache === "hit") this.showCached();
