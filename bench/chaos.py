@@ -64,6 +64,8 @@ SETTLE_S = 120.0
 """After the last kill, tasks get this long to finish; then the clients give up and the task counts as stuck."""
 KILL_EVERY_S = 2.0
 """Mean seconds between two kills; tasks start spread over the whole kill schedule."""
+KILLED_MID_CALL_S = 1.0
+"""A page request this close before a web replica's SIGKILL (seconds) was that run's: it died mid-call."""
 MIN_SERVING_S = 10.0
 """A restarted process is not killed again before it has served this long. Without it, on a loaded
 machine (restarts of 15-25 s at load 20) every target was still recovering but the one that had just
@@ -96,6 +98,7 @@ class Site(ThreadingHTTPServer):
         self.base = f"http://127.0.0.1:{self.server_address[1]}"
         self.hits: Counter[str] = Counter()
         self.hit_times: dict[str, list[str]] = {}
+        self.hit_epochs: dict[str, list[float]] = {}
         """Per path, the wall-clock time (``HH:MM:SS.mmm``) of each GET, to set beside the kill log."""
         self.lock = threading.Lock()
 
@@ -112,6 +115,7 @@ class _Page(BaseHTTPRequestHandler):
             now = time.time()
             self.server.hit_times.setdefault(self.path, []).append(
                 time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}")
+            self.server.hit_epochs.setdefault(self.path, []).append(now)
         body = ("<html><head><title>征收率</title></head><body><article><h1>小规模纳税人征收率</h1>"
                 + "<p>小规模纳税人适用简易计税方法，征收率为百分之三。</p>" * 6 + "</article></body></html>").encode()
         reply(self, body)
@@ -229,7 +233,8 @@ class Chaos:
         self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
                            scale={"orchestrator": 2, "web": 2})
         self.recoveries: list[float] = []
-        self.serving_since: dict[str, float] = {}  # monotonic time each target last checked in after a kill
+        self.serving_since: dict[str, float] = {}
+        self.kill_epochs: dict[str, list[float]] = {}  # wall-clock times of each target's kills  # monotonic time each target last checked in after a kill
         self.killed: Counter[str] = Counter()
         self.log: list[str] = []
 
@@ -258,6 +263,7 @@ class Chaos:
         killed_at = time.monotonic()
         child.proc.kill()
         self.killed[key] += 1
+        self.kill_epochs.setdefault(key, []).append(time.time())
         self.log.append(f"{time.strftime('%H:%M:%S')} killed {key} (pid {old})")
         while not self.recovered(key, old):
             if time.monotonic() - killed_at > RECOVERY_TIMEOUT_S:
@@ -386,6 +392,13 @@ class Chaos:
         interrupted = self.interrupted_runs()
         # the at-least-once floor (rule T6): a run killed after its request reached the site and
         # before it could keep the page (rule W5) leaves the next run to fetch it again
+        # (a run's "runs here" line can die unwritten with it: a page request less than
+        # KILLED_MID_CALL_S before a web replica's SIGKILL counts as interrupted too)
+        web_kills = [t for key, ts in self.kill_epochs.items() if key.startswith("web") for t in ts]
+        for o in outcomes:
+            cut = sum(1 for hit in self.site.hit_epochs.get(page_path(o.n), [])[:-1]
+                      if any(0 <= k - hit < KILLED_MID_CALL_S for k in web_kills))
+            interrupted[o.task_id] = max(interrupted[o.task_id], cut)
         floor = [(o.n, c) for o, c in zip(outcomes, executions) if c > 1 and c - 1 <= interrupted[o.task_id]]
         return {
             "tasks": len(outcomes), "kills": sum(self.killed.values()), "killed": dict(self.killed),

@@ -28,7 +28,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker, KafkaRouter
 from redis.asyncio import Redis
 
-from conduit.runtime import idlefetch, tracing
+from conduit.runtime import idlefetch, recreated, tracing
 from conduit.runtime.middlewares import MAX_ATTEMPTS, ConsumerConfig, Delivery, consumer_middlewares, make_decoder
 from conduit.runtime.settings import Settings
 from contracts import channels, topics
@@ -206,7 +206,8 @@ def fetch_gates(broker: KafkaBroker) -> list[idlefetch.FetchGate]:
 
 
 def start_idle_fetch(broker: KafkaBroker, settings: Settings) -> list[asyncio.Task]:
-    """Start the fetch gates of ``broker``'s subscribers and the process's doorbell (rule B1).
+    """Start the fetch gates of ``broker``'s subscribers and the process's doorbell (rule B1), and each
+    gate's check for logs recreated shorter than the consumer's position (rule B3).
 
     Call after ``broker.start()``; cancel the returned tasks before stopping the subscribers.
     Returns no task when idle fetching is off (``idlefetch.enabled``) or nothing subscribed.
@@ -215,5 +216,7 @@ def start_idle_fetch(broker: KafkaBroker, settings: Settings) -> list[asyncio.Ta
     if not gates:
         return []
     tasks = [asyncio.create_task(g.run(), name=f"fetch-gate:{','.join(g.topics)}") for g in gates]
+    # rule B3: the embedded broker loses its topics in a restart; a position past the new log's end rewinds
+    tasks += [asyncio.create_task(recreated.watch(g.consumers), name=f"rewind:{','.join(g.topics)}") for g in gates]
     tasks.append(asyncio.create_task(idlefetch.Doorbell(settings.redis(), gates).run(), name="doorbell"))
     return tasks

@@ -90,26 +90,27 @@ class FetchGate:
         self._last = time.monotonic()
         self._bell.set()
 
-    def _consumers(self) -> list[Any]:
+    def consumers(self) -> list[Any]:
+        """The aiokafka consumers of the gated subscriber (one, or its workers' group)."""
         sub = self.subscriber
         group = getattr(sub, "consumer_subgroup", None) or [getattr(sub, "consumer", None)]
         return [c for c in group if c is not None]
 
     def _pause(self) -> None:
-        for c in self._consumers():
+        for c in self.consumers():
             with contextlib.suppress(Exception):  # a rebalance under way: the next probe pauses again
                 c.pause(*c.assignment())
         self.paused = True
 
     def _resume(self) -> None:
         self.paused = False
-        for c in self._consumers():
+        for c in self.consumers():
             with contextlib.suppress(Exception):
                 c.resume(*c.paused())
 
     def _lagging(self) -> bool:
         """True when a partition's last fetch saw records past the consumer's position (queued work)."""
-        for c in self._consumers():
+        for c in self.consumers():
             with contextlib.suppress(Exception):
                 state = c._subscription.subscription.assignment  # noqa: SLF001 - positions without an await
                 for tp in c.assignment():
@@ -120,7 +121,7 @@ class FetchGate:
         return False
 
     def _polled_since(self, since_ms: int) -> bool:
-        for c in self._consumers():
+        for c in self.consumers():
             with contextlib.suppress(Exception):
                 for tp in c.assignment():
                     stamp = c.last_poll_timestamp(tp)

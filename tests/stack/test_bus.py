@@ -156,7 +156,7 @@ async def test_an_idle_consumer_stops_fetching_and_a_publish_wakes_it(settings: 
         await bus.publish(publisher, topics.QUESTIONS, _question(first))  # joined and fetching: delivered
         await _until(lambda: first in got, 60)
         await _until(lambda: gate.paused, 30)
-        [consumer] = gate._consumers()
+        [consumer] = gate.consumers()
         polls = {tp: consumer.last_poll_timestamp(tp) for tp in consumer.assignment()}
         await asyncio.sleep(3.0)  # idle ten times the quiet period
         assert gate.paused and {tp: consumer.last_poll_timestamp(tp) for tp in consumer.assignment()} == polls
@@ -181,7 +181,7 @@ async def test_a_message_without_a_bell_is_fetched_by_the_idle_probe(settings: S
     silent = bus.make_broker(settings.model_copy(update={"kafka_idle_after_s": 0.0}), client_id=f"{service}-pub")
     await silent.start()
     try:
-        await _until(lambda: gate.paused and gate._consumers() and gate._consumers()[0].assignment(), 60)
+        await _until(lambda: gate.paused and gate.consumers() and gate.consumers()[0].assignment(), 60)
         task_id = f"nobell-{uuid.uuid4().hex[:8]}"
         await bus.publish(silent, topics.QUESTIONS, _question(task_id))
         await _until(lambda: task_id in got, 30)
