@@ -1,6 +1,6 @@
 """End to end, the way a user meets Conduit, side by side with the model called directly.
 
-    python -m bench.e2e [--n 30] [--idle-s 60] [--idle-n 2] [--sessions 50,200] [--seconds 15]
+    python -m bench.e2e [--n 30] [--idle-s 60] [--idle-n 2] [--sessions 50,200] [--seconds 15] [--scale orchestrator=2]
 
 The embedded stack (tansu, redis-server, orchestrator, gateway, retriever over a few real laws,
 web, sandbox; each a process) with the scripted OpenAI-compatible model. Lean clients (one
@@ -17,6 +17,9 @@ pair by pair, the model server directly (``POST /v1/chat/completions`` with the 
    ``--seconds`` per row, the same sessions calling the model directly beside it (the ceiling),
    and the CPU each process spent per completed run;
 5. **peak RSS** per process (``VmHWM``).
+
+``--scale`` runs replicas as ``conduit up --scale`` does (``orchestrator=2``; more than one retriever
+needs a Qdrant server, ``QDRANT_URL``); every replica's CPU and RSS is given under its own key.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from urllib.parse import urlparse
 from bench.common import cpu_s, machine, pct, read_chunk, write_section
 from bench.stackbench import NO_RATE_LIMITS
 from conduit.ops import infra
-from conduit.ops.stack import Stack
+from conduit.ops.stack import Stack, parse_scale
 from conduit.runtime.settings import Settings
 from conduit.testing.scripted_model import ScriptedModel, Turn
 
@@ -248,8 +251,8 @@ async def throughput(stack: Stack, model: ScriptedModel, sessions: list[int], se
     return rows
 
 
-def start(data_dir: Path, model: ScriptedModel) -> Stack:
-    """Ingest ``LAWS`` and start the embedded stack with every service."""
+def start(data_dir: Path, model: ScriptedModel, scale: dict[str, int] | None = None) -> Stack:
+    """Ingest ``LAWS`` and start the embedded stack with every service (``scale``: replicas per service)."""
     from services.retriever.ingest import ingest_law_db
 
     settings = Settings(data_dir=data_dir, embedded_kafka_port=infra.free_port(), embedded_redis_port=infra.free_port(),
@@ -257,7 +260,7 @@ def start(data_dir: Path, model: ScriptedModel) -> Stack:
     ingest_law_db(settings, law_names=LAWS, progress=False)
     return Stack(settings, extra_env={"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "bench",
                                       "CONDUIT_MODEL": "scripted", "CONDUIT_LOG_LEVEL": "WARNING",
-                                      **NO_RATE_LIMITS}).start()
+                                      **NO_RATE_LIMITS}, scale=scale).start()
 
 
 def ms(values: list[float]) -> str:
@@ -278,7 +281,7 @@ def report(a: argparse.Namespace, r: dict, load: tuple[float, float]) -> str:
     return f"""
 ## 5. End to end through `POST /v1/ask` (`bench/e2e.py`)
 
-Command: `python -m bench.e2e --n {a.n} --idle-s {a.idle_s:g} --idle-n {a.idle_n} --sessions {a.sessions} --seconds {a.seconds:g}`
+Command: `python -m bench.e2e --n {a.n} --idle-s {a.idle_s:g} --idle-n {a.idle_n} --sessions {a.sessions} --seconds {a.seconds:g}{f" --scale {a.scale}" if a.scale else ""}`
 · machine: {machine()} · load average (1 min) {load[0]:.1f} at the start, {load[1]:.1f} at the end
 
 The embedded stack with every service (retriever over {len(LAWS)} real laws) and the scripted model; lean clients;
@@ -312,11 +315,12 @@ def main() -> None:
     ap.add_argument("--idle-n", type=int, default=2)
     ap.add_argument("--sessions", default="50,200", help="closed-loop sessions per throughput row")
     ap.add_argument("--seconds", type=float, default=15.0, help="seconds per throughput row")
+    ap.add_argument("--scale", default="", help="replicas per service, e.g. orchestrator=2 (as `conduit up --scale`)")
     ap.add_argument("--no-write", action="store_true", help="print only, leave docs/benchmarks.md alone")
     a = ap.parse_args()
     model = ScriptedModel(default=script).start()  # type: ignore[arg-type]  # a Turn source may be a function
     load0 = os.getloadavg()[0]
-    stack = start(Path(tempfile.mkdtemp(prefix="conduit-e2e-")), model)
+    stack = start(Path(tempfile.mkdtemp(prefix="conduit-e2e-")), model, parse_scale(a.scale) if a.scale else None)
     try:
         r = asyncio.run(measure(a, stack, model))
     finally:

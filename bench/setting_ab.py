@@ -1,12 +1,15 @@
 """One setting's two values side by side in one checkout: closed-loop two-turn runs, a fresh stack per row.
 
     python -m bench.setting_ab --setting CONDUIT_ORCHESTRATOR_CONCURRENCY --values 32,1 [--sessions 200] [--seconds 20] [--rounds 2]
+    python -m bench.setting_ab --setting scale --values "orchestrator=1;orchestrator=2"   # replicas (``conduit up --scale``)
 
 ``bench.e2e``'s stack (every service, 3 real laws) and runs (a ``kb_search`` call, then the answer; 1 s model
 delay), the values alternated and their order reversed every round, so a shared, noisy machine loads both alike.
 Per row: completed runs/s, latency p50 / p90, the questions the orchestrator's sweeper had to start because
 the bus had not delivered them within ``QUESTION_RESEND_S`` (rule G4), CPU ms per completed run of the
 orchestrator and of the whole stack (from ``/proc``), and the load average. Prints a markdown table.
+``--setting scale`` compares replica counts instead (values separated by ``;``, each a ``--scale`` spec); the
+orchestrator's CPU is then the sum over its replicas, and the sweeper count is read from every replica's log.
 """
 
 from __future__ import annotations
@@ -19,28 +22,38 @@ import time
 from pathlib import Path
 
 from bench import e2e
+from conduit.ops.stack import parse_scale
 from conduit.testing.scripted_model import ScriptedModel
 
 SWEPT = "the bus did not deliver"
 """The orchestrator's log line for a question its sweeper started (rule G4)."""
 
 
+def swept_count(stack) -> int:
+    """Questions the orchestrators' sweepers started so far (every replica's log)."""
+    logs = (Path(stack.settings.data_dir) / "logs").glob("orchestrator*.log")
+    return sum(p.read_text(errors="replace").count(SWEPT) for p in logs)
+
+
 def row(setting: str, value: str, sessions: int, seconds: float) -> str:
     """One fresh stack with ``setting=value``: a warm-up, then ``sessions`` closed-loop runs for ``seconds``."""
-    os.environ[setting] = value  # the stack's processes inherit it
+    scale = parse_scale(value) if setting == "scale" else None
+    if scale is None:
+        os.environ[setting] = value  # the stack's processes inherit it
     model = ScriptedModel(default=e2e.script).start()  # type: ignore[arg-type]
-    stack = e2e.start(Path(tempfile.mkdtemp(prefix="conduit-setting-ab-")), model)
+    stack = e2e.start(Path(tempfile.mkdtemp(prefix="conduit-setting-ab-")), model, scale)
     try:
         e2e.DELAY["s"] = 1.0
         asyncio.run(e2e.closed_loop(lambda: e2e.ConduitRun(stack), 20, 5))
         time.sleep(2)
-        pids, log = e2e.pids_of(stack), Path(stack.settings.data_dir) / "logs" / "orchestrator.log"
-        a, load0, swept0 = e2e.cpu_of(pids), os.getloadavg()[0], log.read_text(errors="replace").count(SWEPT)
+        pids = e2e.pids_of(stack)
+        a, load0, swept0 = e2e.cpu_of(pids), os.getloadavg()[0], swept_count(stack)
         n, lat = asyncio.run(e2e.closed_loop(lambda: e2e.ConduitRun(stack), sessions, seconds))
-        b, swept = e2e.cpu_of(pids), log.read_text(errors="replace").count(SWEPT) - swept0
+        b, swept = e2e.cpu_of(pids), swept_count(stack) - swept0
         per = max(n, 1) / 1000
+        orch = sum(b[k] - a[k] for k in pids if k.startswith("orchestrator"))
         return (f"| {value} | {n / seconds:.1f} | {e2e.pct(lat, 50):.2f} s | {e2e.pct(lat, 90):.2f} s | {swept} | "
-                f"{(b['orchestrator'] - a['orchestrator']) / per:.0f} / {sum(b[k] - a[k] for k in pids) / per:.0f} | "
+                f"{orch / per:.0f} / {sum(b[k] - a[k] for k in pids) / per:.0f} | "
                 f"{load0:.1f} → {os.getloadavg()[0]:.1f} |")
     finally:
         stack.stop()
@@ -49,13 +62,13 @@ def row(setting: str, value: str, sessions: int, seconds: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--setting", required=True, help="environment variable, e.g. CONDUIT_ORCHESTRATOR_CONCURRENCY")
+    ap.add_argument("--setting", required=True, help="environment variable, e.g. CONDUIT_ORCHESTRATOR_CONCURRENCY, or `scale`")
     ap.add_argument("--values", required=True, help="comma-separated values to compare")
     ap.add_argument("--sessions", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
-    values = a.values.split(",")
+    values = a.values.split(";" if a.setting == "scale" else ",")
     print(f"| {a.setting} | runs/s | latency p50 | p90 | questions the sweeper started | CPU ms per run: orchestrator / stack | load |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in range(a.rounds):

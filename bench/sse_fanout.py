@@ -21,7 +21,8 @@ terminal event.
 
 Reported (section ``sse_fanout`` of docs/benchmarks.md, or stdout with ``--no-report``):
 events lost (expected − received, must be 0), streams out of order, delivery latency
-(writer's send time → client parse; seconds in the wire, ms in the report) p50/p99,
+(writer's send time → client parse; seconds in the wire, ms in the report) p50/p99, the CPU the gateway,
+Redis, the client processes and the writer used while the rounds were written (% of one core),
 delivered rate, Redis connections on the server before and while all streams are open,
 the gateway's CPU seconds (``/proc``), and its RSS before the streams open (after a
 ``--warmup`` of small streams), at peak (sampled every 0.25 s) and after they end
@@ -48,7 +49,7 @@ from urllib.parse import urlparse
 import httpx
 from redis.asyncio import Redis
 
-from bench.common import infra, machine, pct, read_chunk, rss_mib, write_section
+from bench.common import infra_procs, machine, pct, read_chunk, rss_mib, write_section
 from conduit.runtime import allocator
 from conduit.ops import infra as cinfra
 from conduit.records import apikeys
@@ -68,7 +69,7 @@ def _back(rss: dict[str, float]) -> bool:
 
 
 # ------------------------------------------------------------------ client processes
-async def _follow(port: int, task_id: str, lat: list[float], seqs: list[int], accepted: list[int],
+async def _follow(port: int, task_id: str, lat: list[tuple[float, int]], seqs: list[int], accepted: list[int],
                   all_accepted: asyncio.Event, n: int, reconnects: list[int], gate: asyncio.Semaphore) -> None:
     """Follow one task's stream to its terminal event; on a cut, reconnect with Last-Event-ID."""
     last_id = 0
@@ -108,7 +109,7 @@ async def _follow(port: int, task_id: str, lat: list[float], seqs: list[int], ac
                         elif line.startswith(b"data: "):
                             if event == b"answer.delta":
                                 j, sent = json.loads(line[6:])["text"].split("|")
-                                lat.append(time.time() - float(sent))
+                                lat.append((time.time() - float(sent), int(j)))
                                 seqs.append(int(j))
                             elif event == b"task.accepted" and not seen_accepted:
                                 seen_accepted = True
@@ -127,7 +128,7 @@ async def _follow(port: int, task_id: str, lat: list[float], seqs: list[int], ac
 
 
 async def _client_main(port: int, ids: list[str], conn: Connection) -> None:
-    lat: list[float] = []
+    lat: list[tuple[float, int]] = []
     got: dict[str, list[int]] = {t: [] for t in ids}
     accepted, reconnects = [0], [0]
     all_accepted = asyncio.Event()
@@ -137,7 +138,7 @@ async def _client_main(port: int, ids: list[str], conn: Connection) -> None:
     await asyncio.wait_for(all_accepted.wait(), 300)
     conn.send(("connected", len(ids)))
     await asyncio.gather(*streams)
-    conn.send(("done", {"lat": lat, "received": sum(len(v) for v in got.values()),
+    conn.send(("done", {"lat": [x for x, _ in lat], "lat_j": [j for _, j in lat], "received": sum(len(v) for v in got.values()),
                         "seqs": got, "reconnects": reconnects[0], "ended": time.time()}))
 
 
@@ -235,9 +236,18 @@ def _pack(*args: bytes) -> bytes:
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
+def _cpu_split(pids: dict[str, int], procs: list[mp.Process]) -> dict[str, float]:
+    """CPU seconds so far of ``pids``, the client processes (summed) and this process (the writer)."""
+    out = {k: cpu_s(p) for k, p in pids.items()}
+    out["clients"] = sum(cpu_s(p.pid) for p in procs if p.pid is not None)
+    out["writer"] = cpu_s(os.getpid())
+    return out
+
+
 async def _fanout(port: int, redis: Redis, url: str, ids: list[str], deltas: int, interval_s: float, clients: int,
-                  on_open: Callable[[], Awaitable[None]] | None = None) -> dict:
-    """Open one stream per task from ``clients`` processes, write ``deltas`` rounds + the terminal, collect."""
+                  on_open: Callable[[], Awaitable[None]] | None = None, pids: dict[str, int] | None = None) -> dict:
+    """Open one stream per task from ``clients`` processes, write ``deltas`` rounds + the terminal, collect;
+    ``cpu``: % of one core each of ``pids``, the clients and the writer used while the rounds were written."""
     log = TaskEventLog(redis, ttl_s=3600, maxlen=20000)
     writer = _Writer(url, await redis.script_load(log._append.script), ids, log.maxlen, log.ttl_s)
     await writer.open()
@@ -257,6 +267,7 @@ async def _fanout(port: int, redis: Redis, url: str, ids: list[str], deltas: int
         if on_open is not None:
             await on_open()
         round_s: list[float] = []
+        cpu0 = _cpu_split(pids or {}, procs)
         started, started_wall = time.perf_counter(), time.time()
         behind = 0
         for j in range(deltas):
@@ -268,6 +279,7 @@ async def _fanout(port: int, redis: Redis, url: str, ids: list[str], deltas: int
             await asyncio.sleep(max(0.0, pause))
         await writer.round(deltas, terminal=True)
         write_s = time.perf_counter() - started
+        cpu = {k: (v - cpu0[k]) / write_s * 100 for k, v in _cpu_split(pids or {}, procs).items()}
         results = [(await asyncio.to_thread(c.recv))[1] for c in pipes]
     finally:
         await writer.close()
@@ -276,16 +288,21 @@ async def _fanout(port: int, redis: Redis, url: str, ids: list[str], deltas: int
             if p.is_alive():
                 p.terminate()
     received = sum(r["received"] for r in results)
-    return {"lat": [x for r in results for x in r["lat"]], "received": received, "lost": len(ids) * deltas - received,
+    by_round: dict[int, list[float]] = {}
+    for r in results:
+        for x, j in zip(r["lat"], r["lat_j"]):
+            by_round.setdefault(j, []).append(x)
+    return {"lat": [x for r in results for x in r["lat"]], "received": received,
+            "round_first": [min(v) for v in by_round.values()], "round_last": [max(v) for v in by_round.values()], "lost": len(ids) * deltas - received,
             "disorder": sum(1 for r in results for v in r["seqs"].values() if v != list(range(deltas))),
             "reconnects": sum(r["reconnects"] for r in results), "write_s": write_s, "behind": behind,
-            "drain_s": max(r["ended"] for r in results) - started_wall, "round_s": round_s}
+            "drain_s": max(r["ended"] for r in results) - started_wall, "round_s": round_s, "cpu": cpu}
 
 
 async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s: float, warmup: int,
               repeat: int = 1, gateway_env: dict[str, str] | None = None) -> dict:
     """One gateway; ``repeat`` identical fan-outs of ``tasks`` x ``deltas``; the first one's figures plus RSS per burst."""
-    with infra() as settings:
+    with infra_procs() as (settings, infra_pids):
         port = cinfra.free_port()
         env = settings_env(settings.bootstrap_servers(), settings.redis(), settings.data_dir,
                            CONDUIT_GATEWAY_PORT=str(port), CONDUIT_LOG_LEVEL="WARNING",
@@ -325,7 +342,8 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
                     _progress(f"{tasks} streams open (gateway pid {pid}); writing {deltas} rounds")
 
                 sampler = asyncio.create_task(sample())
-                r = await _fanout(port, redis, settings.redis(), ids, deltas, interval_s, clients, opened)
+                r = await _fanout(port, redis, settings.redis(), ids, deltas, interval_s, clients, opened,
+                                  {"gateway": pid, "redis": infra_pids["redis"]})
                 ended = time.perf_counter()
                 sampler.cancel()
                 r["cpu_s"] = cpu_s(pid) - cpu0
@@ -417,8 +435,10 @@ the first's (`{runs[0][0]}`, the default), the comparison below it.
 | --- | --- |
 | events lost | **{r["lost"]}** (received {r["received"]:,}); streams out of order: {r["disorder"]}; client reconnects (Last-Event-ID): {r["reconnects"]} |
 | delivery latency (writer's send time → parsed by the client) | **p50 {pct(ms, 50):.1f} ms, p99 {pct(ms, 99):.1f} ms**, max {max(ms):.1f} ms (one round of {a.tasks:,} appends takes the writer p50 {pct(rounds, 50):.1f} ms, p99 {pct(rounds, 99):.1f} ms) |
+| each round's first and last delivery (of its {a.tasks:,} events), p50 over the rounds | first **{pct([x * 1000 for x in r["round_first"]], 50):.1f} ms**, last **{pct([x * 1000 for x in r["round_last"]], 50):.1f} ms** (p90 {pct([x * 1000 for x in r["round_first"]], 90):.1f} / {pct([x * 1000 for x in r["round_last"]], 90):.1f} ms): the first is the path's own latency, the gap to the last is the round's fan-out through one process |
 | delivered rate | {rate:,.0f} events/s (writing took {r["write_s"]:.1f} s, {r["behind"]} of {a.deltas} rounds overran the interval; all streams ended after {r["drain_s"]:.1f} s) |
 | gateway CPU | {r["cpu_s"]:.1f} s, {r["cpu_s"] / max(1, r["received"]) * 1e6:.0f} µs per delivered event (connects and disconnects included) |
+| CPU while the rounds were written, % of one core (of the machine's {os.cpu_count() * 100} %) | {", ".join(f"{k} {v:.0f} %" for k, v in r["cpu"].items())}; together {sum(r["cpu"].values()):.0f} % |
 | Redis connections on the server | {conns["before"]} before the streams opened, {conns.get("open", 0)} with all {a.tasks:,} open (the growth is the gateway's pool answering the burst of `GET /events`; the hub reads on one) |
 | gateway RSS ({r["allocator"]}) | **before {rss["before"]:.0f} MiB, peak {rss["peak"]:.0f} MiB, after {rss["after"]:.0f} MiB** ({rss["after_t"]:.0f} s after the streams ended; {rss["at5"]:.0f} MiB at 5 s): {_verdict(rss)}; {rss["start"]:.0f} MiB right after start |
 | the same fan-out again (same gateway) | {_bursts_text(r)} |

@@ -46,7 +46,9 @@ Memory and the semantic cache (``conduit.records.memory``; orchestrator and retr
 - ``memory(tenant, owner_digest)``: hash, item id -> ``contracts.memory.MemoryItem`` JSON of one user.
 - ``session_context(session_id)``: string, a session's rolling summary and exact values (orchestrator).
 - ``cache_entry(tenant, entry_id)``: string, a ``contracts.memory.CacheEntry`` JSON (TTL ``cache_ttl_s``,
-  renewed on a hit); ``cache_by_document(tenant, document_id)``: set of the entry ids citing a document.
+  renewed on a hit); ``cache_by_document(tenant, document_id)``: set of the entry ids citing a document;
+  ``cache_live(tenant)``: string marker, set for ``cache_ttl_s`` with every entry written or renewed
+  (rule M8: no cache lookup for a tenant without it; an invalidation leaves it, which only costs a lookup).
 
 Tool services and the bus
 - ``tool_result(idempotency_key)``: string, a stored ``ToolResultPayload`` (idempotent tools);
@@ -285,6 +287,11 @@ def session_context(session_id: str) -> str:
 def cache_entry(tenant_id: str, entry_id: str) -> str:
     """One semantic-cache entry of a tenant."""
     return f"{PREFIX}:cache:{tenant_id}:{entry_id}"
+
+
+def cache_live(tenant_id: str) -> str:
+    """Set while the tenant may have a live cache entry (rule M8)."""
+    return f"{PREFIX}:cachelive:{tenant_id}"
 
 
 def cache_by_document(tenant_id: str, document_id: str) -> str:

@@ -4,7 +4,9 @@ retriever's memory shard and are only an index of these records).
 - ``keys.memory(tenant, h)`` hash: item id -> ``MemoryItem`` JSON (``h`` = SHA-256 of
   ``tenant\\x00user``, so no pair of ids can collide). Expired items are dropped when read.
 - ``keys.cache_entry(tenant, id)``: ``CacheEntry`` JSON with a TTL (``cache_ttl_s``, renewed on
-  a hit); ``keys.cache_by_document(tenant, document_id)``: the entries citing that document.
+  a hit); ``keys.cache_by_document(tenant, document_id)``: the entries citing that document;
+  ``keys.cache_live(tenant)``: set for ``cache_ttl_s`` with each entry written or renewed, so it
+  outlives every live entry (rule M8, read by ``recall_marks``).
 
 A deleted record is never recalled: recall joins the vector hits with these records.
 """
@@ -86,6 +88,7 @@ async def put_cache(redis: Redis, entry: CacheEntry, ttl_s: int) -> None:
     """Store ``entry`` for ``ttl_s`` seconds and index it under every document it cites."""
     async with redis.pipeline(transaction=True) as pipe:
         pipe.set(keys.cache_entry(entry.tenant_id, entry.id), entry.model_dump_json(), ex=ttl_s)
+        pipe.set(keys.cache_live(entry.tenant_id), "1", ex=ttl_s)
         for doc in entry.document_ids:
             pipe.sadd(keys.cache_by_document(entry.tenant_id, doc), entry.id)
             pipe.expire(keys.cache_by_document(entry.tenant_id, doc), ttl_s)
@@ -102,9 +105,20 @@ async def renew_cache(redis: Redis, entry: CacheEntry, ttl_s: int) -> None:
     """A hit: the entry (and its document indexes) live ``ttl_s`` seconds more."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.expire(keys.cache_entry(entry.tenant_id, entry.id), ttl_s)
+        pipe.set(keys.cache_live(entry.tenant_id), "1", ex=ttl_s)
         for doc in entry.document_ids:
             pipe.expire(keys.cache_by_document(entry.tenant_id, doc), ttl_s)
         await pipe.execute()
+
+
+async def recall_marks(redis: Redis, tenant_id: str, user_id: str | None) -> tuple[bool, bool]:
+    """Rule M8's two facts in one round trip: whether the user's memory hash holds an item (False
+    without a user) and whether the tenant's cache marker is set."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.exists(_key(tenant_id, user_id) if user_id else keys.cache_live(tenant_id))
+        pipe.exists(keys.cache_live(tenant_id))
+        has_items, cached = await pipe.execute()
+    return bool(has_items) and bool(user_id), bool(cached)
 
 
 async def invalidate_document(redis: Redis, tenant_id: str, document_id: str) -> list[str]:

@@ -36,9 +36,9 @@ Errors: a ``RedisError`` of the shared read is handed to every current subscribe
 that is not running returns a subscription whose ``next_batch`` raises
 ``redis.exceptions.ConnectionError``.
 
-Reading: the ``XREAD`` is packed by hand and its reply parsed by
-``conduit.runtime.resp.RespReader`` straight from the connection's stream (redis-py's pure-Python parser cost ~50 µs per stream
-entry, more than everything else the gateway does per event); the connection itself
+Reading: the ``XREAD`` is packed by hand and its reply parsed by hiredis' C reader
+(``conduit.runtime.resp.read_reply``) straight from the connection's stream (redis-py's pure-Python parser cost ~50 µs per
+stream entry, more than everything else the gateway does per event); the connection itself
 (connect, AUTH, SELECT, TLS, ``HELLO``) is still redis-py's, taken from ``reader``'s pool.
 
 Memory: when the number of subscribers drops to 0 after a peak of at least

@@ -23,6 +23,8 @@ def main(settings: Settings) -> None:
         port=settings.gateway_port,
         log_config=None,
         lifespan="on",
+        http="httptools",  # the C protocol (a dependency): h11's Python send path cost ~25 % of the CPU per SSE event
+        loop="uvloop",  # libuv's event loop (a dependency): the callbacks and socket writes of every SSE event
         timeout_graceful_shutdown=max(1, int(settings.gateway_shutdown_grace_s)),
     )
     uvicorn.Server(config).run()

@@ -1,7 +1,8 @@
 """The orchestrator's memory and cache I/O: the recall before a task and the writes after it.
 
 - ``before``: one ``MemoryRecallRequested`` to the retriever (it owns the memory shard and the
-  embedder) and a wait of at most ``memory_recall_timeout_s`` for its ``RecallReply`` in Redis
+  embedder), sent only when the user has memory items or the tenant cache entries to look up
+  (rule M8; ``records.recall_marks``, read beside the new task's other reads), and a wait of at most ``memory_recall_timeout_s`` for its ``RecallReply`` in Redis
   (``keys.reply``); then the ranking (rule M3, ``agent.memory.rank``), ``last_used_at`` of the
   chosen items and the TTL of a hit are renewed. Fail-open: a timeout or an error means a task
   without memory and without a cache hit (said in the trace).
@@ -73,17 +74,23 @@ class MemoryIO:
             return
         self.retriever_up = False
 
-    async def before(self, event: QuestionAsked, first_turn: bool) -> Recalled:
-        """The memory items and the cache lookup for ``event`` (see the module docstring)."""
+    async def marks(self, event: QuestionAsked) -> tuple[bool, bool]:
+        """Rule M8's ``(has_items, tenant_cached)`` for ``event`` (one round trip)."""
+        return await records.recall_marks(self.redis, event.tenant_id, event.user_id)
+
+    async def before(self, event: QuestionAsked, first_turn: bool, marks: tuple[bool, bool] = (True, True)) -> Recalled:
+        """The memory items and the cache lookup for ``event`` (see the module docstring);
+        ``marks``: ``self.marks(event)``, read by the caller beside its other reads."""
         s = self.settings
         on = self.memory_on(event.tenant_id, event.user_id)
         outcome = cache.lookup_outcome(first_turn, s.cache_enabled, event.payload.use_cache)
-        if not (on and s.memory_recall_k > 0) and outcome != "miss":
+        with_memory, with_cache = cache.recall_asks(on and s.memory_recall_k > 0, marks[0], outcome, marks[1])
+        if not (with_memory or with_cache):  # rule M8: nothing the retriever could return
             return Recalled(memory_on=on, outcome=outcome)
         if not self.retriever_up:
             return Recalled(memory_on=on, outcome=outcome, error="no retriever is running")
         started = time.perf_counter()
-        reply, error = await self._ask(event, on and s.memory_recall_k > 0, outcome == "miss")
+        reply, error = await self._ask(event, with_memory, with_cache)
         ms = round((time.perf_counter() - started) * 1000, 2)
         if reply is None or reply.outcome != "ok":
             log.warning("memory recall failed; the task runs without it", task_id=event.task_id, error=error)

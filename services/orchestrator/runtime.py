@@ -150,19 +150,21 @@ class Orchestrator:
         """Start a task. A redelivered question (checkpoint exists) changes nothing."""
         s = self.settings
         child = event.payload.child is not None  # a worker's task (team mode): no session history, no pre-router
-        # five independent reads in one round trip's time (each costs a loopback send here)
-        existing, sealed, turns, context, catalog = await asyncio.gather(
+        # six independent reads in one round trip's time (each costs a loopback send here)
+        existing, sealed, turns, context, catalog, marks = await asyncio.gather(
             self.store.load(event.task_id), self.events.is_sealed(event.task_id),
             self._no_turns() if child else self.tasks.turns(event.session_id, SESSION_TURNS_READ),
             self._no_context() if child else sessions.load_context(self.redis, event.session_id),
-            mcp_records.load_catalog(self.redis, event.tenant_id))
+            mcp_records.load_catalog(self.redis, event.tenant_id),
+            self._no_marks() if child else self.memory.marks(event))
         if existing is not None and existing.terminal and existing.child is not None:
             await self.out.report_to_parent(existing, self.deps)  # the parent asked again (rule A14): its result may be lost
         if existing is not None or sealed:
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
-        # rules M3, C1 (fail-open; a worker's task has neither memory nor cache)
-        recalled = Recalled() if child else await self.memory.before(event, first_turn=not turns)
+        # rules M3, C1 (fail-open; a worker's task has neither memory nor cache); rule M8: asked only
+        # when the user has memory items or the tenant cache entries (``marks``)
+        recalled = Recalled() if child else await self.memory.before(event, first_turn=not turns, marks=marks)
         route = None if child or recalled.cached is not None else await router.decide(
             s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
         asked = event.payload.allowed_tools
@@ -181,6 +183,10 @@ class Orchestrator:
     @staticmethod
     async def _no_context() -> None:
         return None
+
+    @staticmethod
+    async def _no_marks() -> tuple[bool, bool]:
+        return False, False
 
     async def on_tool_result(self, event: ToolResult) -> None:
         """Record a tool result; the next model step starts when the step's calls are all back."""
@@ -299,8 +305,8 @@ class Orchestrator:
                 await self._carry_out_one(state, e, step.save, fresh)
         if together:
             await asyncio.gather(*(self._carry_out_one(state, t, step.save, fresh) for t in together))
-        if sent:
-            await self.apply(state.task_id, lambda st: timers.mark_sent(st, sent))
+        if sent:  # a saved step's state is the stored one (its version too): no reload unless another save came first
+            await self.apply(state.task_id, lambda st: timers.mark_sent(st, sent), loaded=state if step.save else None)
 
     async def _carry_out_one(self, state: TaskState, e: Effect, saved: bool, fresh: bool) -> None:
         task_id = state.task_id

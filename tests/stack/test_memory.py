@@ -5,7 +5,8 @@ orchestrator and gateway processes, tansu, Redis and the scripted model.
   never for another user, and not after ``DELETE /v1/memory``; a tenant with memory off keeps nothing;
 - the same first question in a new session is answered from the cache (no model call, no tool call,
   streamed, ``cache: hit`` with its measured latency); ``Cache-Control: no-cache`` bypasses it; another
-  tenant never hits it; re-ingesting the cited document invalidates it.
+  tenant never hits it; re-ingesting the cited document invalidates it;
+- a new user of a tenant with nothing cached gets no recall request (rule M8), a user with items does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from conduit.testing.scripted_model import ScriptedModel, Turn
 from conduit.testing.stack import auth, new_key, start_stack
 from conduit.testing.waits import wait_until
 
-T1, T2, OFF = "mem-t1", "mem-t2", "mem-off"
+T1, T2, T3, OFF = "mem-t1", "mem-t2", "mem-t3", "mem-off"
 DOC_ID = "nebula-taxi-policy"
 DOC_TEXT = "# Nebula 出租车报销规定\n\nNebula 公司员工市内打车，每次报销上限为八十元，超出部分需说明事由。\n"
 CACHED_Q = "Nebula 员工市内打车每次能报销多少钱？"
@@ -61,7 +62,8 @@ def keys(stack, infra_stack) -> dict[str, str]:
     r = infra_stack.redis_url
     return {"alice": new_key(r, T1, "alice", "member"), "bob": new_key(r, T1, "bob", "member"),
             "carol": new_key(r, T1, "carol", "member"), "admin": new_key(r, T1, "boss", "admin"),
-            "mallory": new_key(r, T2, "mallory", "member"), "dave": new_key(r, T1, "dave", "member"), "olga": new_key(r, OFF, "olga", "member")}
+            "mallory": new_key(r, T2, "mallory", "member"), "dave": new_key(r, T1, "dave", "member"), "olga": new_key(r, OFF, "olga", "member"),
+            "erin": new_key(r, T3, "erin", "member")}
 
 
 def ask(stack: Stack, key: str, question: str, session_id: str | None = None,
@@ -125,6 +127,24 @@ def test_a_correction_replaces_the_fact_and_one_item_can_be_forgotten(stack, key
     assert httpx.delete(url, headers=auth(keys["bob"]), timeout=10).status_code == 200
     assert httpx.delete(url, headers=auth(keys["bob"]), timeout=10).status_code == 404
     assert not any(i["topic"] == "work" for i in memory_of(stack, keys["bob"])["items"])
+
+
+def lookup_ms(stack: Stack, key: str, task_id: str) -> object:
+    """The ``memory`` trace entry's ``lookup_ms`` (None: no recall request was sent)."""
+    trace = httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace", headers=auth(key), timeout=10).json()["trace"]
+    entry = next(t for t in trace if t.get("phase") == "memory")
+    assert entry["cache"] == "miss", entry
+    return entry["lookup_ms"]
+
+
+def test_the_recall_is_asked_only_when_something_can_come_back(stack, keys):
+    first, events = ask(stack, keys["erin"], "我叫赵六")  # a new user, a tenant with no cache entry
+    assert events[-1].event == "task.completed"
+    assert lookup_ms(stack, keys["erin"], first) is None
+    assert wait_until(lambda: memory_of(stack, keys["erin"])["items"], 30)
+    second, events = ask(stack, keys["erin"], "我叫什么？")  # now she has items
+    assert lookup_ms(stack, keys["erin"], second) is not None
+    assert any(m["text"] == "我叫赵六" for m in events[-1].data["memory"]), events[-1].data
 
 
 def test_a_tenant_with_memory_off_keeps_nothing(stack, keys):

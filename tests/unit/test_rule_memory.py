@@ -124,6 +124,18 @@ def test_rule_c1_only_a_new_sessions_first_turn_looks_the_cache_up(first, enable
     assert cache.lookup_outcome(first, enabled, use) == want
 
 
+@pytest.mark.parametrize("wanted, items, outcome, cached, want", [
+    (True, True, "miss", True, (True, True)),
+    (True, False, "miss", False, (False, False)),  # a new user of a tenant with nothing cached: no request
+    (True, False, "miss", True, (False, True)),
+    (True, True, "off", True, (True, False)),  # a later turn never looks the cache up
+    (False, True, "bypass", True, (False, False)),  # memory off, no-cache: no request
+    (False, True, "miss", False, (False, False)),
+])
+def test_rule_m8_the_recall_asks_only_for_what_can_come_back(wanted, items, outcome, cached, want):
+    assert cache.recall_asks(wanted, items, outcome, cached) == want
+
+
 async def test_rule_c2_only_cited_first_answers_without_memory_are_cached():
     model = TestModel(Reply(tool_calls=[kb("打车")]), Reply(content="上限八十元[1]。"))
     sim = Sim(model, tools={"kb_search": lambda c: ok(c, passage("p1"))})

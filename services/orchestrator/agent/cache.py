@@ -10,6 +10,9 @@ memory (``Recalled``, ``apply_recall``).
   document it cites is re-ingested or deleted.
 - C3 a hit still streams: its evidence, then the answer as ``answer.delta`` chunks, then
   ``task.completed`` with ``cache: hit`` and the measured latency; no model or tool call.
+- M8 the recall (rules M3, C1) is asked of the retriever only for what can return something:
+  memory only when the user has at least 1 stored item, the cache only when the tenant has at
+  least 1 live entry; with neither, no request is sent (``recall_asks``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,17 @@ def lookup_outcome(first_turn: bool, enabled: bool, use_cache: bool) -> CacheOut
     if not first_turn or not enabled:
         return "off"
     return "miss" if use_cache else "bypass"
+
+
+def recall_asks(memory_wanted: bool, has_items: bool, outcome: CacheOutcome, tenant_cached: bool) -> tuple[bool, bool]:
+    """Rule M8: ``(with_memory, with_cache)`` of the recall request, both False: send none.
+
+    ``memory_wanted``: memory is on for the user and ``memory_recall_k`` > 0; ``has_items``: the
+    user's memory hash holds at least 1 item (expired ones count until read); ``outcome``: rule
+    C1's (only ``miss`` looks up); ``tenant_cached``: the tenant's cache marker is set (at least 1
+    entry written or renewed within ``cache_ttl_s``). A skipped lookup keeps ``miss``: nothing
+    the tenant has cached could match, so the answer may still be cached (rule C2)."""
+    return memory_wanted and has_items, outcome == "miss" and tenant_cached
 
 
 def apply_recall(state: TaskState, recalled: Recalled) -> Step:
