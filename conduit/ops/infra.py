@@ -132,7 +132,8 @@ def supervisor_of(pid: int) -> int | None:
     try:
         for parent in psutil.Process(pid).parents():
             cmd = parent.cmdline()
-            if any(a.endswith("conduit") or a == "conduit" for a in cmd) and "up" in cmd or "demo" in cmd:
+            runs_conduit = any(a.endswith("conduit") for a in cmd)
+            if (runs_conduit and "up" in cmd) or "demo" in cmd:
                 return parent.pid
     except psutil.Error:
         return None

@@ -57,6 +57,19 @@ def enabled(settings: Settings) -> bool:
     return settings.kafka_fetch_max_wait_ms < LONG_POLL_MS and settings.kafka_idle_after_s > 0
 
 
+def positions(consumer: Any) -> list[tuple[Any, int, int]]:
+    """``[(TopicPartition, position, high watermark of its last fetch)]`` of an aiokafka consumer's
+    assigned partitions that have both, read without a request (empty during a rebalance)."""
+    found = []
+    with contextlib.suppress(Exception):  # a rebalance under way: the caller looks again later
+        assignment = consumer._subscription.subscription.assignment  # noqa: SLF001 - positions without an await
+        for tp in consumer.assignment():
+            state = assignment.state_value(tp)
+            if state.highwater is not None and state.has_valid_position:
+                found.append((tp, state.position, state.highwater))
+    return found
+
+
 class FetchGate:
     """Pauses one subscriber's consumers when idle and resumes them on a bell or a probe.
 
@@ -110,15 +123,7 @@ class FetchGate:
 
     def _lagging(self) -> bool:
         """True when a partition's last fetch saw records past the consumer's position (queued work)."""
-        for c in self.consumers():
-            with contextlib.suppress(Exception):
-                state = c._subscription.subscription.assignment  # noqa: SLF001 - positions without an await
-                for tp in c.assignment():
-                    tp_state = state.state_value(tp)
-                    if tp_state.highwater is not None and tp_state.has_valid_position \
-                            and tp_state.highwater > tp_state.position:
-                        return True
-        return False
+        return any(highwater > position for c in self.consumers() for _, position, highwater in positions(c))
 
     def _polled_since(self, since_ms: int) -> bool:
         for c in self.consumers():

@@ -21,23 +21,19 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from conduit.runtime import idlefetch
+
 log = logging.getLogger("conduit.runtime.recreated")
 
 CHECK_S = 1.0
 """Seconds between two comparisons of positions with high watermarks (no request is sent)."""
 
 
-def past_the_end(consumer: Any) -> list[Any]:
-    """The assigned partitions (``TopicPartition``) of an aiokafka ``consumer`` whose position is past the
-    high watermark its last fetch saw (a log recreated shorter), read without a request."""
-    found = []
-    with contextlib.suppress(Exception):  # a rebalance under way: the next check looks again
-        assignment = consumer._subscription.subscription.assignment  # noqa: SLF001 - positions without an await
-        for tp in consumer.assignment():
-            state = assignment.state_value(tp)
-            if state.highwater is not None and state.has_valid_position and state.position > state.highwater:
-                found.append((tp, state.position, state.highwater))
-    return found
+def past_the_end(consumer: Any) -> list[tuple[Any, int, int]]:
+    """``[(TopicPartition, position, high watermark)]`` of an aiokafka ``consumer``'s assigned partitions
+    whose position is past the high watermark its last fetch saw (a log recreated shorter)."""
+    return [(tp, position, highwater) for tp, position, highwater in idlefetch.positions(consumer)
+            if position > highwater]
 
 
 async def rewind(consumers: Iterable[Any]) -> int:

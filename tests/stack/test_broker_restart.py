@@ -86,6 +86,11 @@ def stack(broker, infra_stack, tmp_path_factory, model, site) -> Iterator[Stack]
     st.stop()
 
 
+def fetch_turn(url: str, **fields) -> Turn:
+    """The scripted model's turn that asks ``web_fetch`` for ``url``."""
+    return Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": url, "reason": "查征收率"}}], **fields)
+
+
 def answer_from_tool(body: dict) -> Turn:
     """The scripted answer: cites the tool result when the request carries one."""
     return Turn(content="百分之三[1]。" if any(m["role"] == "tool" for m in body["messages"]) else "没有工具结果。")
@@ -116,7 +121,7 @@ def test_an_approval_the_broker_lost_unread_is_applied_anyway(stack, broker, mod
     """Rule G5: the gateway records the decision before publishing it; the broker loses it unread,
     and the orchestrator's sweeper applies it from the record, so the call runs and the task ends."""
     model.script.clear()
-    model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/approve-rate", "reason": "查征收率"}}]))
+    model.push(fetch_turn(f"{site}/approve-rate"))
     model.default = answer_from_tool
     created = create_task(stack.gateway_url, "网上查征收率（需要批准）", api_key=stack.admin_key)
     seen: list = []
@@ -138,7 +143,7 @@ def test_an_approval_the_broker_lost_unread_is_applied_anyway(stack, broker, mod
 
 def test_a_tool_request_the_broker_lost_unread_is_sent_again_before_its_deadline(stack, broker, model, site):
     model.script.clear()
-    model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/rate", "reason": "查征收率"}}]))
+    model.push(fetch_turn(f"{site}/rate"))
     model.default = answer_from_tool
     web = stack.procs["web"]
     os.kill(web.pid, signal.SIGSTOP)  # still offered (checked in), but nobody reads the request: it waits in tansu
@@ -162,8 +167,7 @@ def test_a_tool_request_whose_publish_fails_is_sent_once_the_broker_is_back(stac
     # for the new broker: the checkpoint holds the request unsent until a publish succeeds and its
     # wake-up sends it again; the task never fails
     model.script.clear()
-    model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/rate", "reason": "查征收率"}}],
-                    delay_s=2.0))
+    model.push(fetch_turn(f"{site}/rate", delay_s=2.0))
     model.default = answer_from_tool
     created = create_task(stack.gateway_url, "网上再查征收率", api_key=stack.admin_key)
     seen: list = []

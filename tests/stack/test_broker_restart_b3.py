@@ -9,9 +9,8 @@ import time
 
 from conduit.ops.client import create_task, stream_task
 from conduit.runtime import bus
-from conduit.testing.scripted_model import Turn
 from conduit.testing.waits import wait_until
-from test_broker_restart import answer_from_tool, broker, site, stack  # noqa: F401 - fixtures of this module too
+from test_broker_restart import answer_from_tool, broker, fetch_turn, site, stack  # noqa: F401 - fixtures of this module too
 
 
 def test_services_that_live_through_a_broker_restart_read_its_new_topics_from_the_start(stack, broker, model, site):
@@ -21,7 +20,7 @@ def test_services_that_live_through_a_broker_restart_read_its_new_topics_from_th
     model.script.clear()
     model.default = answer_from_tool
     for i in range(12):  # positions past 0 on (nearly) every partition of the web requests topic
-        model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/rate{i}", "reason": "查征收率"}}]))
+        model.push(fetch_turn(f"{site}/rate{i}"))
         created = create_task(stack.gateway_url, f"网上查征收率 {i}", api_key=stack.admin_key)
         events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=0,
                                   api_key=stack.admin_key))
@@ -32,7 +31,7 @@ def test_services_that_live_through_a_broker_restart_read_its_new_topics_from_th
     web_log = stack.log_dir / "web.log"
     assert wait_until(lambda: "rule B3" in web_log.read_text(errors="replace"), 60), "the web service never rewound"
     time.sleep(3)  # the consumers' group rejoins after the broker restart (one rebalance, up to the 3 s join)
-    model.push(Turn(tool_calls=[{"name": "web_fetch", "arguments": {"url": f"{site}/after", "reason": "查征收率"}}]))
+    model.push(fetch_turn(f"{site}/after"))
     created = create_task(stack.gateway_url, "重启之后网上查征收率", api_key=stack.admin_key)
     seen = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, reconnects=3,
                             api_key=stack.admin_key))
