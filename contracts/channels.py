@@ -108,14 +108,21 @@ CHANNELS: tuple[Channel, ...] = (
             "consumer group; see docs/events.md."),
     Channel(topics.DEAD_LETTER, (DeadLetter,), "any consumer", (),
             "Messages no consumer could parse or handle after retries (DeadLetter), for inspection and replay."),
-    Channel(topics.RETRIEVER_REQUESTS, (SearchRequested, DocumentIngestRequested, DocumentDeleteRequested,
-                                        MemoryIndexRequested, MemoryRecallRequested, MemoryForgetRequested),
+    Channel(topics.RETRIEVER_REQUESTS, (SearchRequested, MemoryRecallRequested),
             "gateway, orchestrator", (topics.GROUP_RETRIEVER,),
-            "Search without the agent (SearchRequested; the reply goes to Redis conduit:reply:{request_id}), "
-            "document ingestion/deletion (DocumentIngestRequested, DocumentDeleteRequested; key: the document's "
-            "store id), and long-term memory and the semantic cache (MemoryIndexRequested, MemoryRecallRequested "
-            "from the orchestrator, MemoryForgetRequested from the gateway; contracts/memory.py). Read by the "
-            "retriever's one consumer with the kb_search requests."),
+            "The retriever's reads: search without the agent (SearchRequested; the reply goes to Redis "
+            "conduit:reply:{request_id}) and the recall of long-term memory and the semantic cache "
+            "(MemoryRecallRequested from the orchestrator; contracts/memory.py). Read by any one retriever "
+            "replica (the shared group), by its one consumer with the kb_search requests."),
+    Channel(topics.RETRIEVER_WRITES, (DocumentIngestRequested, DocumentDeleteRequested,
+                                      MemoryIndexRequested, MemoryForgetRequested),
+            "gateway, orchestrator", (topics.GROUP_RETRIEVER,),
+            "The retriever's writes (rule K10): document ingestion/deletion (DocumentIngestRequested, "
+            "DocumentDeleteRequested from the gateway; key: the document's store id) and long-term memory and "
+            "cache indexing (MemoryIndexRequested from the orchestrator, MemoryForgetRequested from the gateway). "
+            "With one shared store (a Qdrant server) or one replica, read once in the shared group; with N "
+            "replicas on the embedded store, every replica K reads all of it in a group of its own "
+            "(conduit-retriever-writes-K)."),
 )
 """Every topic of ``contracts.topics.ALL_TOPICS``, in the same order."""
 

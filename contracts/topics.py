@@ -18,7 +18,8 @@ TOOL_REQUESTS_MCP = f"{PREFIX}.tools.mcp.requests"  # ToolRequested(mcp.<server>
 TOOL_RESULTS = f"{PREFIX}.tools.results"  # ToolResult: tool services -> orchestrator
 AGENT_EVENTS = f"{PREFIX}.agent.events"  # public, coarse AgentEvent stream for other teams
 DEAD_LETTER = f"{PREFIX}.dead-letter"  # DeadLetter: messages no consumer could handle
-RETRIEVER_REQUESTS = f"{PREFIX}.retriever.requests"  # SearchRequested, DocumentIngest/DeleteRequested: gateway -> retriever
+RETRIEVER_REQUESTS = f"{PREFIX}.retriever.requests"  # reads: SearchRequested, MemoryRecallRequested -> retriever
+RETRIEVER_WRITES = f"{PREFIX}.retriever.writes"  # writes: DocumentIngest/DeleteRequested, MemoryIndex/ForgetRequested (rule K10)
 
 ALL_TOPICS: tuple[str, ...] = (
     QUESTIONS,
@@ -31,6 +32,7 @@ ALL_TOPICS: tuple[str, ...] = (
     AGENT_EVENTS,
     DEAD_LETTER,
     RETRIEVER_REQUESTS,
+    RETRIEVER_WRITES,
 )
 
 # consumer group ids, one per service; each service has one consumer, so every
@@ -41,6 +43,17 @@ GROUP_RETRIEVER = f"{PREFIX}-retriever"
 GROUP_WEB = f"{PREFIX}-web"
 GROUP_SANDBOX = f"{PREFIX}-sandbox"
 GROUP_MCP = f"{PREFIX}-mcp"
+GROUP_RETRIEVER_WRITES = f"{PREFIX}-retriever-writes"
+"""Prefix of the per-replica write groups (``retriever_writes_group``)."""
+
+
+def retriever_writes_group(replica: int) -> str:
+    """Consumer group in which retriever replica ``replica`` (1-based) reads ``RETRIEVER_WRITES`` when
+    each replica holds its own copy of the embedded store (rule K10): ``conduit-retriever-writes-K``,
+    one group per replica, so every replica applies every write. Raises ValueError for ``replica`` < 1."""
+    if replica < 1:
+        raise ValueError(f"retriever replica index must be >= 1, got {replica}")
+    return f"{GROUP_RETRIEVER_WRITES}-{replica}"
 
 
 def partition_key(task_id: str) -> bytes:

@@ -80,6 +80,23 @@ def parse_scale(spec: str | None) -> dict[str, int]:
     return scale
 
 
+def retriever_replicas_refusal(settings: Settings, replicas: int) -> str | None:
+    """Why ``replicas`` retrievers cannot run with ``settings``, or None when they can (rule K10).
+
+    More than one retriever on the embedded store (no ``QDRANT_URL``) needs the embedded broker:
+    each replica gets a fresh copy of replica 1's shards at each start and reads the writes topic in
+    a group of its own from its start, which matches only topics that start empty (tansu keeps them
+    in memory). An external broker keeps the writes and each group's committed offsets across starts,
+    and those would not match a fresh copy (writes lost or applied twice out of order).
+    """
+    if replicas <= 1 or settings.qdrant_url or not settings.kafka_bootstrap_servers:
+        return None
+    return ("more than one retriever on the embedded Qdrant Edge store needs the embedded broker: each replica "
+            "starts from a fresh copy of replica 1's shards, and the committed offsets of the writes groups on "
+            f"an external broker ({settings.kafka_bootstrap_servers}) would not match it; set QDRANT_URL "
+            "(one shared store) or run one retriever")
+
+
 class Stack:
     """Start and stop the whole stack.
 
@@ -89,7 +106,13 @@ class Stack:
         extra_env: extra environment for every service process (e.g. model endpoint).
         scale: replicas per service (default 1); replica 2 of ``orchestrator`` is keyed ``orchestrator-2``.
 
-    Raises StackError for retriever replicas without a Qdrant server (``QDRANT_URL``).
+    Retriever replicas (rule K10, ``services/retriever/replicas.py``): each process gets its index K
+    and the count N (``CONDUIT_RETRIEVER_REPLICA``, ``CONDUIT_RETRIEVER_REPLICAS``); on the embedded
+    store replica 1's shards are copied to every replica K's folder at each start, before the
+    retrievers start (``start_services``).
+
+    Raises StackError for retriever replicas on the embedded store with an external Kafka broker
+    (``retriever_replicas_refusal``).
     """
 
     def __init__(self, settings: Settings, services: tuple[str, ...] = SERVICES, extra_env: dict[str, str] | None = None,
@@ -98,9 +121,9 @@ class Stack:
         self.services = services
         self.extra_env = extra_env or {}
         self.scale = scale or {}
-        if self.scale.get("retriever", 1) > 1 and not settings.qdrant_url:
-            raise StackError("the embedded Qdrant Edge store opens in one process only: more than one retriever "
-                             "needs a Qdrant server (set QDRANT_URL)")
+        refusal = retriever_replicas_refusal(settings, self.scale.get("retriever", 1))
+        if refusal:
+            raise StackError(refusal)
         self.data_dir = Path(settings.data_dir).resolve()
         self.log_dir = self.data_dir / "logs"
         self.infra: dict[str, InfraProcess] = {}
@@ -172,10 +195,29 @@ class Stack:
         return env
 
     def new_process(self, name: str, replica: int = 1) -> ServiceProcess:
-        """A (not started) process of service ``name``; replica N > 1 is keyed ``name-N``."""
+        """A (not started) process of service ``name``; replica N > 1 is keyed ``name-N``. A retriever
+        also gets its replica index and the replica count (rule K10)."""
         key = name if replica == 1 else f"{name}-{replica}"
-        return ServiceProcess(name, self.service_env(), self.log_dir, key=key,
+        env = self.service_env()
+        if name == "retriever":
+            env |= {"CONDUIT_RETRIEVER_REPLICA": str(replica),
+                    "CONDUIT_RETRIEVER_REPLICAS": str(self.scale.get("retriever", 1))}
+        return ServiceProcess(name, env, self.log_dir, key=key,
                               stop_timeout_s=shutdown_budget_s(name, self.settings) + STOP_MARGIN_S)
+
+    def copy_retriever_shards(self) -> None:
+        """Give every retriever replica K > 1 a fresh copy of replica 1's embedded shards (rule K10;
+        ``services.retriever.replicas.copy_shards``); nothing with a Qdrant server or one retriever.
+        Raises StackError when a copy fails."""
+        count = self.scale.get("retriever", 1)
+        if "retriever" not in self.services or count <= 1 or self.settings.qdrant_url:
+            return
+        from services.retriever.replicas import copy_shards  # noqa: PLC0415 - the stack needs it only here
+
+        try:
+            copy_shards(self.data_dir, count)
+        except OSError as exc:
+            raise StackError(f"cannot copy the retriever's shards for its replicas: {exc}") from exc
 
     def _start_all(self, names: Iterable[str]) -> None:
         for name in names:
@@ -186,9 +228,11 @@ class Stack:
 
     def start_services(self, timeout_s: float | None = None) -> None:
         """Start every service process and wait until all are ready (``stack_ready_timeout_s``):
-        first all but the gateway, then, once they checked in, the gateway."""
+        first all but the gateway (retriever replicas get their copies of the shards first,
+        ``copy_retriever_shards``), then, once they checked in, the gateway."""
         timeout_s = timeout_s or self.settings.stack_ready_timeout_s
         deadline = time.monotonic() + timeout_s
+        self.copy_retriever_shards()  # after any ingest, before a retriever opens a shard
         self._start_all(n for n in self.services if n != "gateway")
         self.wait_ready(timeout_s)
         if "gateway" in self.services:

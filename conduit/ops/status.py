@@ -20,7 +20,8 @@ from conduit.runtime.settings import Settings
 from contracts import topics
 
 GROUPS = {"orchestrator": (topics.GROUP_ORCHESTRATOR, (topics.QUESTIONS, topics.TOOL_RESULTS, topics.CONTROL)),
-          "retriever": (topics.GROUP_RETRIEVER, (topics.TOOL_REQUESTS_KB, topics.RETRIEVER_REQUESTS)),
+          "retriever": (topics.GROUP_RETRIEVER, (topics.TOOL_REQUESTS_KB, topics.RETRIEVER_REQUESTS)),  # its reads:
+          # the writes are read in this group or, by replicas on the embedded store, one group each (rule K10)
           "web": (topics.GROUP_WEB, (topics.TOOL_REQUESTS_WEB,)),
           "sandbox": (topics.GROUP_SANDBOX, (topics.TOOL_REQUESTS_SANDBOX,)),
           "mcp": (topics.GROUP_MCP, (topics.TOOL_REQUESTS_MCP,))}

@@ -30,7 +30,8 @@ Gateway
   (``digest``: SHA-256 of tenant, user and the messages so far; ``services.gateway.chat``).
 - ``hub_wake(hub_id)``: stream the SSE hub's reader blocks on to be woken.
 - ``reply(request_id)`` / ``document(tenant, id)`` / ``documents(tenant)``: search replies
-  and document records (``contracts.documents``).
+  and document records (``contracts.documents``); ``document_applied(tenant, id, request_id)``: set
+  of the retriever replicas (index K) that indexed that request (rule K10, ``services.retriever.replicas``).
 
 Identity (``conduit.records.apikeys``, ``conduit.records.sessions``, ``services.gateway.ratelimit``)
 - ``apikey(key_id)``: hash of one API key's record (hash of the key, tenant, user, role, dates);
@@ -222,6 +223,11 @@ def document(tenant_id: str, document_id: str) -> str:
 def documents(tenant_id: str) -> str:
     """The set of a tenant's document ids."""
     return f"{PREFIX}:documents:{tenant_id}"
+
+
+def document_applied(tenant_id: str, document_id: str, request_id: str) -> str:
+    """The set of retriever replica indexes (K) that indexed ingest request ``request_id`` (rule K10)."""
+    return f"{PREFIX}:docapplied:{tenant_id}:{document_id}:{request_id}"
 
 
 def tool_claim(idempotency_key: str) -> str:

@@ -195,6 +195,8 @@ class Settings(BaseSettings):
     retrieval_stage2_candidates: int = Field(default=30, description="rule K7: exact e5 nearest law chunks added to the pool (0 = the first stage's pool only)")
     retrieval_stage2_law_boost: float = Field(default=0.5, description="rule K7: boost of the law the pool's best chunks agree on (0 = off)")
     retriever_concurrency: int = Field(default=4, ge=1, le=64, description="requests one retriever handles at once (searches run in worker threads; per-task order kept; rule T7)")
+    retriever_replica: int = Field(default=1, ge=1, description="this retriever's replica index K (1-based; set by `conduit up --scale retriever=N`): on the embedded store replica K > 1 keeps its copy of the shards in data_dir/replicas/K and reads the writes topic in group conduit-retriever-writes-K (rule K10)")
+    retriever_replicas: int = Field(default=1, ge=1, description="retriever replicas N of the stack (set by `conduit up --scale`): with the embedded store and N > 1 every replica applies every write, and a document is `ingested` once all N indexed it (rule K10)")
 
     # ---- web
     searxng_url: str | None = Field(default=None, description="SearXNG base URL; enables web_search/web_fetch")

@@ -128,6 +128,8 @@ class ToolService:
         """This process's name on the tool claims it takes (rule T6)."""
         self.extra: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
         """Other (topic, handler) read by the same consumer; see ``consume``."""
+        self.apart: list[tuple[str, str, Callable[[Any], Awaitable[None]]]] = []
+        """(topic, group, handler) read by consumers of their own; see ``consume_apart``."""
         self.families: list[tuple[Callable[[str], bool], RawToolFn]] = []
         """Tools named at run time (``tool_family``): (name test, implementation)."""
 
@@ -141,6 +143,17 @@ class ToolService:
         """
         channels.events_on(topic)
         self.extra.append((topic, handler))
+
+    def consume_apart(self, topic: str, group_id: str, handler: Callable[[Any], Awaitable[None]]) -> None:
+        """Also handle the events of ``topic`` with a consumer of their own in group ``group_id``.
+
+        That consumer handles one message at a time and commits its offset after the handler
+        returned (``concurrency`` does not apply); it costs one more group join. Used by the
+        retriever's replicas to read every write each (rule K10). ``handler`` must be idempotent.
+        Raises ``contracts.channels.UnknownChannel`` for a topic not in the table.
+        """
+        channels.events_on(topic)
+        self.apart.append((topic, group_id, handler))
 
     async def _dispatch(self, event: Any) -> None:
         """Route one message of the combined subscription to its handler."""
@@ -349,7 +362,8 @@ class ToolService:
             await asyncio.wait(set(self._jobs), timeout=self.timeout_s + 5)
 
     def subscribe(self, group_id: str | None = None) -> None:
-        """Register this service's one subscriber (``group_id`` defaults to the service's group).
+        """Register this service's subscriber (``group_id`` defaults to the service's group), and
+        one more per ``consume_apart`` topic.
 
         It reads ``topic`` and every ``consume`` topic; the message model is the union of the
         events ``contracts.channels`` lists for them; ``concurrency`` applies (rule T7).
@@ -360,6 +374,10 @@ class ToolService:
         bus.subscribe(self.broker, self.settings, self.redis, topic=names if self.extra else self.topic,
                       group_id=group_id or self.group_id, model=model, handler=self._concurrent(handler),
                       consumer_name=self.name)
+        for topic, group, apart in self.apart:  # consume_apart: one message at a time, committed after it
+            bus.subscribe(self.broker, self.settings, self.redis, topic=(topic,), group_id=group,
+                          model=channels.message_model(channels.events_on(topic)), handler=apart,
+                          consumer_name=f"{self.name}:{group}")
 
     async def serve(self, ready: Callable[[], Awaitable[None]] | None = None,
                     background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),

@@ -9,8 +9,9 @@ search hits are its own; the public law corpus is everyone's:
   ``SearchReply`` from ``conduit:reply:{request_id}`` for at most ``TOOL_TIMEOUT_S`` seconds.
   The items are exactly what ``kb_search`` gives the agent (same ``KbSearcher``).
 - ``POST /v1/documents`` ``{title, text, source?, document_id?}`` -> 202 ``DocumentAccepted``
-  (status ``queued``): saves the record, then publishes ``DocumentIngestRequested``; the
-  retriever indexes it and sets the record to ``ingested`` or ``failed`` (with ``reason``).
+  (status ``queued``): saves the record, then publishes ``DocumentIngestRequested`` to
+  ``conduit.retriever.writes``; the retriever indexes it and sets the record to ``ingested`` (once
+  every replica holding a copy of the store indexed it, rule K10) or ``failed`` (with ``reason``).
   With ``Content-Type: application/pdf`` the body is the raw PDF (at most ``PDF_BODY_BYTES``):
   its text (pages split by blank lines, pypdf) then goes the same way; title = ``?title=``, else
   the ``X-Filename`` header without ``.pdf``, else the PDF's metadata title; ``?source=`` and
@@ -156,10 +157,11 @@ async def _document_body(request: Request, title: str | None, source: str | None
     return _validate(DocumentCreate, fields=fields)
 
 
-async def _send(state: GatewayState, event) -> None:
-    """Publish to ``RETRIEVER_REQUESTS``; raises ``ApiError`` 503 ``broker_unavailable`` on failure."""
+async def _send(state: GatewayState, topic: str, event) -> None:
+    """Publish to ``topic`` (``RETRIEVER_REQUESTS`` for a search, ``RETRIEVER_WRITES`` for a document
+    write, rule K10); raises ``ApiError`` 503 ``broker_unavailable`` on failure."""
     try:
-        await publish(state, topics.RETRIEVER_REQUESTS, event)
+        await publish(state, topic, event)
     except Exception as exc:  # noqa: BLE001 - any publish failure means nothing was queued
         log.error("publish of %s failed: %r", event.type, exc)
         raise ApiError(503, "broker_unavailable", "the message broker is unavailable; the request was not queued") from None
@@ -189,7 +191,7 @@ async def search(request: Request, state: GatewayState = Depends(get_state),
             document_ids=_index_ids(who.tenant_id, body.filters.document_ids) if body.filters else None,
             deadline_at=utcnow() + timedelta(seconds=timeout_s)),
     )
-    await _send(state, event)
+    await _send(state, topics.RETRIEVER_REQUESTS, event)
     popped = await replies.wait(state.redis, request_id, timeout_s)
     if popped is None:
         raise ApiError(504, "retriever_timeout", f"the retriever did not answer within {timeout_s:.0f} s",
@@ -251,7 +253,7 @@ async def create_document(request: Request, state: GatewayState = Depends(get_st
                         created_at=created_at, updated_at=now)
     await _save(state, view)
     try:
-        await _send(state, event)
+        await _send(state, topics.RETRIEVER_WRITES, event)
     except ApiError:
         await _save(state, view.model_copy(update={"status": "failed", "reason": "broker_unavailable: not queued"}))
         raise
@@ -299,7 +301,7 @@ async def delete_document(document_id: str = _DOC_ID, state: GatewayState = Depe
     await _save(state, view.model_copy(update={"status": "deleting", "request_id": str(event.event_id),
                                                "updated_at": utcnow()}))
     try:
-        await _send(state, event)
+        await _send(state, topics.RETRIEVER_WRITES, event)
     except ApiError:
         await _save(state, previous)
         raise

@@ -39,7 +39,7 @@ async def _forget(state: GatewayState, who: Principal, ids: list[str] | None) ->
     event = MemoryForgetRequested(task_id=request_id, session_id=request_id, tenant_id=who.tenant_id,
                                   user_id=who.user_id, payload=MemoryForgetPayload(ids=ids))
     try:
-        await publish(state, topics.RETRIEVER_REQUESTS, event)
+        await publish(state, topics.RETRIEVER_WRITES, event)  # rule K10
     except Exception:  # noqa: BLE001 - unreachable vectors cannot be recalled without their records
         pass
 

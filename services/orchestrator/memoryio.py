@@ -149,4 +149,4 @@ class MemoryIO:
         request = MemoryIndexRequested(task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id,
                                        user_id=state.user_id, traceparent=state.traceparent, causation_id=state.cause_id,
                                        payload=MemoryIndexPayload(items=upserts, cache=entry))
-        await bus.publish(self.broker, topics.RETRIEVER_REQUESTS, request)
+        await bus.publish(self.broker, topics.RETRIEVER_WRITES, request)  # a store write (rule K10)

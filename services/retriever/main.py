@@ -1,6 +1,6 @@
-"""The retriever service: serves the ``kb_search`` tool on ``conduit.tools.kb.requests``, and
-the gateway's ``/v1/search`` and ``/v1/documents`` requests on ``conduit.retriever.requests``
-(same consumer; ``services/retriever/requests.py``).
+"""The retriever service: serves the ``kb_search`` tool on ``conduit.tools.kb.requests``, the
+reads on ``conduit.retriever.requests`` (``/v1/search``, memory recall) and the writes on
+``conduit.retriever.writes`` (``/v1/documents``, memory indexing; ``services/retriever/requests.py``).
 
 ``python -m conduit serve retriever`` calls ``main(settings)``. At start it loads
 the embedder and opens the vector store once (both before consuming), warms the
@@ -9,9 +9,13 @@ argument validation, deadlines, publishing results). Embedding and store calls a
 blocking, so each search runs in a worker thread (``asyncio.to_thread``) and the
 event loop stays free for Kafka heartbeats.
 
-The embedded Edge shard can be open in one process only: with the default
-embedded store run ONE retriever replica (or point ``QDRANT_URL`` at a server to
-scale out), and ingest while it is stopped.
+Consumers (rule K10, ``services/retriever/replicas.py``): one consumer in the shared group
+``conduit-retriever`` reads the kb_search requests and the reads, and, with a Qdrant server or one
+replica, the writes too. The embedded Edge shard can be open in one process only, so with the
+embedded store and ``retriever_replicas`` N > 1 each replica K opens its own copy of the shards
+(``data_dir/replicas/K``, copied by ``conduit up`` at each start) and reads every write with a
+second consumer in group ``conduit-retriever-writes-K``. Ingest (``conduit ingest``) while the
+retrievers are stopped.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import KbSearchArgs
-from services.retriever import lawindex
+from services.retriever import lawindex, replicas
 from services.retriever.embeddings import E5Embedder, EmbeddingError, make_embedder
 from services.retriever.memory import MemoryIndex, MemoryRequests, open_memory_store
 from services.retriever.pipeline import KbSearcher
@@ -103,7 +107,16 @@ async def run(settings: Settings) -> None:
         # POST /v1/search and /v1/documents, memory and the cache: same consumer (one group join),
         # see services/retriever/requests.py
         memory = MemoryRequests(MemoryIndex(memory_store, searcher.embedder), service.redis)
-        service.consume(topics.RETRIEVER_REQUESTS, RetrieverRequests(searcher, service.redis, memory).handle)
+        handler = RetrieverRequests(searcher, service.redis, memory, replica=settings.retriever_replica,
+                                    applies_needed=replicas.applies_needed(settings)).handle
+        service.consume(topics.RETRIEVER_REQUESTS, handler)
+        own_group = replicas.writes_group(settings)
+        if own_group is None:  # one shared store (or one replica): the writes are read once, in the shared group
+            service.consume(topics.RETRIEVER_WRITES, handler)
+        else:  # rule K10: each replica applies every write to its own copy
+            service.consume_apart(topics.RETRIEVER_WRITES, own_group, handler)
+        log.info("retriever replica %d of %d: writes read in %s", settings.retriever_replica,
+                 settings.retriever_replicas, own_group or topics.GROUP_RETRIEVER)
         await service.serve()
     finally:
         await asyncio.to_thread(searcher.store.close)

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import time
 import uuid
-from pathlib import Path
 
 from redis.asyncio import Redis
 
@@ -35,6 +34,7 @@ from contracts.memory import (
     RecallReply,
 )
 from services.retriever.embeddings import Embedder, EmbeddingError
+from services.retriever.replicas import shard_dir
 from services.retriever.sparse import SparseVec
 from services.retriever.store import ChunkPoint, ClientVectorStore, EdgeVectorStore, SearchFilter, StoreError, VectorStore
 
@@ -47,14 +47,15 @@ the recall behind it in the consumer's queue waits for it); deletions and closin
 
 
 def open_memory_store(settings: Settings, dim: int) -> VectorStore:
-    """The memory shard: ``{data_dir}/memory`` (Qdrant Edge) or collection ``{qdrant_collection}_memory``
-    on the configured server; exact dense search. Raises ``StoreError``."""
+    """The memory shard: ``{data_dir}/memory`` (Qdrant Edge; replica K > 1 of the retriever:
+    ``{data_dir}/replicas/K/memory``, rule K10) or collection ``{qdrant_collection}_memory`` on the
+    configured server; exact dense search. Raises ``StoreError``."""
     store: VectorStore
     if settings.qdrant_url:
         store = ClientVectorStore(f"{settings.qdrant_collection}_memory", dim, settings.rrf_k,
                                   url=settings.qdrant_url, api_key=settings.qdrant_api_key)
     else:
-        store = EdgeVectorStore(Path(settings.data_dir) / "memory", dim, settings.rrf_k)
+        store = EdgeVectorStore(shard_dir(settings, "memory"), dim, settings.rrf_k)
     store.exact = True
     return store
 

@@ -1,8 +1,11 @@
-"""The retriever's side of ``POST /v1/search`` and ``/v1/documents`` (topic ``conduit.retriever.requests``).
+"""The retriever's side of ``POST /v1/search`` and ``/v1/documents`` (topics ``conduit.retriever.requests``,
+the reads, and ``conduit.retriever.writes``, the writes: rule K10).
 
 ``RetrieverRequests(searcher, redis).handle(event)`` is registered with
 ``ToolService.consume`` so these events share the retriever's one Kafka consumer with
-the ``kb_search`` tool requests (one group join; handled one at a time, in order).
+the ``kb_search`` tool requests (one group join; per-key order). With replicas on the embedded
+store each replica also reads every write with a consumer of its own
+(``ToolService.consume_apart``, group ``conduit-retriever-writes-K``; ``services/retriever/replicas.py``).
 
 - ``SearchRequested``: runs the same ``KbSearcher.search`` the ``kb_search`` tool runs
   (``top_k`` other than ``RETRIEVAL_TOP_K`` uses a copy of the settings with that value),
@@ -12,6 +15,9 @@ the ``kb_search`` tool requests (one group join; handled one at a time, in order
   (``documents.markdown_chunks``; store document id ``doc:{tenant}:{id}``), indexes it with
   the open store (embedding only changed chunks; the old version's other points are deleted),
   and sets the Redis record to ``ingested`` (with ``chunks``) or ``failed`` (with ``reason``).
+  With ``applies_needed`` N > 1 (rule K10) each replica adds its index to the request's applied set
+  (``replicas.mark_applied``) and only the one completing the set writes ``ingested``; a failure
+  on any replica writes ``failed``.
 - ``DocumentDeleteRequested``: deletes the document's chunks, then its record.
 - Ingesting or deleting a document removes the semantic-cache entries citing it
   (``conduit.records.memory.invalidate_document``).
@@ -51,6 +57,7 @@ from services.retriever.embeddings import EmbeddingError
 from services.retriever.ingest import Indexer, IngestSummary
 from services.retriever.memory import MemoryRequests
 from services.retriever.pipeline import KbSearcher
+from services.retriever.replicas import mark_applied
 from services.retriever.store import StoreError
 
 log = logging.getLogger("conduit.retriever.requests")
@@ -77,10 +84,15 @@ def posted_document_chunks(index_id: str, tenant_id: str, title: str, text: str,
 class RetrieverRequests:
     """Handles the events of ``topics.RETRIEVER_REQUESTS`` (``contracts.channels``) with an open ``KbSearcher`` and the service's Redis."""
 
-    def __init__(self, searcher: KbSearcher, redis: Redis, memory: MemoryRequests | None = None) -> None:
+    def __init__(self, searcher: KbSearcher, redis: Redis, memory: MemoryRequests | None = None,
+                 replica: int = 1, applies_needed: int = 1) -> None:
         self.searcher = searcher
         self.redis = redis
         self.memory = memory
+        self.replica = replica
+        """This replica's index K (rule K10), named in the logs."""
+        self.applies_needed = applies_needed
+        """Replicas that must index a document before its record says ``ingested`` (rule K10)."""
 
     async def handle(self, event: Envelope) -> None:
         """Bus handler (see the module docstring); raises only for Redis failures (redelivery)."""
@@ -122,6 +134,8 @@ class RetrieverRequests:
                                 message=str(exc)[:500])
         reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
         await replies.push(self.redis, p.request_id, reply.model_dump_json())
+        log.info("search %s served by replica %d: %s in %.0f ms", p.request_id, self.replica, reply.outcome,
+                 reply.duration_ms)
 
     # ------------------------------------------------------------------ documents
     async def _record(self, tenant_id: str, document_id: str) -> DocumentView | None:
@@ -143,13 +157,19 @@ class RetrieverRequests:
             indexer = Indexer(s.store, s.embedder, s.encoder, batch_size=s.settings.ingest_batch_size,
                               second=s.stage2.embedder if s.stage2 else None)  # rule K7: the doc's e5 vectors
             await asyncio.to_thread(indexer.index, [(p.index_document_id, chunks)], summary)
-            update |= {"status": "ingested", "chunks": summary.chunks, "reason": None}
             await memory_records.invalidate_document(self.redis, event.tenant_id, p.index_document_id)
-            log.info("document %s ingested: %d chunks (%d embedded)", p.index_document_id, summary.chunks, summary.embedded)
+            log.info("document %s ingested by replica %d: %d chunks (%d embedded)", p.index_document_id,
+                     self.replica, summary.chunks, summary.embedded)
+            if not await mark_applied(self.redis, event.tenant_id, p.document_id, str(event.event_id),
+                                      self.replica, self.applies_needed):
+                return  # rule K10: another replica has still to index it; the last one writes the status
+            update |= {"status": "ingested", "chunks": summary.chunks, "reason": None}
         except DocumentError as exc:
             update |= {"status": "failed", "reason": str(exc)}
         except (EmbeddingError, StoreError) as exc:
-            update |= {"status": "failed", "reason": f"knowledge base unavailable: {str(exc)[:300]}; post it again"}
+            where = f" (retriever replica {self.replica})" if self.applies_needed > 1 else ""
+            update |= {"status": "failed",
+                       "reason": f"knowledge base unavailable{where}: {str(exc)[:300]}; post it again"}
         # write unless a newer request replaced the record meanwhile
         current = await self._record(event.tenant_id, p.document_id)
         if current is not None and current.request_id == str(event.event_id):

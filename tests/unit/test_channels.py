@@ -53,7 +53,8 @@ def test_subscriptions_follow_the_table() -> None:
     union = typing.get_args(typing.get_args(model)[0])
     assert {c.model_fields["type"].default for c in union} == {
         "question.asked", "task.cancelled", "approval.decided", "tool.result"}
-    assert channels.subscription(topics.GROUP_RETRIEVER)[0] == (topics.TOOL_REQUESTS_KB, topics.RETRIEVER_REQUESTS)
+    assert channels.subscription(topics.GROUP_RETRIEVER)[0] == (topics.TOOL_REQUESTS_KB, topics.RETRIEVER_REQUESTS,
+                                                                topics.RETRIEVER_WRITES)
     assert channels.subscription(topics.GROUP_WEB) == ((topics.TOOL_REQUESTS_WEB,), ToolRequested)
     assert channels.subscription(topics.GROUP_SANDBOX) == ((topics.TOOL_REQUESTS_SANDBOX,), ToolRequested)
     assert channels.subscription(topics.GROUP_MCP) == ((topics.TOOL_REQUESTS_MCP,), ToolRequested)
@@ -76,7 +77,7 @@ def test_every_key_has_the_prefix_and_its_parts() -> None:
     built = [keys.state("t"), keys.task("t"), keys.session_turns("s"), keys.events("t"), keys.events_seq("t"),
              keys.events_terminal("t"), keys.cancel("t"), keys.approval("t", "c"), keys.approval_decision("t", "c"), keys.fault("t"),
              keys.idempotency("ten", "d"), keys.hub_wake("h"), keys.reply("r"), keys.document("ten", "d"),
-             keys.documents("ten"), keys.tool_result("k"), keys.attempts("c", "e"), keys.artifact("a"),
+             keys.documents("ten"), keys.document_applied("ten", "d", "r"), keys.tool_result("k"), keys.attempts("c", "e"), keys.artifact("a"),
              keys.alive("web", "host", 7), keys.SANDBOX_STATUSES, keys.mcp_servers("ten"), keys.mcp_catalog("ten"), keys.LEASES, keys.TOOL_DEADLINES]
     assert all(k.startswith("conduit:") for k in built)
     assert len(set(built)) == len(built)

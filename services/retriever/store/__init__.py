@@ -24,7 +24,8 @@ Modules, one job each: ``points`` (the data types: ``ChunkPoint``, ``SearchFilte
 Backends:
 - ``EdgeVectorStore``: Qdrant Edge shard in ``settings.data_dir / "qdrant"``
   (default). One process at a time may open a shard (the WAL is locked): ingest
-  while the retriever is stopped, or use a Qdrant server.
+  while the retriever is stopped, or use a Qdrant server. Retriever replicas each open a
+  copy of their own (``edge_path``; rule K10, ``services/retriever/replicas.py``).
 - ``ClientVectorStore``: qdrant-client against ``settings.qdrant_url``, or its
   local mode (``location=":memory:"`` or ``path=``; brute force, tests only).
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conduit.runtime.settings import Settings
+from services.retriever.replicas import shard_dir
 from services.retriever.store.base import VectorStore
 from services.retriever.store.client import ClientVectorStore
 from services.retriever.store.edge import EdgeVectorStore
@@ -45,8 +47,9 @@ __all__ = ["DEFAULT_PREFETCH", "DENSE", "PUBLIC_TENANT", "SPARSE", "ChunkPoint",
 
 
 def edge_path(settings: Settings) -> Path:
-    """Directory of the embedded Qdrant Edge shard: ``settings.data_dir / "qdrant"``."""
-    return Path(settings.data_dir) / "qdrant"
+    """Directory of the embedded Qdrant Edge shard: ``settings.data_dir / "qdrant"`` for retriever
+    replica 1, ``settings.data_dir / "replicas" / K / "qdrant"`` for replica K > 1 (rule K10)."""
+    return shard_dir(settings, "qdrant")
 
 
 def open_store(settings: Settings, dim: int) -> VectorStore:
