@@ -18,8 +18,8 @@ pair by pair, the model server directly (``POST /v1/chat/completions`` with the 
    and the CPU each process spent per completed run;
 5. **peak RSS** per process (``VmHWM``).
 
-``--scale`` runs replicas as ``conduit up --scale`` does (``orchestrator=2``; more than one retriever
-needs a Qdrant server, ``QDRANT_URL``); every replica's CPU and RSS is given under its own key.
+``--scale`` runs replicas as ``conduit up --scale`` does (``orchestrator=2``, ``retriever=2``: copies of the
+embedded store, rule K10); every replica's CPU and RSS is given under its own key.
 """
 
 from __future__ import annotations

@@ -19,9 +19,13 @@ from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
 
 
-def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[str, ...],
-                env: dict[str, str], laws: list[str] | None = None) -> Stack:
-    """Ingest ``laws`` (real articles from the law corpus) into ``data_dir``, then start ``services``.
+def start_stack(bootstrap: str | None, redis_url: str | None, data_dir: Path, services: tuple[str, ...],
+                env: dict[str, str], laws: list[str] | None = None, scale: dict[str, int] | None = None) -> Stack:
+    """Ingest ``laws`` (real articles from the law corpus) into ``data_dir``, then start ``services``
+    (``scale``: replicas per service, as ``conduit up --scale``).
+
+    ``bootstrap`` / ``redis_url`` None: the stack starts its own embedded broker / Redis on free ports
+    (retriever replicas on the embedded store need the embedded broker, rule K10).
 
     ``env`` is given to every service process (model endpoint, limits...). Long-term memory and the
     semantic cache are off unless ``env`` sets ``CONDUIT_MEMORY_OFF_TENANTS`` / ``CONDUIT_CACHE_ENABLED``:
@@ -36,12 +40,13 @@ def start_stack(bootstrap: str, redis_url: str, data_dir: Path, services: tuple[
     if server:
         env = {**env, "QDRANT_URL": server, "CONDUIT_QDRANT_COLLECTION": vectors["qdrant_collection"]}
     settings = Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
-                        gateway_port=infra.free_port(), **vectors)
+                        gateway_port=infra.free_port(), embedded_kafka_port=infra.free_port(),
+                        embedded_redis_port=infra.free_port(), **vectors)
     if laws:
         from services.retriever.ingest import ingest_law_db
 
         ingest_law_db(settings, law_names=laws, progress=False)
-    return Stack(settings, services=services, extra_env=env).start()
+    return Stack(settings, services=services, extra_env=env, scale=scale).start()
 
 
 def restart(stack: Stack, name: str, drop: tuple[str, ...] = (), **env: str) -> ServiceProcess:

@@ -1,4 +1,5 @@
-"""`conduit up --scale` runs replicas that share their consumer group; `conduit status` shows
+"""`conduit up --scale` runs replicas that share their consumer group (retriever replicas on the
+embedded store refuse an external broker, rule K10); `conduit status` shows
 each process's pid, uptime, restarts, readiness and its group's lag, and the supervisor's
 restart of a SIGKILLed replica shows there."""
 
@@ -59,8 +60,12 @@ def test_scaled_stack_status_and_a_replica_restart(up_factory):
     assert status(up).returncode == 1  # nothing runs any more
 
 
-def test_retriever_replicas_need_a_qdrant_server(up_factory):
-    up = up_factory("--scale", "retriever=2")
+def test_retriever_replicas_on_the_embedded_store_refuse_an_external_broker(up_factory):
+    """Rule K10: replicas start from fresh copies of the shards, which only the embedded broker's empty
+    topics match; the refusal comes before anything starts (the address is never dialled)."""
+    up = up_factory("--scale", "retriever=2", CONDUIT_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1")
     assert up.proc.wait(60) == 1
-    assert "more than one retriever needs a Qdrant server (set QDRANT_URL)" in " ".join(up.output().split())
+    said = " ".join(up.output().split())
+    assert "more than one retriever on the embedded Qdrant Edge store needs the embedded broker" in said
+    assert "committed offsets of the writes groups" in said and "set QDRANT_URL" in said
     assert not wait_no_processes(up.data_dir, 10)

@@ -1,7 +1,8 @@
 """``EdgeVectorStore``: the store on an embedded Qdrant Edge shard (the default backend).
 
 One process at a time may open a shard (its WAL is locked): ingest while the retriever is
-stopped, or use a Qdrant server (``client.ClientVectorStore``).
+stopped, or use a Qdrant server (``client.ClientVectorStore``). Retriever replicas each open a copy
+of their own (rule K10, ``services/retriever/replicas.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,120 @@
+"""Rule K10 over the real stack: two retriever replicas on the embedded Qdrant Edge store.
+
+Gateway and two retriever processes over their own embedded tansu and redis-server (replicas on
+the embedded store need the embedded broker), with one real law ingested before the start, so
+replica 2 starts from a copy of replica 1's shards. Checked:
+
+- replica 2's copy holds the law: every one of the searches finds it, whichever replica answers;
+- a document posted through the gateway is ``ingested`` only once both replicas indexed it, and
+  then every one of ~10 searches finds it; both replicas served some of those reads (their logs);
+- a deleted document is gone from every search once the delete is through;
+- ``mark_applied`` on the stack's Redis: exactly the replica that completes the set sees it complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from conduit.ops.stack import Stack
+from conduit.testing.stack import auth, start_stack
+from conduit.testing.waits import wait_until
+from services.retriever.replicas import mark_applied
+
+VAT_LAW = "中华人民共和国增值税法"
+QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
+DOC_ID = "xinghe-replica-policy"
+DOC_TEXT = """# 星河科技差旅报销制度
+
+## 住宿标准
+星河科技员工出差住宿费按城市分级报销：一线城市每晚不超过六百元，其他城市每晚不超过四百元。
+"""
+DOC_QUERY = "星河科技员工出差住宿每晚能报销多少钱？"
+SEARCHES = 10
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[Stack]:
+    st = start_stack(None, None, tmp_path_factory.mktemp("replicas"), ("retriever", "gateway"),
+                     {"CONDUIT_TOOL_TIMEOUT_S": "20"}, laws=[VAT_LAW], scale={"retriever": 2})
+    yield st
+    st.stop()
+
+
+@pytest.fixture(scope="module")
+def client(stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.gateway_url, timeout=30, headers=auth(stack.admin_key)) as c:
+        yield c
+
+
+def served(stack: Stack) -> dict[str, int]:
+    """Searches each replica's log says it served (rule K10's log line)."""
+    return {key: len(re.findall(r"search \w+ served by replica", (stack.log_dir / f"{key}.log").read_text()))
+            for key in ("retriever", "retriever-2")}
+
+
+def search_ids(client: httpx.Client, query: str) -> list[str]:
+    r = client.post("/v1/search", json={"query": query})
+    assert r.status_code == 200, r.text
+    return [i["document_id"] for i in r.json()["items"]]
+
+
+def test_both_replicas_start_from_the_ingested_shards(stack, client):
+    assert (stack.data_dir / "replicas" / "2" / "qdrant" / "edge_config.json").is_file()
+    assert set(stack.procs) == {"retriever", "retriever-2", "gateway"}
+    for _ in range(SEARCHES):
+        assert any(d.startswith("law:") for d in search_ids(client, QUESTION))
+
+
+def test_a_posted_document_is_ingested_by_both_and_every_search_finds_it(stack, client):
+    before = served(stack)
+    r = client.post("/v1/documents", json={"title": "星河科技差旅报销制度", "text": DOC_TEXT, "document_id": DOC_ID})
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 90
+    while (view := client.get(f"/v1/documents/{DOC_ID}").json())["status"] == "queued":
+        assert time.monotonic() < deadline, view
+        time.sleep(0.2)
+    assert view["status"] == "ingested", view
+    logs = {k: (stack.log_dir / f"{k}.log").read_text() for k in ("retriever", "retriever-2")}
+    assert f"document {view['index_document_id']} ingested by replica 1" in logs["retriever"]
+    assert f"document {view['index_document_id']} ingested by replica 2" in logs["retriever-2"]
+
+    for i in range(3 * SEARCHES):  # at least SEARCHES; more until both replicas answered some
+        assert view["index_document_id"] in search_ids(client, DOC_QUERY), f"search {i} missed the document"
+        now = served(stack)
+        if i + 1 >= SEARCHES and all(now[k] > before[k] for k in now):
+            break
+    assert all(now[k] > before[k] for k in now), (before, now)
+
+
+def test_a_deleted_document_is_gone_from_every_replica(stack, client):
+    index_id = client.get(f"/v1/documents/{DOC_ID}").json()["index_document_id"]
+    assert client.delete(f"/v1/documents/{DOC_ID}").status_code == 202
+    assert wait_until(lambda: not client.get("/v1/documents").json()["documents"], 60)
+    logs = lambda: [(stack.log_dir / f"{k}.log").read_text() for k in ("retriever", "retriever-2")]  # noqa: E731
+    assert wait_until(lambda: all(f"document {index_id} deleted" in log for log in logs()), 30)
+    for _ in range(SEARCHES):
+        assert index_id not in search_ids(client, DOC_QUERY)
+
+
+def test_exactly_the_last_replica_completes_a_document(stack):
+    async def run() -> list[bool]:
+        redis = Redis.from_url(stack.settings.redis())
+        try:
+            first = await mark_applied(redis, "default", "d1", "req-1", 1, 2)
+            again = await mark_applied(redis, "default", "d1", "req-1", 1, 2)  # a redelivery on replica 1
+            last = await mark_applied(redis, "default", "d1", "req-1", 2, 2)
+            replayed = await mark_applied(redis, "default", "d1", "req-1", 2, 2)
+            both = await asyncio.gather(mark_applied(redis, "default", "d2", "req-2", 1, 2),
+                                        mark_applied(redis, "default", "d2", "req-2", 2, 2))
+            return [first, again, last, replayed, sorted(both) == [False, True]]
+        finally:
+            await redis.aclose()
+
+    assert asyncio.run(run()) == [False, False, True, True, True]
