@@ -14,8 +14,9 @@ pair by pair, the model server directly (``POST /v1/chat/completions`` with the 
 3. **idle CPU** per process over 30 s, from ``/proc/PID/stat`` (robust to the machine's load),
    then **time to first token after ``--idle-s`` idle** (``--idle-n`` times);
 4. **throughput**: closed-loop sessions doing two-turn runs with a 1 s model delay for
-   ``--seconds`` per row, the same sessions calling the model directly beside it (the ceiling),
-   and the CPU each process spent per completed run;
+   ``--seconds`` per row, counted in a steady state (after a warm-up in which every session
+   finished one run: the runs that finish inside the window), the same sessions calling the model
+   directly beside it (the ceiling), and the CPU each process spent per run in the window;
 5. **peak RSS** per process (``VmHWM``).
 
 ``--scale`` runs replicas as ``conduit up --scale`` does (``orchestrator=2``, ``retriever=2``: copies of the
@@ -191,22 +192,53 @@ async def idle(stack: Stack, model: ScriptedModel, idle_s: float, idle_n: int) -
     return cpu, overheads, load
 
 
-async def closed_loop(make: callable, sessions: int, seconds: float) -> tuple[int, list[float]]:
-    """``sessions`` loops of ``make()``-made runs for ``seconds``; completed runs and their latencies (s)."""
-    stop_at = time.monotonic() + seconds
+WARM_UP_CAP_S = 120.0
+"""Longest warm-up of a throughput row (seconds): it ends when every session has finished one run."""
+
+
+async def closed_loop(make: callable, sessions: int, seconds: float,
+                      pids: dict[str, int] | None = None) -> tuple[int, list[float], dict[str, float]]:
+    """``sessions`` loops of ``make()``-made runs, measured in a steady state.
+
+    A warm-up lasts until every session has finished one run (at most ``WARM_UP_CAP_S``), so the
+    window does not start with every session's first run in flight together; then a window of
+    ``seconds`` counts the runs that *finish* inside it, whatever their length. After the window no
+    session starts a new run and the ones in flight drain. Returns the runs finished in the window,
+    their latencies (seconds) and, per process of ``pids``, the CPU seconds spent during the window.
+    """
+    window: dict[str, float] = {}
     done: list[float] = []
+    warmed = asyncio.Event()
+    left = {"n": sessions}
 
     async def session() -> None:
-        run = make()
-        while time.monotonic() < stop_at:
+        run, first = make(), True
+        while "end" not in window:
             t = time.perf_counter()
             await run.go()
-            if time.monotonic() <= stop_at:
+            now = time.monotonic()
+            if "start" in window and now <= window.get("end", float("inf")):
                 done.append(time.perf_counter() - t)
+            if first:
+                first, left["n"] = False, left["n"] - 1
+                if not left["n"]:
+                    warmed.set()
         await run.close()
 
-    await asyncio.gather(*(session() for _ in range(sessions)))
-    return len(done), done
+    async def clock() -> dict[str, float]:
+        try:
+            await asyncio.wait_for(warmed.wait(), WARM_UP_CAP_S)
+        except TimeoutError:
+            pass
+        a = cpu_of(pids or {})
+        window["start"] = time.monotonic()
+        await asyncio.sleep(seconds)
+        window["end"] = time.monotonic()
+        b = cpu_of(pids or {})
+        return {k: b[k] - a[k] for k in a}
+
+    *_, cpu = await asyncio.gather(*(session() for _ in range(sessions)), clock())
+    return len(done), done, cpu
 
 
 class ConduitRun:
@@ -236,11 +268,10 @@ async def throughput(stack: Stack, model: ScriptedModel, sessions: list[int], se
     DELAY["s"] = 1.0
     pids, rows = pids_of(stack), []
     for s in sessions:
-        d_n, d_lat = await closed_loop(lambda: DirectRun(model), s, seconds)
-        a, load0 = cpu_of(pids), os.getloadavg()[0]
-        c_n, c_lat = await closed_loop(lambda: ConduitRun(stack), s, seconds)
-        b = cpu_of(pids)
-        per = ", ".join(f"{k} {(b[k] - a[k]) / max(c_n, 1) * 1000:.1f}" for k in pids if b[k] - a[k] > 0.05)
+        d_n, d_lat, _ = await closed_loop(lambda: DirectRun(model), s, seconds)
+        load0 = os.getloadavg()[0]
+        c_n, c_lat, cpu = await closed_loop(lambda: ConduitRun(stack), s, seconds, pids)
+        per = ", ".join(f"{k} {v / max(c_n, 1) * 1000:.1f}" for k, v in cpu.items() if v > 0.05)
         ratio = (c_n / d_n * 100) if d_n else float("nan")
         rows.append(f"| {s} | **{c_n / seconds:.1f}** | {d_n / seconds:.1f} | **{ratio:.0f} %** | "
                     f"{pct(c_lat, 50) * 1000:.0f} / {pct(d_lat, 50) * 1000:.0f} ms | {per} | "
@@ -299,7 +330,7 @@ with the machine's load; CPU seconds (from `/proc`) do not.
 | idle CPU over 30 s (load {r['idle_load']}), % of one core | **{sum(cpu.values()):.1f} %** ({cpus}) | | ≤ 5 % |
 | peak RSS (MiB) | {', '.join(f'{k} {v:.0f}' for k, v in r['rss'].items())} | | |
 
-Throughput, two-turn runs with a 1 s model delay (closed loop, {a.seconds:g} s per row; the direct ceiling is the
+Throughput, two-turn runs with a 1 s model delay (closed loop; after a warm-up in which every session finished one run, the runs that finish in a\n{a.seconds:g} s window; the direct ceiling is the
 same sessions calling the model directly; CPU per completed run through Conduit, ms):
 
 | sessions | runs/s through Conduit | direct ceiling | of the ceiling | latency p50 Conduit / direct | CPU ms per run | load |

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import os
 import tempfile
-import time
 from pathlib import Path
 
 from bench import e2e
@@ -36,7 +35,8 @@ def swept_count(stack) -> int:
 
 
 def row(setting: str, value: str, sessions: int, seconds: float) -> str:
-    """One fresh stack with ``setting=value``: a warm-up, then ``sessions`` closed-loop runs for ``seconds``."""
+    """One fresh stack with ``setting=value``: ``sessions`` closed-loop runs, counted in a ``seconds`` window
+    after a warm-up in which every session finished one run (``e2e.closed_loop``)."""
     scale = parse_scale(value) if setting == "scale" else None
     if scale is None:
         os.environ[setting] = value  # the stack's processes inherit it
@@ -44,16 +44,14 @@ def row(setting: str, value: str, sessions: int, seconds: float) -> str:
     stack = e2e.start(Path(tempfile.mkdtemp(prefix="conduit-setting-ab-")), model, scale)
     try:
         e2e.DELAY["s"] = 1.0
-        asyncio.run(e2e.closed_loop(lambda: e2e.ConduitRun(stack), 20, 5))
-        time.sleep(2)
         pids = e2e.pids_of(stack)
-        a, load0, swept0 = e2e.cpu_of(pids), os.getloadavg()[0], swept_count(stack)
-        n, lat = asyncio.run(e2e.closed_loop(lambda: e2e.ConduitRun(stack), sessions, seconds))
-        b, swept = e2e.cpu_of(pids), swept_count(stack) - swept0
+        load0, swept0 = os.getloadavg()[0], swept_count(stack)
+        n, lat, cpu = asyncio.run(e2e.closed_loop(lambda: e2e.ConduitRun(stack), sessions, seconds, pids))
+        swept = swept_count(stack) - swept0
         per = max(n, 1) / 1000
-        orch = sum(b[k] - a[k] for k in pids if k.startswith("orchestrator"))
+        orch = sum(v for k, v in cpu.items() if k.startswith("orchestrator"))
         return (f"| {value} | {n / seconds:.1f} | {e2e.pct(lat, 50):.2f} s | {e2e.pct(lat, 90):.2f} s | {swept} | "
-                f"{orch / per:.0f} / {sum(b[k] - a[k] for k in pids) / per:.0f} | "
+                f"{orch / per:.0f} / {sum(cpu.values()) / per:.0f} | "
                 f"{load0:.1f} → {os.getloadavg()[0]:.1f} |")
     finally:
         stack.stop()
