@@ -9,7 +9,9 @@ Per row: completed runs/s, latency p50 / p90, the questions the orchestrator's s
 the bus had not delivered them within ``QUESTION_RESEND_S`` (rule G4), CPU ms per completed run of the
 orchestrator and of the whole stack (from ``/proc``), and the load average. Prints a markdown table.
 ``--setting scale`` compares replica counts instead (values separated by ``;``, each a ``--scale`` spec); the
-orchestrator's CPU is then the sum over its replicas, and the sweeper count is read from every replica's log.
+CPU column is then that of the scaled service (``orchestrator=…``: the orchestrator, ``retriever=…``: the
+retriever, rule K10), summed over its replicas with each replica's share in brackets, and the sweeper count
+is read from every orchestrator replica's log.
 """
 
 from __future__ import annotations
@@ -34,9 +36,25 @@ def swept_count(stack) -> int:
     return sum(p.read_text(errors="replace").count(SWEPT) for p in logs)
 
 
-def row(setting: str, value: str, sessions: int, seconds: float) -> str:
+def measured_service(setting: str, values: list[str]) -> str:
+    """The service whose CPU the table shows: the one ``--setting scale`` values name (the first), else the orchestrator."""
+    if setting != "scale":
+        return "orchestrator"
+    return next((name for v in values for name in parse_scale(v)), "orchestrator")
+
+
+def service_cpu(cpu: dict[str, float], service: str, per: float) -> str:
+    """``"45"`` for one process of ``service``, ``"45 (23 + 22)"`` for replicas (CPU seconds in ``cpu``
+    keyed ``service``, ``service-2``...; ``per``: completed runs / 1000, so the figures are ms per run)."""
+    mine = [v / per for k, v in cpu.items() if k == service or k.startswith(f"{service}-")]
+    total = f"{sum(mine):.0f}"
+    return total if len(mine) <= 1 else f"{total} ({' + '.join(f'{v:.0f}' for v in mine)})"
+
+
+def row(setting: str, value: str, sessions: int, seconds: float, service: str = "orchestrator") -> str:
     """One fresh stack with ``setting=value``: ``sessions`` closed-loop runs, counted in a ``seconds`` window
-    after a warm-up in which every session finished one run (``e2e.closed_loop``)."""
+    after a warm-up in which every session finished one run (``e2e.closed_loop``); the CPU column shows
+    ``service``'s processes."""
     scale = parse_scale(value) if setting == "scale" else None
     if scale is None:
         os.environ[setting] = value  # the stack's processes inherit it
@@ -49,9 +67,8 @@ def row(setting: str, value: str, sessions: int, seconds: float) -> str:
         n, lat, cpu = asyncio.run(e2e.closed_loop(lambda: e2e.ConduitRun(stack), sessions, seconds, pids))
         swept = swept_count(stack) - swept0
         per = max(n, 1) / 1000
-        orch = sum(v for k, v in cpu.items() if k.startswith("orchestrator"))
         return (f"| {value} | {n / seconds:.1f} | {e2e.pct(lat, 50):.2f} s | {e2e.pct(lat, 90):.2f} s | {swept} | "
-                f"{orch / per:.0f} / {sum(cpu.values()) / per:.0f} | "
+                f"{service_cpu(cpu, service, per)} / {sum(cpu.values()) / per:.0f} | "
                 f"{load0:.1f} → {os.getloadavg()[0]:.1f} |")
     finally:
         stack.stop()
@@ -67,11 +84,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     values = a.values.split(";" if a.setting == "scale" else ",")
-    print(f"| {a.setting} | runs/s | latency p50 | p90 | questions the sweeper started | CPU ms per run: orchestrator / stack | load |")
+    service = measured_service(a.setting, values)
+    print(f"| {a.setting} | runs/s | latency p50 | p90 | questions the sweeper started | CPU ms per run: {service} / stack | load |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in range(a.rounds):
         for value in values if r % 2 == 0 else values[::-1]:
-            print(row(a.setting, value, a.sessions, a.seconds), flush=True)
+            print(row(a.setting, value, a.sessions, a.seconds, service), flush=True)
 
 
 if __name__ == "__main__":
