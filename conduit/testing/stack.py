@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 from redis.asyncio import Redis
 
 from conduit.ops import infra
@@ -109,6 +110,13 @@ def new_key(redis_url: str, tenant: str = "default", user: str = "admin", role: 
             expires_in: timedelta | None = None) -> str:
     """``make_key`` for code outside an event loop (fixtures)."""
     return asyncio.run(make_key(redis_url, tenant, user, role, expires_in))
+
+
+@contextmanager
+def admin_client(stack: Stack, timeout_s: float = 30) -> Iterator[httpx.Client]:
+    """An ``httpx.Client`` on the stack's gateway with the tenant admin's key (``stack.admin_key``)."""
+    with httpx.Client(base_url=stack.gateway_url, timeout=timeout_s, headers=auth(stack.admin_key)) as c:
+        yield c
 
 
 def auth(key: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ import pytest
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
 from conduit.testing.pdf import minimal_pdf
-from conduit.testing.stack import auth, start_stack
+from conduit.testing.stack import admin_client, start_stack
 from conduit.testing.waits import wait_until
 
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
@@ -44,7 +44,7 @@ def stack(infra_stack, tmp_path_factory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def client(stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.gateway_url, timeout=30, headers=auth(stack.admin_key)) as c:
+    with admin_client(stack) as c:
         yield c
 
 

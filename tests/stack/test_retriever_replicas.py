@@ -23,7 +23,7 @@ import pytest
 from redis.asyncio import Redis
 
 from conduit.ops.stack import Stack
-from conduit.testing.stack import auth, start_stack
+from conduit.testing.stack import admin_client, start_stack
 from conduit.testing.waits import wait_until
 from services.retriever.replicas import mark_applied
 
@@ -41,15 +41,18 @@ SEARCHES = 10
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[Stack]:
+    """Gateway and two retrievers over their own embedded broker and Redis (``None, None``), 增值税法 ingested."""
     st = start_stack(None, None, tmp_path_factory.mktemp("replicas"), ("retriever", "gateway"),
                      {"CONDUIT_TOOL_TIMEOUT_S": "20"}, laws=[VAT_LAW], scale={"retriever": 2})
-    yield st
-    st.stop()
+    try:
+        yield st
+    finally:
+        st.stop()
 
 
 @pytest.fixture(scope="module")
 def client(stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.gateway_url, timeout=30, headers=auth(stack.admin_key)) as c:
+    with admin_client(stack) as c:
         yield c
 
 
