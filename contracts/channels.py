@@ -25,7 +25,7 @@ from pydantic import Field
 from contracts import topics
 from contracts.documents import DocumentDeleteRequested, DocumentIngestRequested, SearchRequested
 from contracts.envelope import Envelope
-from contracts.memory import MemoryForgetRequested, MemoryIndexRequested, MemoryRecallRequested
+from contracts.memory import MemoryForgetRequested, MemoryIndexRequested, MemoryRecallRequested, MemoryVectorsIndexed
 from contracts.events import (
     AgentEvent,
     ApprovalDecided,
@@ -115,14 +115,15 @@ CHANNELS: tuple[Channel, ...] = (
             "(MemoryRecallRequested from the orchestrator; contracts/memory.py). Read by any one retriever "
             "replica (the shared group), by its one consumer with the kb_search requests."),
     Channel(topics.RETRIEVER_WRITES, (DocumentIngestRequested, DocumentDeleteRequested,
-                                      MemoryIndexRequested, MemoryForgetRequested),
-            "gateway, orchestrator", (topics.GROUP_RETRIEVER,),
+                                      MemoryIndexRequested, MemoryForgetRequested, MemoryVectorsIndexed),
+            "gateway, orchestrator, retriever", (topics.GROUP_RETRIEVER,),
             "The retriever's writes (rule K10): document ingestion/deletion (DocumentIngestRequested, "
             "DocumentDeleteRequested from the gateway; key: the document's store id) and long-term memory and "
             "cache indexing (MemoryIndexRequested from the orchestrator, MemoryForgetRequested from the gateway). "
             "With one shared store (a Qdrant server) or one replica, read once in the shared group; with N "
             "replicas on the embedded store, every replica K reads all of it in a group of its own "
-            "(conduit-retriever-writes-K)."),
+            "(conduit-retriever-writes-K); there one replica embeds each MemoryIndexRequested and publishes the "
+            "vectors (MemoryVectorsIndexed) that every replica applies."),
 )
 """Every topic of ``contracts.topics.ALL_TOPICS``, in the same order."""
 

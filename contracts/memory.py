@@ -9,14 +9,16 @@ Qdrant server), embedded with the knowledge base's embedder. Bus (topic
 ``contracts.topics.RETRIEVER_REQUESTS``): ``MemoryIndexRequested`` (orchestrator: embed and
 store these items / this cache entry), ``MemoryRecallRequested`` (orchestrator: the user's
 candidates and a cached answer, reply LPUSHed to ``keys.reply(request_id)``),
-``MemoryForgetRequested`` (gateway: remove these vectors). The envelope's ``task_id`` is the
-partition key (the task's id, or the request id of a deletion).
+``MemoryForgetRequested`` (gateway: remove these vectors); ``MemoryVectorsIndexed`` (a retriever
+replica: the vectors it embedded for a ``MemoryIndexRequested``, applied by every replica, rule K10).
+The writes travel on ``contracts.topics.RETRIEVER_WRITES``, the recall on ``RETRIEVER_REQUESTS``.
+The envelope's ``task_id`` is the partition key (the task's id, or the request id of a deletion).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -148,6 +150,32 @@ class MemoryForgetPayload(Payload):
     """gateway -> retriever: remove the vectors of the user's items ``ids`` (None: all of them)."""
 
     ids: list[str] | None = None
+
+
+class MemoryPoint(BaseModel):
+    """One embedded point of the memory shard: ``id`` (UUID5 string), ``vector`` (the embedder's unit
+    vector, ``dim`` floats) and its ``payload`` (``tenant_id``, ``document_id`` scope, ``item_id`` or
+    ``entry_id``, ``position``)."""
+
+    id: str
+    vector: list[float]
+    payload: dict[str, Any]
+
+
+class MemoryVectorsPayload(Payload):
+    """retriever replica -> every replica (rule K10): upsert ``points`` and delete the points
+    ``delete_ids`` (point ids, not item ids), without embedding anything again."""
+
+    points: list[MemoryPoint] = Field(default_factory=list)
+    delete_ids: list[str] = Field(default_factory=list)
+
+
+class MemoryVectorsIndexed(Envelope):
+    """The vectors one retriever replica embedded for a ``MemoryIndexRequested`` (its child: same task id,
+    so the same partition), for every replica of the embedded store to apply (rule K10)."""
+
+    type: Literal["memory.vectors_indexed"] = "memory.vectors_indexed"
+    payload: MemoryVectorsPayload
 
 
 class MemoryIndexRequested(Envelope):

@@ -139,6 +139,7 @@ def subscribe(
     topic: str | tuple[str, ...] | None = None,
     model: Any = None,
     max_workers: int = 1,
+    fetch_max_wait_ms: int | None = None,  # this consumer's fetch wait (default: the setting; rule K10)
 ) -> None:
     """Register ``handler`` for ``topic`` (one or several topics) in consumer group ``group_id``.
 
@@ -173,8 +174,7 @@ def subscribe(
 
     async def _consume(delivery: Delivery) -> None:
         if gate is None:
-            await handler(delivery.event)
-            return
+            return await handler(delivery.event)
         gate.touch()
         try:
             await handler(delivery.event)
@@ -186,7 +186,7 @@ def subscribe(
         group_id=group_id,
         ack_policy=AckPolicy.NACK_ON_ERROR,
         auto_offset_reset="earliest",
-        fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
+        fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms if fetch_max_wait_ms is None else fetch_max_wait_ms,
         session_timeout_ms=6_000,
         heartbeat_interval_ms=1_000,
         rebalance_timeout_ms=10_000,

@@ -128,8 +128,8 @@ class ToolService:
         """This process's name on the tool claims it takes (rule T6)."""
         self.extra: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
         """Other (topic, handler) read by the same consumer; see ``consume``."""
-        self.apart: list[tuple[str, str, Callable[[Any], Awaitable[None]]]] = []
-        """(topic, group, handler) read by consumers of their own; see ``consume_apart``."""
+        self.apart: list[tuple[str, str, Callable[[Any], Awaitable[None]], int | None]] = []
+        """(topic, group, handler, fetch wait) read by consumers of their own; see ``consume_apart``."""
         self.families: list[tuple[Callable[[str], bool], RawToolFn]] = []
         """Tools named at run time (``tool_family``): (name test, implementation)."""
 
@@ -144,16 +144,18 @@ class ToolService:
         channels.events_on(topic)
         self.extra.append((topic, handler))
 
-    def consume_apart(self, topic: str, group_id: str, handler: Callable[[Any], Awaitable[None]]) -> None:
+    def consume_apart(self, topic: str, group_id: str, handler: Callable[[Any], Awaitable[None]],
+                      fetch_max_wait_ms: int | None = None) -> None:
         """Also handle the events of ``topic`` with a consumer of their own in group ``group_id``.
 
         That consumer handles one message at a time and commits its offset after the handler
         returned (``concurrency`` does not apply); it costs one more group join. Used by the
         retriever's replicas to read every write each (rule K10). ``handler`` must be idempotent.
+        ``fetch_max_wait_ms``: that consumer's fetch wait (default ``kafka_fetch_max_wait_ms``).
         Raises ``contracts.channels.UnknownChannel`` for a topic not in the table.
         """
         channels.events_on(topic)
-        self.apart.append((topic, group_id, handler))
+        self.apart.append((topic, group_id, handler, fetch_max_wait_ms))
 
     async def _dispatch(self, event: Any) -> None:
         """Route one message of the combined subscription to its handler."""
@@ -374,10 +376,10 @@ class ToolService:
         bus.subscribe(self.broker, self.settings, self.redis, topic=names if self.extra else self.topic,
                       group_id=group_id or self.group_id, model=model, handler=self._concurrent(handler),
                       consumer_name=self.name)
-        for topic, group, apart in self.apart:  # consume_apart: one message at a time, committed after it
+        for topic, group, apart, wait_ms in self.apart:  # consume_apart: one at a time, committed after it
             bus.subscribe(self.broker, self.settings, self.redis, topic=(topic,), group_id=group,
                           model=channels.message_model(channels.events_on(topic)), handler=apart,
-                          consumer_name=f"{self.name}:{group}")
+                          consumer_name=f"{self.name}:{group}", fetch_max_wait_ms=wait_ms)
 
     async def serve(self, ready: Callable[[], Awaitable[None]] | None = None,
                     background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),

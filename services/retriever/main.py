@@ -21,9 +21,11 @@ retrievers are stopped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from pathlib import Path
 
+from conduit.runtime import bus
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
@@ -106,7 +108,9 @@ async def run(settings: Settings) -> None:
         service.tool("kb_search", make_kb_search_tool(searcher))
         # POST /v1/search and /v1/documents, memory and the cache: same consumer (one group join),
         # see services/retriever/requests.py
-        memory = MemoryRequests(MemoryIndex(memory_store, searcher.embedder), service.redis)
+        memory = MemoryRequests(MemoryIndex(memory_store, searcher.embedder), service.redis,
+                                functools.partial(bus.publish, service.broker, topics.RETRIEVER_WRITES),
+                                replica=settings.retriever_replica, replicas=replicas.applies_needed(settings))
         handler = RetrieverRequests(searcher, service.redis, memory, replica=settings.retriever_replica,
                                     applies_needed=replicas.applies_needed(settings)).handle
         service.consume(topics.RETRIEVER_REQUESTS, handler)
@@ -114,7 +118,8 @@ async def run(settings: Settings) -> None:
         if own_group is None:  # one shared store (or one replica): the writes are read once, in the shared group
             service.consume(topics.RETRIEVER_WRITES, handler)
         else:  # rule K10: each replica applies every write to its own copy
-            service.consume_apart(topics.RETRIEVER_WRITES, own_group, handler)
+            service.consume_apart(topics.RETRIEVER_WRITES, own_group, handler,
+                                  fetch_max_wait_ms=replicas.WRITES_FETCH_WAIT_MS)
         log.info("retriever replica %d of %d: writes read in %s", settings.retriever_replica,
                  settings.retriever_replicas, own_group or topics.GROUP_RETRIEVER)
         await service.serve()

@@ -9,6 +9,11 @@ scope ``document_id = "mem:{tenant}:{owner digest}"``) and one per cache entry (
 first, then scored by cosine (exact: a user's items are few). The Redis records
 (``conduit.records.memory``) are the truth: a hit whose record is gone (deleted, expired,
 invalidated) is dropped and its point removed.
+
+Replicas on the embedded store (rule K10, ``services/retriever/replicas.py``): every replica reads
+every ``MemoryIndexRequested``, but only its owner (``replicas.owner_replica`` of the event id)
+embeds it and publishes the vectors as ``MemoryVectorsIndexed`` on the writes topic, which every
+replica (the owner too) upserts: the embedding, most of a memory write's cost, is done once.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
@@ -29,12 +35,15 @@ from contracts.memory import (
     MemoryForgetRequested,
     MemoryIndexRequested,
     MemoryItem,
+    MemoryPoint,
+    MemoryVectorsIndexed,
+    MemoryVectorsPayload,
     MemoryRecallRequested,
     RecallCandidate,
     RecallReply,
 )
 from services.retriever.embeddings import Embedder, EmbeddingError
-from services.retriever.replicas import shard_dir
+from services.retriever.replicas import owner_replica, shard_dir
 from services.retriever.sparse import SparseVec
 from services.retriever.store import ChunkPoint, ClientVectorStore, EdgeVectorStore, SearchFilter, StoreError, VectorStore
 
@@ -87,6 +96,12 @@ class MemoryIndex:
 
     def index(self, items: list[MemoryItem], replaced: list[str], cache: CacheEntry | None) -> None:
         """Embed and upsert ``items`` (passages) and ``cache`` (its question, as a query); drop ``replaced`` ids."""
+        self.apply(*self.embed(items, replaced, cache))
+
+    def embed(self, items: list[MemoryItem], replaced: list[str],
+              cache: CacheEntry | None) -> tuple[list[ChunkPoint], list[str]]:
+        """The points of ``items`` and ``cache`` (embedded) and the point ids of ``replaced`` items:
+        ``(points, delete_ids)`` for ``apply``. Raises ``EmbeddingError``."""
         points = []
         if items:
             vecs = self.embedder.embed([i.text for i in items])
@@ -98,8 +113,13 @@ class MemoryIndex:
             points.append(ChunkPoint(_point_id("cache", f"{cache.tenant_id}:{cache.id}"), vec, EMPTY,
                                      {"tenant_id": cache.tenant_id, "document_id": cache_scope(cache.tenant_id),
                                       "entry_id": cache.id, "position": 0}))
-        if replaced:
-            self.store.delete_ids([_point_id("memory", i) for i in replaced])
+        return points, [_point_id("memory", i) for i in replaced]
+
+    def apply(self, points: list[ChunkPoint], delete_ids: list[str]) -> None:
+        """Delete the points ``delete_ids``, upsert ``points``, flush at most every ``FLUSH_EVERY_S``
+        (idempotent: the same call twice leaves the same shard). Raises ``StoreError``."""
+        if delete_ids:
+            self.store.delete_ids(delete_ids)
         self.store.upsert(points)
         if time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:  # a crash loses at most these seconds of
             self.store.flush()                                     # vectors; the Redis records stay
@@ -136,11 +156,21 @@ class MemoryIndex:
 
 
 class MemoryRequests:
-    """Handles ``MemoryIndexRequested``, ``MemoryRecallRequested`` and ``MemoryForgetRequested``
-    with an open ``MemoryIndex`` and the service's Redis."""
+    """Handles ``MemoryIndexRequested``, ``MemoryRecallRequested``, ``MemoryForgetRequested`` and
+    ``MemoryVectorsIndexed`` with an open ``MemoryIndex`` and the service's Redis.
 
-    def __init__(self, index: MemoryIndex, redis: Redis) -> None:
+    Args:
+        publish: sends an event to the writes topic; with ``replicas`` N > 1 (rule K10) a
+            ``MemoryIndexRequested`` is embedded by its owner replica only, which publishes
+            the vectors with it. None (or N = 1): every index request is embedded here.
+        replica: this replica's index K; replicas: the count N (copies of the embedded store).
+    """
+
+    def __init__(self, index: MemoryIndex, redis: Redis, publish: Callable[[Envelope], Awaitable[None]] | None = None,
+                 replica: int = 1, replicas: int = 1) -> None:
         self.index, self.redis = index, redis
+        self.publish = publish if replicas > 1 else None
+        self.replica, self.replicas = replica, replicas
 
     async def handle(self, event: Envelope) -> None:
         """Bus handler; raises only for Redis failures (redelivery). Store and embedding errors are
@@ -148,17 +178,38 @@ class MemoryRequests:
         if isinstance(event, MemoryRecallRequested):
             await self.recall(event)
         elif isinstance(event, MemoryIndexRequested):
-            p = event.payload
+            await self._index(event)
+        elif isinstance(event, MemoryVectorsIndexed):
+            points = [ChunkPoint(pt.id, pt.vector, EMPTY, pt.payload) for pt in event.payload.points]
             try:
-                await asyncio.to_thread(self.index.index, p.items, p.replaced, p.cache)
-            except (EmbeddingError, StoreError) as exc:
-                log.warning("memory index for task %s failed: %s", event.task_id, exc)
+                await asyncio.to_thread(self.index.apply, points, event.payload.delete_ids)
+            except StoreError as exc:
+                log.warning("memory vectors for task %s not applied: %s", event.task_id, exc)
         elif isinstance(event, MemoryForgetRequested):
             if event.user_id:
                 try:
                     await asyncio.to_thread(self.index.forget, event.tenant_id, event.user_id, event.payload.ids)
                 except StoreError as exc:
                     log.warning("memory forget failed: %s", exc)
+
+    async def _index(self, event: MemoryIndexRequested) -> None:
+        """Embed and store here, or (rule K10) embed if this replica owns the event and publish the
+        vectors for every replica; a replica that does not own it does nothing. Raises only for a
+        failed publish (redelivery: the owner embeds it again)."""
+        p = event.payload
+        try:
+            if self.publish is None:
+                await asyncio.to_thread(self.index.index, p.items, p.replaced, p.cache)
+                return
+            if owner_replica(str(event.event_id), self.replicas) != self.replica:
+                return
+            points, delete_ids = await asyncio.to_thread(self.index.embed, p.items, p.replaced, p.cache)
+        except (EmbeddingError, StoreError) as exc:
+            log.warning("memory index for task %s failed: %s", event.task_id, exc)
+            return
+        vectors = MemoryVectorsPayload(delete_ids=delete_ids, points=[
+            MemoryPoint(id=pt.id, vector=[float(x) for x in pt.dense], payload=pt.payload) for pt in points])
+        await self.publish(event.child(MemoryVectorsIndexed, payload=vectors))
 
     async def recall(self, event: MemoryRecallRequested) -> None:
         """Search, join with the Redis records (dropping and removing stale points) and LPUSH a ``RecallReply``."""

@@ -15,7 +15,9 @@ one process only, so N > 1 replicas without a Qdrant server each keep their own 
 - a document's record says ``ingested`` only once every replica indexed its request
   (``mark_applied``: the replica that completes the set writes the status); a failure on any
   replica sets ``failed`` with its reason. Memory and cache index writes are eventually
-  consistent: a recall on a replica that has not applied one yet misses it for that while;
+  consistent: a recall on a replica that has not applied one yet misses it for that while. Their
+  embedding (most of their cost) is done once: the owner replica of a ``MemoryIndexRequested``
+  (``owner_replica``) embeds it and publishes ``MemoryVectorsIndexed``, which every replica upserts;
 - ``copy_shards`` (run by ``conduit.ops.stack.Stack`` at every start, after the ingest and
   before the retrievers start) replaces each replica K's copy with replica 1's shards. That is
   sound only with the embedded broker, whose topics (and committed offsets) start empty at every
@@ -31,6 +33,7 @@ This module is light (no model, no store): the stack imports it.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -42,6 +45,11 @@ from contracts import topics
 
 SHARD_DIRS = ("qdrant", "memory")
 """The embedded store's shard folders under a replica's directory (knowledge base, memory and cache)."""
+WRITES_FETCH_WAIT_MS = 100
+"""Fetch wait of a replica's writes consumer (ms; the reads keep ``kafka_fetch_max_wait_ms``, 2 on tansu).
+Tansu answers a waiting fetch only when its wait ends, so with 2 ms a consumer that gets a write every
+task (memory, cache) never idles and fetches ~400 times a second; a write may wait ~100 ms more instead
+(bench: docs/benchmarks.md, issue 17, "Two retriever replicas")."""
 APPLIED_TTL_S = 7 * 86400
 """Seconds a document request's set of applying replicas is kept (``mark_applied``)."""
 
@@ -74,6 +82,13 @@ def applies_needed(settings: Settings) -> int:
     """How many replicas must index a document before its record says ``ingested``: N when
     ``replicated``, else 1."""
     return settings.retriever_replicas if replicated(settings) else 1
+
+
+def owner_replica(key: str, replicas: int) -> int:
+    """The replica (1..``replicas``) that does the one-time work of a write keyed ``key`` (an event id):
+    a memory index request is embedded by its owner only, which publishes the vectors every replica
+    applies (``services.retriever.memory``). Stable across processes (SHA-1, not ``hash``)."""
+    return int.from_bytes(hashlib.sha1(key.encode("utf-8")).digest()[:8], "big") % max(replicas, 1) + 1
 
 
 def copy_shards(data_dir: Path | str, replicas: int) -> list[Path]:

@@ -21,8 +21,9 @@ store each replica also reads every write with a consumer of its own
 - ``DocumentDeleteRequested``: deletes the document's chunks, then its record.
 - Ingesting or deleting a document removes the semantic-cache entries citing it
   (``conduit.records.memory.invalidate_document``).
-- ``MemoryIndexRequested`` / ``MemoryRecallRequested`` / ``MemoryForgetRequested``: long-term
-  memory and the semantic cache (``services/retriever/memory.py``).
+- ``MemoryIndexRequested`` / ``MemoryRecallRequested`` / ``MemoryForgetRequested`` /
+  ``MemoryVectorsIndexed`` (rule K10): long-term memory and the semantic cache
+  (``services/retriever/memory.py``).
 
 Idempotence: the Redis record's ``request_id`` names the latest request about a document;
 an ingest whose event is not that request (superseded, or replayed after a delete) is
@@ -51,7 +52,7 @@ from contracts.documents import (
     SearchRequested,
 )
 from contracts.envelope import Envelope, utcnow
-from contracts.memory import MemoryForgetRequested, MemoryIndexRequested, MemoryRecallRequested
+from contracts.memory import MemoryForgetRequested, MemoryIndexRequested, MemoryRecallRequested, MemoryVectorsIndexed
 from services.retriever.documents import Chunk, DocumentError, markdown_chunks
 from services.retriever.embeddings import EmbeddingError
 from services.retriever.ingest import Indexer, IngestSummary
@@ -102,7 +103,8 @@ class RetrieverRequests:
             await self.ingest(event)
         elif isinstance(event, DocumentDeleteRequested):
             await self.delete(event)
-        elif isinstance(event, (MemoryIndexRequested, MemoryRecallRequested, MemoryForgetRequested)):
+        elif isinstance(event, (MemoryIndexRequested, MemoryRecallRequested, MemoryForgetRequested,
+                                MemoryVectorsIndexed)):
             if self.memory is not None:
                 await self.memory.handle(event)
         else:  # pragma: no cover - the union model admits nothing else

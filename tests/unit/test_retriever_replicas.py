@@ -46,6 +46,13 @@ def test_each_replica_derives_its_folders_group_and_apply_count(tmp_path):
         topics.retriever_writes_group(0)
 
 
+def test_each_memory_write_has_one_stable_owner():
+    owners = [replicas.owner_replica(f"event-{i}", 2) for i in range(400)]
+    assert set(owners) == {1, 2} and 150 < owners.count(1) < 250  # spread over the replicas
+    assert owners == [replicas.owner_replica(f"event-{i}", 2) for i in range(400)]  # the same in every process
+    assert {replicas.owner_replica(f"e{i}", 1) for i in range(20)} == {1}
+
+
 def test_copy_shards_replaces_older_copies(tmp_path):
     (tmp_path / "qdrant" / "segments").mkdir(parents=True)
     (tmp_path / "qdrant" / "segments" / "a.bin").write_bytes(b"new")
@@ -126,4 +133,4 @@ def test_reads_and_writes_are_split():
     writes = {channels._type_of(e) for e in channels.events_on(topics.RETRIEVER_WRITES)}
     assert reads == {"search.requested", "memory.recall_requested"}
     assert writes == {"document.ingest_requested", "document.delete_requested", "memory.index_requested",
-                      "memory.forget_requested"}
+                      "memory.forget_requested", "memory.vectors_indexed"}
