@@ -207,6 +207,8 @@ class MemoryRequests:
         except (EmbeddingError, StoreError) as exc:
             log.warning("memory index for task %s failed: %s", event.task_id, exc)
             return
+        log.info("memory index for task %s embedded by replica %d: %d points", event.task_id, self.replica,
+                 len(points))
         vectors = MemoryVectorsPayload(delete_ids=delete_ids, points=[
             MemoryPoint(id=pt.id, vector=[float(x) for x in pt.dense], payload=pt.payload) for pt in points])
         await self.publish(event.child(MemoryVectorsIndexed, payload=vectors))
@@ -227,6 +229,8 @@ class MemoryRequests:
             reply = RecallReply(request_id=p.request_id, outcome="error", message=str(exc)[:300])
         reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
         await replies.push(self.redis, p.request_id, reply.model_dump_json())
+        log.info("recall %s served by replica %d: %s in %.0f ms", p.request_id, self.replica, reply.outcome,
+                 reply.duration_ms)
 
     async def _candidates(self, event: MemoryRecallRequested, hits: list[tuple[str, float]]) -> list[RecallCandidate]:
         if not hits or not event.user_id:

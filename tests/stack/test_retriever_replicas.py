@@ -8,6 +8,8 @@ replica 2 starts from a copy of replica 1's shards. Checked:
 - a document posted through the gateway is ``ingested`` only once both replicas indexed it, and
   then every one of ~10 searches finds it; both replicas served some of those reads (their logs);
 - a deleted document is gone from every search once the delete is through;
+- a memory write is embedded by one replica only and then found by every recall, whichever replica
+  answers (eventually consistent: counted from the first hit);
 - ``mark_applied`` on the stack's Redis: exactly the replica that completes the set sees it complete.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -23,6 +26,13 @@ import pytest
 from redis.asyncio import Redis
 
 from conduit.ops.stack import Stack
+from conduit.records import memory as records
+from conduit.records import replies
+from conduit.runtime import bus
+from contracts import topics
+from contracts.envelope import utcnow
+from contracts.memory import (MemoryIndexPayload, MemoryIndexRequested, MemoryItem, MemoryRecallPayload,
+                              MemoryRecallRequested, RecallReply)
 from conduit.testing.stack import admin_client, start_stack
 from conduit.testing.waits import wait_until
 from services.retriever.replicas import mark_applied
@@ -56,9 +66,9 @@ def client(stack) -> Iterator[httpx.Client]:
         yield c
 
 
-def served(stack: Stack) -> dict[str, int]:
-    """Searches each replica's log says it served (rule K10's log line)."""
-    return {key: len(re.findall(r"search \w+ served by replica", (stack.log_dir / f"{key}.log").read_text()))
+def served(stack: Stack, what: str = "search") -> dict[str, int]:
+    """Searches (or ``recall``s) each replica's log says it served (rule K10's log line)."""
+    return {key: len(re.findall(rf"{what} \w+ served by replica", (stack.log_dir / f"{key}.log").read_text()))
             for key in ("retriever", "retriever-2")}
 
 
@@ -121,3 +131,41 @@ def test_exactly_the_last_replica_completes_a_document(stack):
             await redis.aclose()
 
     assert asyncio.run(run()) == [False, False, True, True, True]
+
+
+def test_a_memory_write_is_embedded_once_and_recalled_on_every_replica(stack):
+    now = utcnow()
+    item = MemoryItem(id="m-replicas-1", tenant_id="default", user_id="u-replicas", type="fact", topic="city",
+                      text="我住在杭州，在星河科技工作。", task_id="t-replicas", importance=5, created_at=now,
+                      last_used_at=now)
+    before = served(stack, "recall")
+
+    async def recall(broker, redis: Redis) -> bool:
+        rid = uuid.uuid4().hex
+        await bus.publish(broker, topics.RETRIEVER_REQUESTS, MemoryRecallRequested(
+            task_id=rid, session_id=rid, tenant_id="default", user_id=item.user_id,
+            payload=MemoryRecallPayload(request_id=rid, query="我住在哪个城市？", limit=5)))
+        raw = await replies.wait(redis, rid, 10)
+        assert raw is not None, "no recall reply"
+        return any(c.item.id == item.id for c in RecallReply.model_validate_json(raw).candidates)
+
+    async def run() -> None:
+        redis = Redis.from_url(stack.settings.redis())
+        broker = bus.make_broker(stack.settings, client_id="test-replicas", redis=redis)
+        await broker.start()
+        try:
+            await records.put_items(redis, [item])  # the record first, as the orchestrator writes it
+            await bus.publish(broker, topics.RETRIEVER_WRITES, MemoryIndexRequested(
+                task_id=item.task_id, session_id="s-replicas", tenant_id="default", user_id=item.user_id,
+                payload=MemoryIndexPayload(items=[item])))
+            hits, deadline = 0, time.monotonic() + 60
+            while hits < SEARCHES or not all(n > before[k] for k, n in served(stack, "recall").items()):
+                hits = hits + 1 if await recall(broker, redis) else 0  # consecutive hits after the first
+                assert time.monotonic() < deadline, (hits, before, served(stack, "recall"))
+        finally:
+            await broker.stop()
+            await redis.aclose()
+
+    asyncio.run(run())
+    logs = "".join((stack.log_dir / f"{k}.log").read_text() for k in ("retriever", "retriever-2"))
+    assert logs.count(f"memory index for task {item.task_id} embedded by replica") == 1
