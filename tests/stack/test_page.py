@@ -1,6 +1,7 @@
 """The chat page in a real browser (Debian's Chromium driven by Playwright) against the real stack
 (tansu, Redis, retriever with a real law, sandbox, orchestrator, gateway, scripted model): streamed
-cited answers, evidence cards, reset, stop, reconnect, sessions, phone width, login.
+cited answers, evidence cards, reset, stop, reconnect, sessions, phone width (the composer's placeholder on
+one line in both languages), login.
 
 Each scenario keeps a screenshot under ``test-output/page/`` (``CONDUIT_TEST_OUTPUT`` overrides).
 """
@@ -184,6 +185,34 @@ def test_phone_width_layout(browser, stack, model):
     page.get_by_role("button", name="会话列表").click()
     expect(page.locator("#sidebar")).to_be_in_viewport()
     shot(page, "08-phone-sidebar")
+    page.context.close()
+
+
+PLACEHOLDER_WRAPS = """() => {
+  const box = document.getElementById('question');
+  const [value, height] = [box.value, box.style.height];
+  box.style.height = '0px';  // scrollHeight is then the text's own height
+  box.value = 'x';
+  const one = box.scrollHeight;
+  box.value = box.placeholder;  // the placeholder wraps like the text in its place
+  const all = box.scrollHeight;
+  [box.value, box.style.height] = [value, height];
+  return {placeholder: box.placeholder, wraps: all > one};
+}"""
+
+
+def test_the_composer_placeholder_fits_one_line_at_phone_width_in_both_languages(browser, stack):
+    page = open_page(browser, stack, width=375, height=740, touch=True)
+    zh = page.evaluate(PLACEHOLDER_WRAPS)
+    shot(page, "07c-phone-placeholder-zh")
+    page.get_by_role("button", name="会话列表").click()
+    page.locator("#sidebar").get_by_role("button", name="English").click()
+    page.locator("#scrim").click(position={"x": 360, "y": 400})  # beside the sidebar: it closes
+    expect(page.locator("#question")).to_have_attribute("placeholder", re.compile(r"^[^\u4e00-\u9fff]+$"))
+    en = page.evaluate(PLACEHOLDER_WRAPS)
+    shot(page, "07d-phone-placeholder-en")
+    assert re.search(r"[\u4e00-\u9fff]", zh["placeholder"]) and en["placeholder"]
+    assert (zh["wraps"], en["wraps"]) == (False, False), (zh, en)
     page.context.close()
 
 
