@@ -248,6 +248,18 @@ def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
     page.context.close()
 
 
+def test_a_code_request_in_retrieval_only_mode_is_told_it_needs_the_model(browser, stack, model):
+    model.push(Turn(status=500), Turn(status=500), Turn(status=500))
+    page = open_page(browser, stack)
+    ask(page, "用代码计算 1234*5678")
+    turn = last_turn(page)
+    expect(turn).to_have_attribute("data-state", "completed")
+    expect(turn.locator(".retrieval-banner")).to_contain_text("仅检索模式")
+    expect(turn.locator(".answer")).to_have_text("语言模型暂时不可用，现在不能运行代码，请稍后再问。")  # rule O4, no passages
+    shot(page, "11b-retrieval-only-code")
+    page.context.close()
+
+
 def test_the_page_is_served_from_the_package_with_no_outside_origin(stack):
     index = httpx.get(f"{stack.gateway_url}/", timeout=10)
     assert index.status_code == 200 and index.headers["content-type"].startswith("text/html")
