@@ -34,7 +34,7 @@ from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import restart
 
 pytest.importorskip("playwright")
-from playwright.sync_api import Browser, expect  # noqa: E402
+from playwright.sync_api import Browser, Locator, Page, expect  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)")
 
@@ -232,12 +232,18 @@ def test_a_citation_chip_opens_its_card_from_the_keyboard(browser, stack, model)
     page.context.close()
 
 
-def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
+def answered_with_the_model_down(browser, stack, model, question: str) -> tuple[Page, Locator]:
+    """The page and the finished turn of ``question`` asked while every model call fails (retrieval-only)."""
     model.push(Turn(status=500), Turn(status=500), Turn(status=500))
     page = open_page(browser, stack)
-    ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
+    ask(page, question)
     turn = last_turn(page)
     expect(turn).to_have_attribute("data-state", "completed")
+    return page, turn
+
+
+def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
+    page, turn = answered_with_the_model_down(browser, stack, model, "小规模纳税人适用简易计税方法的征收率是多少？")
     notice = turn.locator(".retrieval-banner")
     expect(notice).to_contain_text("仅检索模式")
     expect(notice).to_contain_text("model unavailable")
@@ -249,11 +255,7 @@ def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
 
 
 def test_a_code_request_in_retrieval_only_mode_is_told_it_needs_the_model(browser, stack, model):
-    model.push(Turn(status=500), Turn(status=500), Turn(status=500))
-    page = open_page(browser, stack)
-    ask(page, "用代码计算 1234*5678")
-    turn = last_turn(page)
-    expect(turn).to_have_attribute("data-state", "completed")
+    page, turn = answered_with_the_model_down(browser, stack, model, "用代码计算 1234*5678")
     expect(turn.locator(".retrieval-banner")).to_contain_text("仅检索模式")
     expect(turn.locator(".answer")).to_have_text("语言模型暂时不可用，现在不能运行代码，请稍后再问。")  # rule O4, no passages
     shot(page, "11b-retrieval-only-code")
