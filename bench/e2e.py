@@ -330,8 +330,9 @@ with the machine's load; CPU seconds (from `/proc`) do not.
 | idle CPU over 30 s (load {r['idle_load']}), % of one core | **{sum(cpu.values()):.1f} %** ({cpus}) | | ≤ 5 % |
 | peak RSS (MiB) | {', '.join(f'{k} {v:.0f}' for k, v in r['rss'].items())} | | |
 
-Throughput, two-turn runs with a 1 s model delay (closed loop; after a warm-up in which every session finished one run, the runs that finish in a\n{a.seconds:g} s window; the direct ceiling is the
-same sessions calling the model directly; CPU per completed run through Conduit, ms):
+Throughput, two-turn runs with a 1 s model delay (closed loop; after a warm-up in which every session finished
+one run, the runs that finish in a {a.seconds:g} s window; the direct ceiling is the same sessions calling the model
+directly; CPU per run in the window through Conduit, ms):
 
 | sessions | runs/s through Conduit | direct ceiling | of the ceiling | latency p50 Conduit / direct | CPU ms per run | load |
 | --- | --- | --- | --- | --- | --- | --- |

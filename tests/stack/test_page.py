@@ -1,6 +1,7 @@
 """The chat page in a real browser (Debian's Chromium driven by Playwright) against the real stack
 (tansu, Redis, retriever with a real law, sandbox, orchestrator, gateway, scripted model): streamed
-cited answers, evidence cards, reset, stop, reconnect, sessions, phone width, login.
+cited answers, evidence cards, reset, stop, reconnect, sessions, phone width (the composer's placeholder on
+one line in both languages), login.
 
 Each scenario keeps a screenshot under ``test-output/page/`` (``CONDUIT_TEST_OUTPUT`` overrides).
 """
@@ -33,7 +34,7 @@ from conduit.testing.scripted_model import Turn
 from conduit.testing.stack import restart
 
 pytest.importorskip("playwright")
-from playwright.sync_api import Browser, expect  # noqa: E402
+from playwright.sync_api import Browser, Locator, Page, expect  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)")
 
@@ -187,6 +188,34 @@ def test_phone_width_layout(browser, stack, model):
     page.context.close()
 
 
+PLACEHOLDER_WRAPS = """() => {
+  const box = document.getElementById('question');
+  const [value, height] = [box.value, box.style.height];
+  box.style.height = '0px';  // scrollHeight is then the text's own height
+  box.value = 'x';
+  const one = box.scrollHeight;
+  box.value = box.placeholder;  // the placeholder wraps like the text in its place
+  const all = box.scrollHeight;
+  [box.value, box.style.height] = [value, height];
+  return {placeholder: box.placeholder, wraps: all > one};
+}"""
+
+
+def test_the_composer_placeholder_fits_one_line_at_phone_width_in_both_languages(browser, stack):
+    page = open_page(browser, stack, width=375, height=740, touch=True)
+    zh = page.evaluate(PLACEHOLDER_WRAPS)
+    shot(page, "07c-phone-placeholder-zh")
+    page.get_by_role("button", name="会话列表").click()
+    page.locator("#sidebar").get_by_role("button", name="English").click()
+    page.locator("#scrim").click(position={"x": 360, "y": 400})  # beside the sidebar: it closes
+    expect(page.locator("#question")).to_have_attribute("placeholder", re.compile(r"^[^\u4e00-\u9fff]+$"))
+    en = page.evaluate(PLACEHOLDER_WRAPS)
+    shot(page, "07d-phone-placeholder-en")
+    assert re.search(r"[\u4e00-\u9fff]", zh["placeholder"]) and en["placeholder"]
+    assert (zh["wraps"], en["wraps"]) == (False, False), (zh, en)
+    page.context.close()
+
+
 def test_a_citation_chip_opens_its_card_from_the_keyboard(browser, stack, model):
     model.push(Turn(tool_calls=[kb()]), markdown_answer)
     page = open_page(browser, stack)
@@ -203,12 +232,18 @@ def test_a_citation_chip_opens_its_card_from_the_keyboard(browser, stack, model)
     page.context.close()
 
 
-def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
+def answered_with_the_model_down(browser, stack, model, question: str) -> tuple[Page, Locator]:
+    """The page and the finished turn of ``question`` asked while every model call fails (retrieval-only)."""
     model.push(Turn(status=500), Turn(status=500), Turn(status=500))
     page = open_page(browser, stack)
-    ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
+    ask(page, question)
     turn = last_turn(page)
     expect(turn).to_have_attribute("data-state", "completed")
+    return page, turn
+
+
+def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
+    page, turn = answered_with_the_model_down(browser, stack, model, "小规模纳税人适用简易计税方法的征收率是多少？")
     notice = turn.locator(".retrieval-banner")
     expect(notice).to_contain_text("仅检索模式")
     expect(notice).to_contain_text("model unavailable")
@@ -216,6 +251,14 @@ def test_retrieval_only_answers_say_so_in_a_banner(browser, stack, model):
     expect(turn.locator(".answer")).to_contain_text("第十一条")
     expect(turn.locator(".answer")).not_to_contain_text("语言模型暂时不可用")  # said once, in the banner
     shot(page, "11-retrieval-only")
+    page.context.close()
+
+
+def test_a_code_request_in_retrieval_only_mode_is_told_it_needs_the_model(browser, stack, model):
+    page, turn = answered_with_the_model_down(browser, stack, model, "用代码计算 1234*5678")
+    expect(turn.locator(".retrieval-banner")).to_contain_text("仅检索模式")
+    expect(turn.locator(".answer")).to_have_text("语言模型暂时不可用，现在不能运行代码，请稍后再问。")  # rule O4, no passages
+    shot(page, "11b-retrieval-only-code")
     page.context.close()
 
 

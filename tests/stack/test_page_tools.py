@@ -36,7 +36,7 @@ from conduit.testing.page_fixtures import fresh_script, stack  # noqa: F401 - fi
 from conduit.testing.scripted_model import Turn
 
 pytest.importorskip("playwright")
-from playwright.sync_api import Browser, Page, expect  # noqa: E402
+from playwright.sync_api import Browser, Locator, Page, expect  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)")
 
@@ -69,12 +69,11 @@ DROP = """([name, text]) => {
 }"""
 
 
-DROP = """([name, text]) => {
-  const dt = new DataTransfer();
-  dt.items.add(new File([text], name, {type: 'text/markdown'}));
-  const target = document.getElementById('conversation');
-  for (const type of ['dragover', 'drop']) target.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
-}"""
+def expect_listed_once(dialog: Locator, title: str) -> None:
+    """After an upload: the document is one row of the list, with its status, and in no other row of the
+    dialog (its upload row gives way to the list row)."""
+    expect(dialog.locator(".docs-list .doc", has_text=title).locator(".doc-status")).to_contain_text("已入库")
+    expect(dialog.locator("li", has_text=title)).to_have_count(1)
 
 
 AXE_VERSION = "4.14.1"
@@ -218,8 +217,7 @@ def test_a_dropped_markdown_file_is_ingested_and_answers_a_question(browser, sta
     page.evaluate(DROP, ["星河公司差旅报销制度.md", POLICY])
     dialog = page.locator("#docs")
     expect(dialog).to_be_visible()
-    expect(dialog.locator(".upload .doc-status")).to_contain_text("已入库")
-    expect(dialog.locator(".docs-list")).to_contain_text("星河公司差旅报销制度")
+    expect_listed_once(dialog, "星河公司差旅报销制度")
     shot(page, "12-documents")
     dialog.get_by_role("button", name="关闭").click()
     model.push(Turn(tool_calls=[kb("星河公司 出差 住宿费 标准")]), cite_policy)
@@ -265,16 +263,20 @@ def test_axe_finds_no_serious_accessibility_violations(browser, stack, model, ax
     context.close()
 
 
-def test_a_chosen_pdf_file_is_ingested(browser, stack):
+def test_a_chosen_pdf_and_text_file_are_ingested_and_each_listed_once(browser, stack):
     page = open_page(browser, stack)
     page.get_by_role("button", name="文档").click()
     dialog = page.locator("#docs")
     pdf = minimal_pdf(["Orion Labs remote work policy", "Staff may work remotely three days a week."])
-    dialog.locator("input[type=file]").set_input_files(
-        files=[{"name": "Orion remote policy.pdf", "mimeType": "application/pdf", "buffer": pdf}])
-    expect(dialog.locator(".upload .doc-status")).to_contain_text("已入库")
-    expect(dialog.locator(".docs-list")).to_contain_text("Orion remote policy")
-    page.once("dialog", lambda d: d.accept())
-    dialog.get_by_role("button", name="删除 Orion remote policy").click()
-    expect(dialog.locator(".docs-list")).not_to_contain_text("Orion remote policy")
+    text = "Orion Labs travel policy\n\nHotel nights are paid up to 450 yuan.\n".encode()
+    dialog.locator("input[type=file]").set_input_files(  # two at once: the first one done lists the other still in flight
+        files=[{"name": "Orion remote policy.pdf", "mimeType": "application/pdf", "buffer": pdf},
+               {"name": "Orion travel policy.txt", "mimeType": "text/plain", "buffer": text}])
+    expect_listed_once(dialog, "Orion remote policy")
+    expect_listed_once(dialog, "Orion travel policy")
+    shot(page, "12b-documents-uploaded")
+    for title in ("Orion remote policy", "Orion travel policy"):
+        page.once("dialog", lambda d: d.accept())
+        dialog.get_by_role("button", name=f"删除 {title}").click()
+        expect(dialog.locator(".docs-list")).not_to_contain_text(title)
     page.context.close()

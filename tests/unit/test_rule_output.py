@@ -1,11 +1,14 @@
-"""Output rules (O1-O3), in process: uncited claims are marked in the answer's language, the
-confidence is the share of backed claims, and secrets never reach clients."""
+"""Output rules (O1-O4), in process: uncited claims are marked in the answer's language, the
+confidence is the share of backed claims, secrets never reach clients, and a retrieval-only answer
+to a request to run code or search the web says that this needs a model."""
 
 from __future__ import annotations
 
 from agentsim import Reply, Sim, TestModel, kb, ok, passage, question
 from conduit.policy.redaction import MARK, redact
+from services.orchestrator.agent import fallback
 from services.orchestrator.agent.answers import MARK_EN, MARK_ZH, mark_uncited
+from services.orchestrator.agent.routing import is_chinese
 
 
 def test_uncited_sentences_are_marked_in_the_answer_language():
@@ -69,3 +72,46 @@ async def test_a_retrieval_only_answer_quotes_passages_unmarked():
     await sim.ask(question("小规模纳税人的征收率是多少？"))
     assert sim.state.mode == "retrieval_only" and sim.state.status == "completed"
     assert "[1]" in sim.state.answer and MARK_ZH not in sim.state.answer and sim.state.confidence is None
+
+
+# ------------------------------------------------------------------ rule O4
+CODE_REQUESTS = ["用代码计算 1234*5678", "compute 2**100 with code", "写个程序算一下 2^10", "please compute 3*7 in python",
+                 "计算 1234*5678", "用python统计一下", "使用代码计算小规模纳税人的增值税"]
+KB_QUESTIONS = ["小规模纳税人适用简易计税方法的征收率是多少？", "统一社会信用代码是什么", "统一社会信用代码计算规则",
+                "What does the civil code say about contracts?", "增值税怎么计算", "自2024-01-01起如何计算滞纳金",
+                "执行程序怎么走", "网上办税怎么操作", "How do I file taxes online?"]
+
+
+def test_code_and_web_requests_are_told_apart_from_knowledge_base_questions():
+    assert [q for q in CODE_REQUESTS if fallback.model_needs(q) != ("code",)] == []
+    assert [q for q in KB_QUESTIONS if fallback.model_needs(q)] == []
+    assert fallback.model_needs("联网搜索一下最新的个税政策") == ("web",)
+    assert fallback.model_needs("search the web for the VAT rate and compute 3*7 in python") == ("code", "web")
+
+
+def test_a_code_request_without_a_model_gets_one_line_in_its_language_naming_the_settings():
+    zh = fallback.compose("用代码计算 1234*5678", [], model_configured=False)
+    assert zh == "仅检索模式不能运行代码：请设置 OPENAI_BASE_URL 和 CONDUIT_MODEL 配置语言模型。"
+    en = fallback.compose("compute 2**100 with code", [], model_configured=False)
+    assert "\n" not in en and "run code" in en and "OPENAI_BASE_URL" in en and "CONDUIT_MODEL" in en
+    assert not is_chinese(en)
+    down = fallback.compose("用代码计算 1234*5678", [], model_configured=True)
+    assert "暂时不可用" in down and "运行代码" in down and "\n" not in down
+
+
+def test_a_question_with_more_than_the_request_keeps_its_passages_under_the_line():
+    text = fallback.compose("用代码计算小规模纳税人销售额 100 万的增值税", [], model_configured=False)
+    head, line, rest = text.split("\n\n")
+    assert head.startswith("（未配置语言模型") and line.startswith("仅检索模式不能运行代码") and rest == fallback.NOTHING_FOUND
+    web = fallback.compose("search the web for the latest VAT rate", [], model_configured=False)
+    assert "cannot search the web" in web.split("\n\n")[1]
+    assert "仅检索模式" not in fallback.compose("增值税怎么计算", [], model_configured=False)  # no request, no line
+
+
+async def test_without_a_model_a_code_request_with_law_passages_says_so_and_keeps_them():
+    sim = Sim(None, tools={"kb_search": lambda c: ok(c, passage("p1"))})
+    state = await sim.ask(question("用代码计算小规模纳税人 100 万销售额的增值税"))
+    assert state.mode == "retrieval_only" and "仅检索模式不能运行代码" in state.answer and "[1]" in state.answer
+    sim = Sim(None, tools={"kb_search": lambda c: ok(c, passage("p1"))})
+    state = await sim.ask(question("compute 2**100 with code"))
+    assert state.status == "completed" and "[1]" not in state.answer and "run code" in state.answer

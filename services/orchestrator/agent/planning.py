@@ -391,7 +391,7 @@ def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
         # a question may be longer than a query may be (KB_QUERY_MAX_CHARS, 500): its start is searched
         args = {"query": state.question[:KB_QUERY_MAX_CHARS], "reason": "检索知识库中与问题最相关的原文"}
         return vetting.request_tools(deps, state, [(call_id, "kb_search", args)], now)
-    answer = fallback.compose(state.question, state.evidence, model_configured=deps.model_configured)
+    answer = fallback.compose(state.question, state.evidence, model_configured=deps.model_configured)  # and rule O4
     step = Step(state).emit(*(AnswerDelta(text=para + "\n\n") for para in answer.split("\n\n")))
     return step.then(endings.complete(state, answer.rstrip(), now))
 

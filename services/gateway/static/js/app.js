@@ -218,6 +218,21 @@ function autosize() {
 }
 
 // ------------------------------------------------------------------ layout
+let measure = null; // a canvas context measuring the placeholder in the composer's font
+
+/** The composer's placeholder on one line: the long one (with the Enter / Shift+Enter hint) when it fits the
+ *  box's width, else the short one (phone width). Runs when the box changes size and after a language switch. */
+function fitPlaceholder() {
+  const box = $("question");
+  if (!box.clientWidth) return; // not shown yet (login): the ResizeObserver calls again when it is
+  const style = getComputedStyle(box);
+  measure ||= document.createElement("canvas").getContext("2d");
+  measure.font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  const room = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight) - 2; // px; 2 for rounding
+  const long = t("composer.placeholder");
+  box.placeholder = measure.measureText(long).width <= room ? long : t("composer.placeholder_short");
+}
+
 function closeSidebar() {
   document.body.classList.remove("sidebar-open");
   $("scrim").hidden = true;
@@ -235,6 +250,7 @@ function wire() {
     b.addEventListener("click", () => {
       setLang(lang() === "zh" ? "en" : "zh");
       applyStatic();
+      fitPlaceholder();
       if ($("app").hidden) return;
       // the answers on screen are drawn again in the new language (not while one is streaming)
       if (state.sessionId && !state.active && state.turns.length) openSession(state.sessionId); else renderSessions();
@@ -245,6 +261,7 @@ function wire() {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing && e.keyCode !== 229) { e.preventDefault(); ask(); }
   });
   $("question").addEventListener("input", autosize);
+  new ResizeObserver(fitPlaceholder).observe($("question"));
   $("example").addEventListener("click", () => { $("question").value = $("example").textContent; ask(); });
   $("stop").addEventListener("click", () => { if (state.active) state.active.stop(); });
   $("new-session").addEventListener("click", () => { newSession(); closeSidebar(); $("question").focus(); });

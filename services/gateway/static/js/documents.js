@@ -38,14 +38,19 @@ export function installDocuments(dialog, dropTargets) {
 
   let generation = 0; // a list read older than the last refresh or delete is dropped (out-of-order replies)
 
+  // A document shows once: in its upload row while that upload is in flight, in its list row after (with its status).
+  // An upload row carries its document's id once the gateway accepted it, and `data-done` once it is over.
   async function refresh() {
     const mine = ++generation;
     try {
       const got = await request("/v1/documents");
       if (mine !== generation) return;
-      list.replaceChildren();
-      if (!got.documents.length) list.append(el("li", "docs-empty", t("docs.empty")));
-      for (const view of got.documents) list.append(row(view));
+      const inFlight = new Set([...uploads.querySelectorAll("li[data-document-id]:not([data-done])")].map((u) => u.dataset.documentId));
+      const shown = got.documents.filter((view) => !inFlight.has(view.document_id));
+      list.replaceChildren(...shown.map(row));
+      if (!shown.length && !uploads.children.length) list.append(el("li", "docs-empty", t("docs.empty")));
+      const listed = new Set(shown.map((view) => view.document_id));
+      for (const u of uploads.querySelectorAll("li[data-done]")) if (listed.has(u.dataset.documentId)) u.remove();
     } catch (err) {
       if (mine === generation) list.replaceChildren(el("li", "docs-error", errorSentence(err)));
     }
@@ -97,18 +102,21 @@ export function installDocuments(dialog, dropTargets) {
         set(t("docs.uploading"), 2, "queued");
         accepted = await request("/v1/documents", { json: { title, text, source: file.name } });
       }
+      li.dataset.documentId = accepted.document_id;
       set(t("docs.queued"), 3, "queued");
       for (let i = 0; i < POLL_MAX; i += 1) {
         const view = await request(`/v1/documents/${encodeURIComponent(accepted.document_id)}`);
         if (view.status === "ingested" || view.status === "failed") {
           set(statusText(view), 4, view.status);
-          bar.remove();
-          refresh();
-          return;
+          break;
         }
         await new Promise((r) => setTimeout(r, POLL_MS));
       }
+      li.dataset.done = "true"; // its list row takes over (with its status) once the list has it
+      bar.remove();
+      refresh();
     } catch (err) {
+      li.dataset.done = "true";
       set(errorSentence(err), 0, "failed");
       bar.remove();
     }
