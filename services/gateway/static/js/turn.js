@@ -17,9 +17,12 @@ function el(tag, cls, text) {
   return e;
 }
 
-/** The banner text of a retrieval-only answer (null for an agent answer). */
+/**
+ * The banner text of a retrieval-only answer (null for an agent answer, and for rule O4's line said
+ * alone: it says itself why no model answered, and no passages follow it).
+ */
 function retrievalNotice(done) {
-  if (done.mode !== "retrieval_only") return null;
+  if (done.mode !== "retrieval_only" || !(done.answer || "").startsWith("（")) return null;
   const reason = done.fallback_reason || "";
   if (!reason || reason === "no_model_configured") return t("notice.retrieval_only");
   return t("notice.model_down", { reason: reason.split(":")[0].replace(/_/g, " ") });
