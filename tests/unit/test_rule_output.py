@@ -115,3 +115,4 @@ async def test_without_a_model_a_code_request_with_law_passages_says_so_and_keep
     sim = Sim(None, tools={"kb_search": lambda c: ok(c, passage("p1"))})
     state = await sim.ask(question("compute 2**100 with code"))
     assert state.status == "completed" and "[1]" not in state.answer and "run code" in state.answer
+    assert "tool.requested" not in sim.types() and "evidence" not in sim.types()  # only a request: no search either
