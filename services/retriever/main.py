@@ -108,11 +108,12 @@ async def run(settings: Settings) -> None:
         service.tool("kb_search", make_kb_search_tool(searcher))
         # POST /v1/search and /v1/documents, memory and the cache: same consumer (one group join),
         # see services/retriever/requests.py
+        copies = replicas.applies_needed(settings)  # copies of the store every write must reach (rule K10)
         memory = MemoryRequests(MemoryIndex(memory_store, searcher.embedder), service.redis,
                                 functools.partial(bus.publish, service.broker, topics.RETRIEVER_WRITES),
-                                replica=settings.retriever_replica, replicas=replicas.applies_needed(settings))
+                                replica=settings.retriever_replica, replicas=copies)
         handler = RetrieverRequests(searcher, service.redis, memory, replica=settings.retriever_replica,
-                                    applies_needed=replicas.applies_needed(settings)).handle
+                                    applies_needed=copies).handle
         service.consume(topics.RETRIEVER_REQUESTS, handler)
         own_group = replicas.writes_group(settings)
         if own_group is None:  # one shared store (or one replica): the writes are read once, in the shared group

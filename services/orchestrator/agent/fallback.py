@@ -94,6 +94,12 @@ def only_a_request(question: str) -> bool:
     return len(re.findall(r"[\u4e00-\u9fff]", rest)) < 2 and not re.search(r"[A-Za-z]{3,}", rest)
 
 
+def only_a_model_request(question: str) -> bool:
+    """True when ``question`` asks only for what needs a model (rule O4): it is answered by
+    ``model_line`` alone, with nothing to search for."""
+    return bool(model_needs(question)) and only_a_request(question)
+
+
 def model_line(question: str, needs: tuple[str, ...], model_configured: bool) -> str:
     """The one line of rule O4, in the question's language: what cannot be done without a model and,
     when none is configured, the settings that configure one (README: OPENAI_BASE_URL, CONDUIT_MODEL)."""
@@ -118,7 +124,7 @@ def compose(question: str, evidence: list[NumberedEvidence], model_configured: b
     1234*5678」 answer nothing).
     """
     asked = model_needs(question)
-    if asked and only_a_request(question):
+    if only_a_model_request(question):
         return model_line(question, asked, model_configured)
     head = MODEL_FAILED_LINE if model_configured else NO_MODEL_LINE
     if asked:

@@ -382,8 +382,7 @@ def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
         return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
     if state.team:  # a supervisor without its model searches itself (rule A13)
         state.allowed_tools = list(state.tree_tools)
-    only_a_request = bool(fallback.model_needs(state.question)) and fallback.only_a_request(state.question)
-    if not _searched(state) and not state.evidence and not only_a_request:  # rule O4: nothing to search for
+    if not _searched(state) and not state.evidence and not fallback.only_a_model_request(state.question):  # rule O4
         call_id = deps.new_call_id()
         state.messages.append({
             "role": "assistant", "content": None,
