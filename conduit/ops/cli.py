@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import signal
 import sys
 from pathlib import Path
 from collections.abc import Callable
@@ -19,7 +18,8 @@ import httpx
 import typer
 from rich.console import Console
 
-from conduit.ops import indexcli, keyscli
+from conduit.ops import indexcli, keyscli, stopsignals
+from conduit.ops.stopsignals import Interrupted
 from conduit.runtime.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -50,28 +50,9 @@ def _ensure_corpus(settings: Settings) -> None:
     console.print(f"[green]ingested[/green] {summary.render()}")
 
 
-class Interrupted(BaseException):
-    """SIGTERM or SIGINT arrived (``signum``); raised in the main thread wherever it was."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 def _stop_on_signals() -> None:
-    """Make SIGTERM and SIGINT raise ``Interrupted`` once; later ones only say a stop is under way
-    (every stop is bounded by the processes' stop budgets)."""
-
-    def again(signum: int, _frame: object) -> None:
-        console.print(f"[yellow]{signal.Signals(signum).name}: already stopping[/yellow]")
-
-    def first(signum: int, _frame: object) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, again)
-        raise Interrupted(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, first)
+    """Make SIGTERM and SIGINT stop the stack (``stopsignals.install``, printing to the console)."""
+    stopsignals.install(lambda line: console.print(f"[yellow]{line}[/yellow]"))
 
 
 def _after_ready(settings: Settings, stack: "Stack") -> None:
@@ -127,7 +108,8 @@ def _supervise(stack: "Stack") -> int:
     """Restart what exits until a signal (``Interrupted``) or a crash loop (``CrashLoop``)."""
     from conduit.ops.supervisor import Supervisor
 
-    Supervisor(stack, log=lambda line: console.print(f"[yellow]supervisor:[/yellow] {line}")).run()
+    Supervisor(stack, log=lambda line: console.print(f"[yellow]supervisor:[/yellow] {line}")).run(
+        should_stop=lambda: stopsignals.check() or False)  # raises a signal that a callback swallowed
     return 0
 
 

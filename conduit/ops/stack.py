@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import redis as redis_sync
 
-from conduit.ops import bootstrap, infra
+from conduit.ops import bootstrap, infra, stopsignals
 from conduit.ops.services import SERVICES, STOP_MARGIN_S, ChildProcess, ServiceProcess, settings_env, shutdown_budget_s
 from conduit.runtime import bus
 from conduit.runtime.liveness import alive_key
@@ -165,12 +165,15 @@ class Stack:
         if not s.kafka_bootstrap_servers:
             self.infra["tansu"] = self._tansu(s.embedded_kafka_port)
             self.infra["tansu"].start()
+            stopsignals.check()
         if not s.redis_url:
             self.infra["redis"] = self._redis(s.embedded_redis_port, s.redis())
             self.infra["redis"].start()
+            stopsignals.check()
         else:
             infra.wait_redis_loaded(s.redis(), timeout_s=s.stack_ready_timeout_s)
         self.ensure_topics()
+        stopsignals.check()  # a signal inside the event loop's callbacks is logged, not raised
 
     def _tansu(self, port: int) -> InfraProcess:
         log = self.log_dir / "tansu.log"
@@ -225,6 +228,7 @@ class Stack:
                 proc = self.new_process(name, replica)
                 self.procs[proc.key] = proc
                 proc.start()
+                stopsignals.check()
 
     def start_services(self, timeout_s: float | None = None) -> None:
         """Start every service process and wait until all are ready (``stack_ready_timeout_s``):
@@ -253,6 +257,7 @@ class Stack:
                 missing = [k for k, p in self.procs.items() if not r.exists(alive_key(p.name, p.pid))]
                 if not missing and ("gateway" not in self.procs or self._gateway_ready()):
                     return
+                stopsignals.check()
                 time.sleep(READY_POLL_S)
         finally:
             r.close()
@@ -266,7 +271,8 @@ class Stack:
 
     def start(self) -> "Stack":
         """Check the ports, start infrastructure and services; stops what started if anything fails
-        (an exception from a signal handler included)."""
+        (an exception from a signal handler included). Between steps it raises a stop signal that
+        was recorded but swallowed (``stopsignals.check``)."""
         try:
             self.check_ports()
             self.log_dir.mkdir(parents=True, exist_ok=True)

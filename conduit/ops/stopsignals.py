@@ -1,0 +1,51 @@
+"""SIGTERM and SIGINT for the commands that start a stack (``conduit up``, ``conduit demo``).
+
+``install()`` makes the first of them raise ``Interrupted`` in the main thread, wherever it is;
+later ones only print that a stop is under way (every stop is bounded by the processes' stop
+budgets). A raise can be swallowed: a signal that lands inside an asyncio callback (a transport's
+``data_received`` during ``ensure_topics``, say) is logged by the event loop as "Exception in
+callback" and the code goes on. So the signal is also recorded, and ``check()`` raises it again:
+the stack calls it between start-up steps and the supervisor on every tick, and a swallowed signal
+still stops everything within one step.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+_received: list[int] = []
+"""The first stop signal's number once one arrived (at most one item)."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived (``signum``); raised in the main thread wherever it was."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def install(say: Callable[[str], None] = print) -> None:
+    """Make SIGTERM and SIGINT raise ``Interrupted`` once and be recorded for ``check()``; later
+    ones call ``say`` with a line that a stop is under way. Call it in the main thread."""
+    _received.clear()
+
+    def again(signum: int, _frame: object) -> None:
+        say(f"{signal.Signals(signum).name}: already stopping")
+
+    def first(signum: int, _frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, again)
+        _received.append(signum)
+        raise Interrupted(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, first)
+
+
+def check() -> None:
+    """Raise ``Interrupted`` again if a stop signal arrived since ``install()``; else return
+    (also when ``install`` was never called)."""
+    if _received:
+        raise Interrupted(_received[0])
