@@ -88,6 +88,7 @@ def _run_stack(settings: Settings, ingest: bool, scale: dict[str, int], then: "C
         stack = Stack(settings, scale=scale)
         if ingest:
             _ensure_corpus(settings)
+            stopsignals.check()  # one the ingest's code swallowed
         with console.status("starting broker, Redis and services…"):
             stack.start()
         ready = True
@@ -315,8 +316,8 @@ def demo(question: str = typer.Argument(SAMPLE_QUESTION, help="question to ask")
             console.print(f"[green]stack running at {stack.gateway_url}[/green]; Ctrl-C to stop")
             _supervise(stack)
         else:
-            console.print("[dim]The demo stops its stack now. Keep one running, with the page: "
-                          ".venv/bin/conduit up[/dim]")
+            console.print("[dim]The demo stops its stack now. To keep one running, with the page:[/dim]")
+            console.print("  .venv/bin/conduit up", highlight=False)  # a line of its own: never wrapped mid-command
         return code
 
     raise typer.Exit(_run_stack(get_settings(), True, {}, ask_then))

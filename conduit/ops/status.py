@@ -4,7 +4,8 @@ Reads the supervisor's ``<data_dir>/stack.json`` (``conduit.ops.supervisor``), t
 each process: pid, uptime, restarts, last exit, ready (a service: its own liveness key
 ``conduit:alive:SERVICE:HOST:PID`` is in Redis; tansu or Redis: its process lives and
 its port answers) and the consumer lag of the service's group (messages not yet
-committed, summed over partitions). Also the size of the embedded Redis's files
+committed, summed over partitions); a retriever replica on the embedded store also shows the
+lag of its own writes group (rule K10). Also the size of the embedded Redis's files
 (append-only file included).
 """
 
@@ -69,7 +70,8 @@ def _pid_alive(pid: int | None) -> bool:
 def collect(settings: Settings) -> dict | None:
     """The status report ``{"rows": [...], "redis_bytes", "gateway_url"}``, or None when no stack runs.
 
-    Each row: ``key, service, pid, uptime_s, restarts, last_exit, ready, lag`` (lag None = no group).
+    Each row: ``key, service, pid, uptime_s, restarts, last_exit, ready, lag, writes_lag`` (lag None =
+    no group; writes_lag None = no writes group of its own).
     """
     import redis  # noqa: PLC0415
 
@@ -102,17 +104,33 @@ def collect(settings: Settings) -> dict | None:
     lags = {g: asyncio.run(group_lag(state["bootstrap_servers"], *GROUPS[g])) for g in {row["group"] for row in rows} if g}
     for row in rows:
         row["lag"] = lags.get(row.pop("group"))
+    _add_writes_lags(settings, state["bootstrap_servers"], rows)
     return {"rows": rows, "gateway_url": state["gateway_url"],
             "redis_bytes": dir_bytes(Path(state["data_dir"]) / "redis")}
 
 
+def _add_writes_lags(settings: Settings, bootstrap: str, rows: list[dict]) -> None:
+    """Set each row's ``writes_lag``: for retriever replicas on the embedded store (more than one
+    retriever, no ``QDRANT_URL``) the lag of replica K's own writes group on ``RETRIEVER_WRITES``
+    (rule K10; replica K is keyed ``retriever-K``, replica 1 ``retriever``), else None."""
+    retrievers = [row for row in rows if row["service"] == "retriever"]
+    for row in rows:
+        row["writes_lag"] = None
+    if len(retrievers) < 2 or settings.qdrant_url:
+        return
+    for row in retrievers:
+        replica = int(row["key"].rpartition("-")[2]) if row["key"] != "retriever" else 1
+        group = topics.retriever_writes_group(replica)
+        row["writes_lag"] = asyncio.run(group_lag(bootstrap, group, (topics.RETRIEVER_WRITES,)))
+
+
 def render(report: dict) -> str:
     """The report as a plain-text table."""
-    lines = [f"{'process':16} {'pid':>7} {'uptime':>8} {'restarts':>8} {'ready':>5} {'lag':>6}  last exit"]
+    lines = [f"{'process':16} {'pid':>7} {'uptime':>8} {'restarts':>8} {'ready':>5} {'lag':>6} {'writes':>6}  last exit"]
     for row in report["rows"]:
         up = f"{row['uptime_s']:.0f}s" if row["uptime_s"] is not None else "-"
-        lag = "-" if row["lag"] is None else str(row["lag"])
+        lag, writes = ("-" if row.get(k) is None else str(row[k]) for k in ("lag", "writes_lag"))
         lines.append(f"{row['key']:16} {row['pid'] or '-':>7} {up:>8} {row['restarts']:>8} "
-                     f"{'yes' if row['ready'] else 'NO':>5} {lag:>6}  {row['last_exit'] or '-'}")
+                     f"{'yes' if row['ready'] else 'NO':>5} {lag:>6} {writes:>6}  {row['last_exit'] or '-'}")
     lines.append(f"gateway {report['gateway_url']} · embedded Redis files {report['redis_bytes'] / 1e6:.1f} MB")
     return "\n".join(lines)

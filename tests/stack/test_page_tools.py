@@ -280,3 +280,19 @@ def test_a_chosen_pdf_and_text_file_are_ingested_and_each_listed_once(browser, s
         dialog.get_by_role("button", name=f"删除 {title}").click()
         expect(dialog.locator(".docs-list")).not_to_contain_text(title)
     page.context.close()
+
+
+def test_a_kb_search_that_finds_nothing_is_shown_as_nothing_found_not_as_an_error(browser, stack, model):
+    model.push(Turn(tool_calls=[kb("zxqvw plmokn qazwsx")]), Turn(content="知识库里没有相关内容。"))
+    page = open_page(browser, stack)
+    ask(page, "zxqvw plmokn qazwsx 是什么？")
+    turn = last_turn(page)
+    expect(turn).to_have_attribute("data-state", "completed")
+    record = turn.locator("details.record")
+    record.locator("summary").click()
+    call = record.locator(".rec-call")
+    expect(call.locator(".pill-empty")).to_have_text("无结果")
+    expect(call.locator(".rec-note")).to_contain_text("知识库里没有足够相关的段落 (kb_no_results)")
+    expect(record.locator(".pill-error, .rec-error")).to_have_count(0)
+    shot(page, "14-kb-nothing-found", full=True)
+    page.context.close()

@@ -1,6 +1,6 @@
 """`conduit up --scale` runs replicas that share their consumer group (retriever replicas on the
 embedded store refuse an external broker, rule K10); `conduit status` shows
-each process's pid, uptime, restarts, readiness and its group's lag, and the supervisor's
+each process's pid, uptime, restarts, readiness, its group's lag and a retriever replica's writes lag, and the supervisor's
 restart of a SIGKILLed replica shows there."""
 
 from __future__ import annotations
@@ -30,16 +30,18 @@ def status(up) -> subprocess.CompletedProcess:
 
 
 def test_scaled_stack_status_and_a_replica_restart(up_factory):
-    up = up_factory("--scale", "orchestrator=2,web=2")
+    up = up_factory("--scale", "orchestrator=2,web=2,retriever=2")
     up.wait_for(up.ready, "ready")
     children = up.state()["children"]
-    assert {"orchestrator", "orchestrator-2", "web", "web-2"} <= set(children)
+    assert {"orchestrator", "orchestrator-2", "web", "web-2", "retriever", "retriever-2"} <= set(children)
     done = status(up)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:-1]}
     assert set(rows) == set(children)
     assert rows["orchestrator-2"][1] == str(children["orchestrator-2"]["pid"]) and rows["orchestrator-2"][4] == "yes"
     assert rows["orchestrator"][5].isdigit() and rows["gateway"][5] == "-"  # lag of the group; the gateway has none
+    assert rows["retriever"][6].isdigit() and rows["retriever-2"][6].isdigit()  # each replica's writes group (K10)
+    assert rows["orchestrator"][6] == "-"
     assert "embedded Redis files" in done.stdout
 
     victim = children["orchestrator-2"]["pid"]

@@ -103,12 +103,22 @@ function argumentsView(call) {
   return box;
 }
 
+// a tool's answer that it found nothing: an ordinary outcome the agent goes on from, not a failure
+const NOTHING_FOUND = new Set(["kb_no_results", "no_results", "no_readable_results", "empty_page"]);
+
+/** The outcome a call is shown with: ok, error, timeout, empty (nothing found) or pending. */
+function shownOutcome(call) {
+  if (call.outcome === "error" && NOTHING_FOUND.has(call.error_code)) return "empty";
+  return call.outcome || "pending";
+}
+
 function callView(call) {
-  const li = el("li", `rec-call${call.worker ? " rec-worker" : ""} outcome-${call.outcome || "pending"}`);
+  const outcome = shownOutcome(call);
+  const li = el("li", `rec-call${call.worker ? " rec-worker" : ""} outcome-${outcome}`);
   const head = el("div", "rec-head");
   head.append(el("span", "rec-tool", call.tool));
-  const status = call.outcome ? t(`outcome.${call.outcome}`) : t("record.pending");
-  head.append(el("span", `pill pill-${call.outcome || "pending"}`, status));
+  const status = outcome === "pending" ? t("record.pending") : t(`outcome.${outcome}`);
+  head.append(el("span", `pill pill-${outcome}`, status));
   if (call.approval && call.approval !== "pending") head.append(el("span", "pill pill-approval", t(`approval.${call.approval}`)));
   const times = [];
   if (call.run_ms != null || call.duration_ms != null) times.push(`${t("record.run")} ${secs(call.run_ms ?? call.duration_ms)}`);
@@ -120,7 +130,8 @@ function callView(call) {
   if (call.error_code) {
     const key = `tool_err.${call.error_code}`;
     const sentence = t(key);
-    li.append(el("div", "rec-error", sentence === key ? call.error_code : `${sentence} (${call.error_code})`));
+    li.append(el("div", outcome === "empty" ? "rec-note" : "rec-error",
+      sentence === key ? call.error_code : `${sentence} (${call.error_code})`));
   }
   if (call.output) {
     li.append(el("div", "rec-label", t("record.output")));
