@@ -1,6 +1,6 @@
 """The ``conduit`` command line (typer + rich).
 
-Commands: ``demo`` (the README's first command), ``up``, ``status``, ``ask``, ``ingest``, ``serve``, ``eval``, ``keys``,
+Commands: ``demo`` (the README's first command), ``up``, ``login``, ``status``, ``ask``, ``ingest``, ``serve``, ``eval``, ``keys``,
 ``index`` (``index build --law-db``: the shipped law index).
 Commands that call the gateway send ``--key``, else ``CONDUIT_API_KEY``, else ``<data_dir>/admin.key``.
 """
@@ -321,6 +321,23 @@ def demo(question: str = typer.Argument(SAMPLE_QUESTION, help="question to ask")
         return code
 
     raise typer.Exit(_run_stack(get_settings(), True, {}, ask_then))
+
+
+@app.command()
+def login() -> None:
+    """Print a fresh one-time login link for the page of the running ``conduit up`` (as it prints at
+    start; the link is valid ``login_token_ttl_s`` seconds and works once). Exits 1 when no stack runs."""
+    from conduit.ops.bootstrap import login_link
+    from conduit.ops.supervisor import read_state
+
+    settings = get_settings()
+    state = read_state(Path(settings.data_dir).resolve())
+    if state is None:
+        console.print(f"[red]no running stack[/red] in {Path(settings.data_dir).resolve()}: start it with "
+                      ".venv/bin/conduit up (it prints a link)", soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"one-time login link (valid {settings.login_token_ttl_s // 60} minutes):")
+    out.print(login_link(settings.model_copy(update={"redis_url": state["redis_url"]}), state["gateway_url"]))
 
 
 @app.command()

@@ -44,6 +44,11 @@ def test_up_prints_a_login_link_and_ask_uses_the_admin_key(tmp_path: Path) -> No
         assert page.status_code == 200 and page.json()["role"] == "admin", page.text
         assert httpx.get(f"{base}/v1/me", headers={"Authorization": f"Bearer {page.json()['api_key']}"}).status_code == 200
         assert httpx.post(f"{base}/v1/login", json={"token": token}).status_code == 401  # single use
+        again = subprocess.run([sys.executable, "-m", "conduit", "login"], env=env, capture_output=True, text=True,
+                               timeout=60)  # a new link for a second browser
+        fresh = re.search(rf"http://127\.0\.0\.1:{port}/#login=(\S+)", again.stdout)
+        assert again.returncode == 0 and fresh and fresh.group(1) != token, again.stdout + again.stderr
+        assert httpx.post(f"{base}/v1/login", json={"token": fresh.group(1)}).status_code == 200
 
         ask = subprocess.run([sys.executable, "-m", "conduit", "ask", "增值税的征收率是多少？"], env=env,
                              capture_output=True, text=True, timeout=180)
