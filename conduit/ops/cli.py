@@ -331,9 +331,9 @@ def login() -> None:
     from conduit.ops.supervisor import read_state
 
     settings = get_settings()
-    state = read_state(Path(settings.data_dir).resolve())
-    if state is None:
-        console.print(f"[red]no running stack[/red] in {Path(settings.data_dir).resolve()}: start it with "
+    data_dir = Path(settings.data_dir).resolve()
+    if (state := read_state(data_dir)) is None:
+        console.print(f"[red]no running stack[/red] in {data_dir}: start it with "
                       ".venv/bin/conduit up (it prints a link)", soft_wrap=True)
         raise typer.Exit(1)
     console.print(f"one-time login link (valid {settings.login_token_ttl_s // 60} minutes):")

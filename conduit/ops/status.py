@@ -101,27 +101,31 @@ def collect(settings: Settings) -> dict | None:
                          "ready": ready, "group": group})
     finally:
         r.close()
-    lags = {g: asyncio.run(group_lag(state["bootstrap_servers"], *GROUPS[g])) for g in {row["group"] for row in rows} if g}
+    asked = {row["group"]: GROUPS[row["group"]] for row in rows if row["group"]}
+    writes = _writes_groups(settings, rows)
+    asked |= {g: (g, (topics.RETRIEVER_WRITES,)) for g in writes.values()}
+    lags = asyncio.run(_lags(state["bootstrap_servers"], asked))
     for row in rows:
         row["lag"] = lags.get(row.pop("group"))
-    _add_writes_lags(settings, state["bootstrap_servers"], rows)
+        row["writes_lag"] = lags.get(writes.get(row["key"]))
     return {"rows": rows, "gateway_url": state["gateway_url"],
             "redis_bytes": dir_bytes(Path(state["data_dir"]) / "redis")}
 
 
-def _add_writes_lags(settings: Settings, bootstrap: str, rows: list[dict]) -> None:
-    """Set each row's ``writes_lag``: for retriever replicas on the embedded store (more than one
-    retriever, no ``QDRANT_URL``) the lag of replica K's own writes group on ``RETRIEVER_WRITES``
-    (rule K10; replica K is keyed ``retriever-K``, replica 1 ``retriever``), else None."""
-    retrievers = [row for row in rows if row["service"] == "retriever"]
-    for row in rows:
-        row["writes_lag"] = None
-    if len(retrievers) < 2 or settings.qdrant_url:
-        return
-    for row in retrievers:
-        replica = int(row["key"].rpartition("-")[2]) if row["key"] != "retriever" else 1
-        group = topics.retriever_writes_group(replica)
-        row["writes_lag"] = asyncio.run(group_lag(bootstrap, group, (topics.RETRIEVER_WRITES,)))
+def _writes_groups(settings: Settings, rows: list[dict]) -> dict[str, str]:
+    """``{row key: writes group}`` of retriever replicas on the embedded store (more than one retriever,
+    no ``QDRANT_URL``): replica K (keyed ``retriever-K``, replica 1 ``retriever``) reads ``RETRIEVER_WRITES``
+    in a group of its own (rule K10); {} otherwise."""
+    keys = [row["key"] for row in rows if row["service"] == "retriever"]
+    if len(keys) < 2 or settings.qdrant_url:
+        return {}
+    return {k: topics.retriever_writes_group(1 if k == "retriever" else int(k.rpartition("-")[2])) for k in keys}
+
+
+async def _lags(bootstrap: str, asked: dict[str, tuple[str, tuple[str, ...]]]) -> dict[str, int | None]:
+    """``{name: group_lag(bootstrap, group, topics)}`` for ``asked = {name: (group, topics)}``, read at once."""
+    values = await asyncio.gather(*(group_lag(bootstrap, group, names) for group, names in asked.values()))
+    return dict(zip(asked, values))
 
 
 def render(report: dict) -> str:
@@ -129,7 +133,7 @@ def render(report: dict) -> str:
     lines = [f"{'process':16} {'pid':>7} {'uptime':>8} {'restarts':>8} {'ready':>5} {'lag':>6} {'writes':>6}  last exit"]
     for row in report["rows"]:
         up = f"{row['uptime_s']:.0f}s" if row["uptime_s"] is not None else "-"
-        lag, writes = ("-" if row.get(k) is None else str(row[k]) for k in ("lag", "writes_lag"))
+        lag, writes = ("-" if row[k] is None else str(row[k]) for k in ("lag", "writes_lag"))
         lines.append(f"{row['key']:16} {row['pid'] or '-':>7} {up:>8} {row['restarts']:>8} "
                      f"{'yes' if row['ready'] else 'NO':>5} {lag:>6} {writes:>6}  {row['last_exit'] or '-'}")
     lines.append(f"gateway {report['gateway_url']} · embedded Redis files {report['redis_bytes'] / 1e6:.1f} MB")
