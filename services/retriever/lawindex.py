@@ -289,6 +289,7 @@ def build(embed: Callable[[list[str]], np.ndarray], model: str, *, dtype: str = 
             todo.append(t)
         else:
             vec[t] = hit
+    todo.sort(key=len)  # batches of similar length: the engine pads a batch to its longest text
     done = len(texts) - len(todo)
     for s in range(0, len(todo), batch):
         part = todo[s : s + batch]
