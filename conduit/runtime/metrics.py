@@ -17,6 +17,8 @@ Names follow Prometheus conventions: ``conduit_`` prefix, counters end in
 | ``conduit_consumer_handling_seconds`` | histogram | consumer, outcome | ``conduit.runtime.bus.subscribe`` (outcome ok/error/invalid/dead_letter) |
 | ``conduit_dead_letters_total`` | counter | consumer, reason | ``conduit.runtime.bus.subscribe`` (reason invalid/failed) |
 | ``conduit_approvals_pending`` | gauge | | ``set_approvals_pending`` / ``approval_requested`` / ``approval_decided`` |
+| ``conduit_retrieval_stage_total`` | counter | stage (rerank/model_rewrite/model_rerank), outcome | ``services.retriever.assist`` (rules K11-K13; outcome ok/timeout/unavailable/server_error/rejected/malformed/open) |
+| ``conduit_retrieval_stage_duration_seconds`` | histogram | stage | same; the wait for the call, bounded by its timeout |
 
 Exposure: the gateway serves ``GET /metrics`` (``instrument_app``); the other
 services, which have no HTTP server, call ``start_metrics_server(port)`` from
@@ -55,6 +57,10 @@ TOOL_REQUESTS_RUNNING = Gauge("conduit_tool_requests_running", "Requests a tool 
 TOOL_REQUEST_WAIT = Histogram("conduit_tool_request_slot_wait_seconds",
                               "Time a tool service's consumer waited for a free slot before starting a request",
                               ["service"], buckets=_FAST)
+RETRIEVAL_STAGE = Counter("conduit_retrieval_stage_total",
+                          "kb_search helper calls (rerank endpoint, model rewrite, model rerank) by outcome", ["stage", "outcome"])
+RETRIEVAL_STAGE_LATENCY = Histogram("conduit_retrieval_stage_duration_seconds",
+                                    "Wait for a kb_search helper call (bounded by its timeout)", ["stage"], buckets=_FAST)
 APPROVALS_PENDING = Gauge("conduit_approvals_pending", "Tool calls waiting for a human approval")
 
 

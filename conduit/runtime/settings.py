@@ -198,6 +198,22 @@ class Settings(BaseSettings):
     retriever_replica: int = Field(default=1, ge=1, description="this retriever's replica index K (1-based; set by `conduit up --scale retriever=N`): on the embedded store replica K > 1 keeps its copy of the shards in data_dir/replicas/K and reads the writes topic in group conduit-retriever-writes-K (rule K10)")
     retriever_replicas: int = Field(default=1, ge=1, description="retriever replicas N of the stack (set by `conduit up --scale`): with the embedded store and N > 1 every replica applies every write, and a document is `ingested` once all N indexed it (rule K10)")
 
+    # ---- retrieval: rerank endpoint and the model's help (issue 27; rules K11-K13, docs/retrieval.md "Reranking")
+    rerank_url: str | None = Field(default=None, description="rule K11: a `/rerank` endpoint (text-embeddings-inference, vLLM, Infinity, Jina, Cohere) that reorders kb_search's top rerank_top_n candidates; unset = off")
+    rerank_model: str | None = Field(default=None, description="rule K11: `model` sent to the rerank endpoint (Cohere, Jina and vLLM need one; TEI ignores it)")
+    rerank_api_key: str | None = Field(default=None, description="rule K11: bearer token of the rerank endpoint")
+    rerank_protocol: Literal["auto", "cohere", "tei"] = Field(default="auto", description="rule K11: request body of the rerank endpoint: cohere = {query, documents, top_n, model}, tei = {query, texts, truncate}, auto = both field sets in one body (TEI, vLLM and Infinity ignore the other's fields; use cohere for a strict hosted API); both answer shapes are read in every mode")
+    rerank_top_n: int = Field(default=24, ge=2, le=100, description="rule K11: fused candidates sent to the rerank endpoint (the top k are kept from its order)")
+    rerank_timeout_s: float = Field(default=2.0, gt=0, description="rule K11: longest wait for the rerank endpoint (seconds); past it, or on any error, the fused order stands")
+    rerank_max_chars: int = Field(default=1000, ge=100, description="rule K11: characters of each candidate sent (its most query-relevant paragraphs; a cross-encoder reads ~512 tokens)")
+    retrieval_model_rewrite: bool | None = Field(default=None, description="rule K12: the model rewrites the question into a search query and up to two sub-queries, each one more kb_search round (unset = on when a model is configured)")
+    retrieval_model_rerank: bool | None = Field(default=None, description="rule K13: the model reorders kb_search's top retrieval_model_rerank_top_n candidates when no rerank_url is set (unset = on when a model is configured)")
+    retrieval_model_name: str | None = Field(default=None, description="rules K12-K13: model of the rewrite and rerank calls (unset = CONDUIT_MODEL; a small fast model suits them)")
+    retrieval_model_rewrite_timeout_s: float = Field(default=5.0, gt=0, description="rule K12: longest wait for the rewrite call (seconds); past it, or on any error, the question is searched as asked")
+    retrieval_model_rerank_timeout_s: float = Field(default=8.0, gt=0, description="rule K13: longest wait for the model's rerank call (seconds); past it, or on any error, the fused order stands")
+    retrieval_model_rerank_top_n: int = Field(default=10, ge=2, le=30, description="rule K13: candidates the model reorders")
+    retrieval_model_max_tokens: int = Field(default=256, ge=16, description="rules K12-K13: max_tokens of each rewrite or rerank call")
+
     # ---- web
     searxng_url: str | None = Field(default=None, description="SearXNG base URL; enables web_search/web_fetch")
     tavily_api_key: str | None = Field(default=None, description="Tavily API key; enables web_search/web_fetch")
@@ -243,6 +259,16 @@ class Settings(BaseSettings):
     def model_configured(self) -> bool:
         """True when an OpenAI-compatible endpoint is set (else retrieval-only answers)."""
         return bool(self.openai_base_url)
+
+    @property
+    def model_rewrite_on(self) -> bool:
+        """Rule K12 in effect: a model is configured and ``retrieval_model_rewrite`` is not false."""
+        return self.model_configured and self.retrieval_model_rewrite is not False
+
+    @property
+    def model_rerank_on(self) -> bool:
+        """Rule K13 in effect: a model is configured, no ``rerank_url`` and ``retrieval_model_rerank`` not false."""
+        return self.model_configured and not self.rerank_url and self.retrieval_model_rerank is not False
 
 
 @lru_cache

@@ -13,7 +13,12 @@ Turn fields: ``content`` (text streamed in ``chunks`` pieces), ``tool_calls``
 A session's rolling-summary call (rule M7; its system prompt starts with ``SUMMARY_MARK``) runs
 beside the tasks at no fixed point of a script, so it never takes a turn of it: ``summary`` answers
 it (default: ``【模型摘要】`` and the first 400 characters of what it was sent), and its bodies are kept
-in ``summary_requests``, not ``requests``.
+in ``summary_requests``, not ``requests``. The retriever's rewrite and rerank calls (rules K12, K13; system prompt
+starting with ``RETRIEVAL_MARK``) are answered by ``retrieval`` the same way (default ``echo_retrieval``: the question
+unchanged, the candidates in their order) and kept in ``retrieval_requests``.
+
+A request without ``"stream": true`` gets one ``chat.completion`` JSON body (the retriever's calls are not
+streamed); ``delay_s`` and ``status`` apply to it too.
 """
 
 from __future__ import annotations
@@ -54,12 +59,24 @@ class Turn:
 TurnSource = Turn | Callable[[dict[str, Any]], Turn]
 SUMMARY_MARK = "【摘要任务】"
 """First words of the orchestrator's summary-call prompt (``agent.context.SUMMARY_INSTRUCTION``)."""
+RETRIEVAL_MARK = "【检索辅助】"
+"""First words of the retriever's rewrite and rerank prompts (``services.retriever.modelhelp.RETRIEVAL_MARK``)."""
 
 
 def echo_summary(body: dict[str, Any]) -> Turn:
     """The default answer to a summary call: ``【模型摘要】`` and the start of what it was sent."""
     sent = " ".join(str(m.get("content") or "") for m in body.get("messages", [])[1:])
     return Turn(content="【模型摘要】" + re.sub(r"\s+", " ", sent)[:400])
+
+
+def echo_retrieval(body: dict[str, Any]) -> Turn:
+    """The default answer to a retriever call: a rewrite keeps the question (no sub-queries), a rerank keeps the
+    candidates' order (``[k]`` lines of the user message)."""
+    system = str(body.get("messages", [{}])[0].get("content") or "")
+    user = str(body.get("messages", [{}, {}])[-1].get("content") or "")
+    if system.startswith(RETRIEVAL_MARK + "改写"):
+        return Turn(content=json.dumps({"query": user, "sub_queries": []}, ensure_ascii=False))
+    return Turn(content=json.dumps({"order": [int(n) for n in re.findall(r"^\[(\d+)\]", user, re.MULTILINE)]}))
 
 
 def evidence_number(messages: list[dict[str, Any]], title_part: str, locator: str) -> int | None:
@@ -85,11 +102,13 @@ class ScriptedModel:
     """
 
     def __init__(self, script: list[TurnSource] | None = None, default: Turn | None = None,
-                 summary: TurnSource = echo_summary) -> None:
+                 summary: TurnSource = echo_summary, retrieval: TurnSource = echo_retrieval) -> None:
         self.script: list[TurnSource] = list(script or [])
         self.default = default or Turn(content="OK.")
         self.summary = summary
         self.summary_requests: list[dict[str, Any]] = []
+        self.retrieval = retrieval
+        self.retrieval_requests: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.received_at: list[float] = []
         """``time.monotonic()`` when each request of ``requests`` arrived (same order)."""
@@ -115,6 +134,10 @@ class ScriptedModel:
             with self._lock:
                 self.summary_requests.append(body)
             return self.summary(body) if callable(self.summary) else self.summary
+        if str(messages[0].get("content") or "").startswith(RETRIEVAL_MARK):
+            with self._lock:
+                self.retrieval_requests.append(body)
+            return self.retrieval(body) if callable(self.retrieval) else self.retrieval
         with self._lock:
             self.requests.append(body)
             self.received_at.append(time.monotonic())
@@ -130,6 +153,8 @@ class ScriptedModel:
             return JSONResponse({"error": {"message": "scripted error", "type": "server_error"}}, status_code=turn.status, headers=headers)
         model = body.get("model", "scripted")
         cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+        if not body.get("stream"):
+            return await _whole(turn, body, cid)
 
         def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None) -> str:
             obj: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
@@ -199,3 +224,23 @@ class ScriptedModel:
             self._server.should_exit = True
         if self._thread:
             self._thread.join(timeout=5)
+
+
+async def _whole(turn: Turn, body: dict[str, Any], cid: str) -> JSONResponse:
+    """``turn`` as one non-streamed ``chat.completion`` body (after ``delay_s``)."""
+    if turn.delay_s:
+        await asyncio.sleep(turn.delay_s)
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+    if turn.tool_calls:
+        message["tool_calls"] = [{"id": c.get("id") or f"call_{uuid.uuid4().hex[:10]}", "type": "function",
+                                  "function": {"name": c["name"], "arguments": c.get("arguments") if isinstance(
+                                      c.get("arguments"), str) else json.dumps(c.get("arguments", {}), ensure_ascii=False)}}
+                                 for c in turn.tool_calls]
+    prompt_tokens = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 2
+    completion = max(1, len(turn.content) // 2)
+    return JSONResponse({"id": cid, "object": "chat.completion", "created": int(time.time()),
+                         "model": body.get("model", "scripted"),
+                         "choices": [{"index": 0, "message": message,
+                                      "finish_reason": "tool_calls" if turn.tool_calls else "stop"}],
+                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                                   "total_tokens": prompt_tokens + completion}})

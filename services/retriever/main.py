@@ -32,6 +32,7 @@ from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import KbSearchArgs
 from services.retriever import lawindex, replicas
+from services.retriever.assist import SearchAssist
 from services.retriever.embeddings import E5Embedder, EmbeddingError, make_embedder
 from services.retriever.memory import MemoryIndex, MemoryRequests, open_memory_store
 from services.retriever.pipeline import KbSearcher
@@ -57,7 +58,8 @@ def open_second_stage(settings: Settings) -> SecondStage:
 
 def open_searcher(settings: Settings) -> KbSearcher:
     """Load the embedder, open the store and warm both up (blocking, ~2-4 s with USE; the second
-    stage, rule K7, adds the e5 model and its law index, ~2 s).
+    stage, rule K7, adds the e5 model and its law index, ~2 s). The rerank endpoint and the model's help
+    (rules K11-K13) are attached after the warm-up search, so starting calls neither.
 
     Raises ``EmbeddingError`` / ``StoreError`` / ``LawIndexError`` when a backend cannot start.
     """
@@ -66,10 +68,13 @@ def open_searcher(settings: Settings) -> KbSearcher:
     stage2 = open_second_stage(settings) if settings.retrieval_second_stage else None
     searcher = KbSearcher(settings, embedder, store, stage2=stage2)
     searcher.search("预热", settings.default_tenant)  # loads model weights and jieba's dictionary
+    searcher.assist = SearchAssist.from_settings(settings)
     points = store.count()
     if points == 0:
         log.warning("knowledge base is empty: run `conduit ingest` (law corpus and/or files) and restart")
-    log.info("retriever ready: %s, %d points, embedder %s", type(store).__name__, points, embedder.name)
+    log.info("retriever ready: %s, %d points, embedder %s, rerank %s, model rewrite %s", type(store).__name__, points,
+             embedder.name, "endpoint" if settings.rerank_url else "model" if settings.model_rerank_on else "off",
+             "on" if settings.model_rewrite_on else "off")
     return searcher
 
 
@@ -126,6 +131,8 @@ async def run(settings: Settings) -> None:
         await service.serve()
     finally:
         await asyncio.to_thread(searcher.store.close)
+        if searcher.assist is not None:
+            searcher.assist.close()
         await asyncio.to_thread(memory_store.close)
 
 

@@ -24,6 +24,8 @@ For one query and tenant (numbers are settings; the defaults are given):
    ``retrieval_pool`` (100) chunks instead of 18, each scored by its e5 cosine to the question
    and its expansion (``rescoring.py``; passage vectors from the shipped e5 law index), and the
    merged pool is ordered by the fusion of its first-stage (RRF) rank and its e5 rank;
+   (rules K11-K13, ``assist.py``, when configured) the model's rewrite adds rounds (``rounds.py``), and a rerank
+   endpoint reorders the top 24 candidates, or else the model the top 10 (fail-open);
 5. (rule K4) keep the top ``retrieval_top_k`` (6) in that order (RRF order without rule K7), and
    pack their text: at most ``chunk_max_chars`` (2000) per item and
    ``context_max_chars`` (12000) in total; a longer text keeps
@@ -39,14 +41,19 @@ from __future__ import annotations
 import logging
 import unicodedata
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from conduit.runtime.settings import Settings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
+from services.retriever.rounds import plan_rounds
 from services.retriever.rescoring import E5_PAYLOAD, Fusion, SecondStage, fuse
 from services.retriever.sparse import SparseEncoder, jieba_tokenizer
 from services.retriever.store import Hit, SearchFilter, VectorStore
+
+if TYPE_CHECKING:
+    from services.retriever.assist import Pending, SearchAssist
 
 log = logging.getLogger("conduit.retriever.pipeline")
 
@@ -85,8 +92,8 @@ GAP = "……"
 
 @dataclass
 class Attempt:
-    """One search round: ``kind`` (original | compressed | topic:<name>), the query,
-    hits returned, hits kept by the threshold, and the best dense cosine kept."""
+    """One search round: ``kind`` (original | compressed | topic:<name> | sub:n | rewrite[:n]), the query, hits returned,
+    hits kept by the threshold, the best dense cosine kept; or a helper call (``assist.py``: ``<stage>:<outcome>``)."""
 
     kind: str
     query: str
@@ -251,13 +258,15 @@ class KbSearcher:
         embedder, store: see ``embeddings.py`` / ``store``.
         encoder: sparse query encoder (default ``SparseEncoder()``).
         stage2: the second stage (rule K7; None: off).
+        assist: the rerank endpoint and the model's help (rules K11-K13, ``assist.py``; None: off).
     """
 
     def __init__(self, settings: Settings, embedder: Embedder, store: VectorStore,
-                 encoder: SparseEncoder | None = None, stage2: SecondStage | None = None) -> None:
+                 encoder: SparseEncoder | None = None, stage2: SecondStage | None = None,
+                 assist: SearchAssist | None = None) -> None:
         self.settings, self.embedder, self.store = settings, embedder, store
         self.encoder = encoder or SparseEncoder()
-        self.stage2 = stage2
+        self.stage2, self.assist = stage2, assist
 
     def fusion(self) -> Fusion:
         """Second-stage fusion parameters from the settings (rule K7)."""
@@ -324,15 +333,15 @@ class KbSearcher:
                 old.second = cos
         attempts.append(Attempt("e5", "", len(found), added, None))
 
-    def _ranked(self, merged: dict[str, Hit], second: bool = False) -> list[Hit]:
-        """The top ``retrieval_top_k`` of ``merged`` by fused score (ties: dense cosine, id); with
-        ``second`` (rule K7) by the second-stage fusion of that order and the e5 cosines."""
+    def _ranked(self, merged: dict[str, Hit], second: bool = False, depth: int = 0) -> list[Hit]:
+        """The top ``retrieval_top_k`` (or ``depth``, if more) of ``merged`` by fused score (ties: dense cosine,
+        id); with ``second`` (rule K7) by the second-stage fusion of that order and the e5 cosines."""
         first = sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))
         if second and first:
             scores = fuse(range(1, len(first) + 1), [h.second for h in first],
                           [h.payload.get("document_id") for h in first], self.fusion())
             first = [first[i] for i in sorted(range(len(first)), key=lambda i: (-scores[i], i))]
-        return first[: self.settings.retrieval_top_k]
+        return first[: max(self.settings.retrieval_top_k, depth)]
 
     def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
                sub_queries: list[str] | None = None) -> SearchOutcome:
@@ -340,8 +349,8 @@ class KbSearcher:
 
         ``document_ids`` (optional) restricts every round to those store documents
         (``POST /v1/search`` filters). ``sub_queries`` (rule K9, the model's split of the question,
-        at most 2): one more round each, merged like the retry's. Returns evidence ordered by fused
-        rank (empty when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
+        at most 2 with the rewrite's, rule K12): one more round each. Returns evidence in fused order or the
+        reranker's (K11, K13; empty when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
         """
         s = self.settings
         flt = SearchFilter.for_tenant(tenant_id)
@@ -355,12 +364,14 @@ class KbSearcher:
             if s.retrieval_stage2_expansion and s.retrieval_query_expansion:
                 forms.append(expand_query(query))  # the same text twice is embedded once
             e5 = self.stage2.start(forms, 0 if document_ids else s.retrieval_stage2_candidates)
+        rewrite = self.assist.start_rewrite(query) if self.assist else None  # rule K12, beside the first round
         self._round("original", query, flt, merged, attempts, e5)
         if merged and _e5_result(e5) is not None and _e5_result(e5).nearest:
             # only beside first-stage hits: a question nothing passes the K1 floor for stays kb_no_results
             self._e5_candidates(_e5_result(e5).nearest, merged, attempts)
-        for n, sub in enumerate([q for q in dict.fromkeys(sub_queries or []) if q.strip() and q.strip() != query.strip()][:2]):
-            self._round(f"sub:{n + 1}", sub, flt, merged, attempts, e5)  # rule K9
+        done = self.assist.rewritten(rewrite, attempts) if rewrite and self.assist else None
+        for kind, more in plan_rounds(query, sub_queries, done):  # rules K9, K12
+            self._round(kind, more, flt, merged, attempts, e5)
 
         compressed: str | None = None  # jieba runs at most once per search for it
         best = max((h.dense_score for h in merged.values() if h.dense_score is not None), default=None)
@@ -381,8 +392,10 @@ class KbSearcher:
                 if not any(w in covered for w in TOPICS[topic]):
                     self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts, e5)
 
-        ranked = self._ranked(merged, e5 is not None)
-        evidence = pack(ranked, query, s.chunk_max_chars, s.context_max_chars)
+        ranked = self._ranked(merged, e5 is not None, self.assist.depth if self.assist is not None else 0)
+        if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
+            ranked = self.assist.finish(query, ranked, attempts)
+        evidence = pack(ranked[: s.retrieval_top_k], query, s.chunk_max_chars, s.context_max_chars)
         log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
                  [(a.kind, a.kept, a.best) for a in attempts], len(evidence))
         return SearchOutcome(evidence, attempts)

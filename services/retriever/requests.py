@@ -116,7 +116,7 @@ class RetrieverRequests:
         if top_k is None or top_k == s.settings.retrieval_top_k:
             return s
         return KbSearcher(s.settings.model_copy(update={"retrieval_top_k": top_k}), s.embedder, s.store, s.encoder,
-                          stage2=s.stage2)
+                          stage2=s.stage2, assist=s.assist)
 
     async def search(self, event: SearchRequested) -> None:
         """Run the search and LPUSH its ``SearchReply`` (dropped when past ``deadline_at``)."""

@@ -1,0 +1,239 @@
+"""Rules K11-K13 (docs/rules.md) around ``KbSearcher.search``: the helpers that call out of the retriever.
+
+- rule K11, ``rerank``: a cross-encoder ``/rerank`` endpoint (``rerank.RerankEndpoint``, ``rerank_url``) reorders
+  the top ``rerank_top_n`` (24) fused candidates before the top k are cut;
+- rule K12, ``model_rewrite``: the model's rewrite of the question (``modelhelp.ModelHelp.rewrite``), started
+  in a worker thread beside the first round; its query and sub-queries become more rounds (``pipeline``);
+- rule K13, ``model_rerank``: without a rerank endpoint, the model orders the top
+  ``retrieval_model_rerank_top_n`` (10) candidates.
+
+Every call is bounded (its timeout is the longest the search waits for it: the wait on its future) and fails
+OPEN: on any error the question is searched as asked and the fused order stands. Each call leaves a trace:
+an ``Attempt`` of kind ``<stage>:<outcome>`` (``query`` = its wait in ms and, on failure, why), a log line on
+failure, the counter ``conduit_retrieval_stage_total{stage, outcome}`` and, on the evidence items,
+``metadata["stages"]`` (the stage attempts of the search), ``rerank_score`` (rule K11) or ``model_rank`` (K13).
+Outcomes: ``ok``, ``timeout``, ``unavailable``, ``server_error``, ``rejected``, ``malformed``, ``error``
+(anything else) and ``open`` (skipped: the stage's breaker is open after ``model_breaker_failures``
+transport failures in a row, for ``model_breaker_cooldown_s``, then one trial call).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from conduit.runtime import metrics
+from conduit.runtime.settings import Settings
+from services.retriever.modelhelp import ModelHelp
+from services.retriever.rounds import Rewrite
+from services.retriever.pipeline import Attempt, select_passages
+from services.retriever.rerank import RerankEndpoint, StageError, order_by_scores
+from services.retriever.store import Hit
+
+log = logging.getLogger("conduit.retriever.assist")
+
+STAGES = ("rerank", "model_rewrite", "model_rerank")
+TRANSPORT_FAILURES = frozenset({"timeout", "unavailable", "server_error"})
+"""Outcomes that count towards a breaker (a refused setting or a sloppy answer says nothing about availability)."""
+MODEL_CANDIDATE_CHARS = 300
+"""Characters of each candidate's text shown to the model (rule K13): 10 candidates stay a short prompt."""
+
+
+class Breaker:
+    """Open after ``failures`` transport failures in a row; while open ``allow()`` is False for ``cooldown_s``,
+    then True once (a trial call) per ``cooldown_s`` until a call does not fail. Thread-safe."""
+
+    def __init__(self, failures: int, cooldown_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.failures, self.cooldown_s, self.clock = failures, cooldown_s, clock
+        self._count, self._open_until = 0, None
+        self._lock = threading.Lock()
+
+    def allow(self) -> bool:
+        """True when a call may go out (closed, or one trial after the cool-down)."""
+        with self._lock:
+            if self._open_until is None:
+                return True
+            now = self.clock()
+            if now < self._open_until:
+                return False
+            self._open_until = now + self.cooldown_s  # one trial; the others wait for its outcome
+            return True
+
+    def record(self, outcome: str) -> None:
+        """Count a call's ``outcome`` (``TRANSPORT_FAILURES`` count, anything else closes the breaker)."""
+        with self._lock:
+            if outcome not in TRANSPORT_FAILURES:
+                self._count, self._open_until = 0, None
+                return
+            self._count += 1
+            if self._count >= self.failures:
+                self._open_until = self.clock() + self.cooldown_s
+
+
+@dataclass
+class Pending:
+    """A helper call in flight: its ``future`` (None: not sent, ``outcome`` says why), start and time limit."""
+
+    stage: str
+    future: Future | None
+    started: float
+    timeout_s: float
+    outcome: str = "ok"
+
+
+def candidate_text(hit: Hit, question: str, limit: int) -> str:
+    """What a reranker reads of a candidate: its title and locator, then its text cut to ``limit`` characters
+    (the paragraphs with the most question bigrams, ``pipeline.select_passages``)."""
+    p = hit.payload
+    head = " ".join(str(x) for x in (p.get("title"), p.get("locator")) if x)
+    text = select_passages(str(p.get("parent_text") or p.get("text") or ""), question, limit)
+    return f"{head}\n{text}" if head else text
+
+
+class SearchAssist:
+    """The helpers of one retriever (thread-safe; shared by its searches).
+
+    Args:
+        settings: ``rerank_*``, ``retrieval_model_*``, ``model_breaker_*``.
+        endpoint: the rerank endpoint (rule K11), or None.
+        model: the model's help (rules K12, K13), or None; its rerank runs only without ``endpoint``.
+    """
+
+    def __init__(self, settings: Settings, endpoint: RerankEndpoint | None = None, model: ModelHelp | None = None) -> None:
+        self.settings, self.endpoint, self.model = settings, endpoint, model
+        self.rewrite_on = model is not None and settings.model_rewrite_on
+        self.model_rerank_on = model is not None and endpoint is None and settings.model_rerank_on
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kb-assist")
+        self._breakers = {key: Breaker(settings.model_breaker_failures, settings.model_breaker_cooldown_s)
+                          for key in ("endpoint", "model")}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SearchAssist | None:
+        """The helpers the settings turn on (``rerank_url``; a model with ``retrieval_model_rewrite`` /
+        ``retrieval_model_rerank``), or None when none is."""
+        endpoint = None
+        if settings.rerank_url:
+            endpoint = RerankEndpoint(settings.rerank_url, model=settings.rerank_model, api_key=settings.rerank_api_key,
+                                      protocol=settings.rerank_protocol, timeout_s=settings.rerank_timeout_s)
+        wants_model = settings.model_rewrite_on or settings.model_rerank_on
+        if endpoint is None and not wants_model:
+            return None
+        return cls(settings, endpoint, ModelHelp(settings) if wants_model else None)
+
+    @property
+    def depth(self) -> int:
+        """Fused candidates the reorder reads (0: none)."""
+        if self.endpoint is not None:
+            return self.settings.rerank_top_n
+        return self.settings.retrieval_model_rerank_top_n if self.model_rerank_on else 0
+
+    def _breaker(self, stage: str) -> Breaker:
+        return self._breakers["endpoint" if stage == "rerank" else "model"]
+
+    def _start(self, stage: str, fn: Callable[[], Any], timeout_s: float) -> Pending:
+        if not self._breaker(stage).allow():
+            return Pending(stage, None, time.perf_counter(), timeout_s, outcome="open")
+        return Pending(stage, self._pool.submit(fn), time.perf_counter(), timeout_s)
+
+    def _finish(self, pending: Pending) -> tuple[Any, str, str]:
+        """Wait for ``pending`` within its time limit: (value or None, outcome, ``"<ms> ms[: why]"``); counted,
+        logged on failure, never raises."""
+        value, outcome, why = None, pending.outcome, "circuit open"
+        if pending.future is not None:
+            try:
+                value = pending.future.result(timeout=max(0.0, pending.timeout_s - (time.perf_counter() - pending.started)))
+            except FutureTimeout:
+                pending.future.cancel()
+                outcome, why = "timeout", f"no answer within {pending.timeout_s:g} s"
+            except StageError as exc:
+                outcome, why = exc.outcome, str(exc)
+            except Exception as exc:  # noqa: BLE001 - a helper may never cost the search (fail-open)
+                outcome, why = "error", f"{type(exc).__name__}: {exc}"[:300]
+            self._breaker(pending.stage).record(outcome)
+        waited = time.perf_counter() - pending.started
+        metrics.RETRIEVAL_STAGE.labels(stage=pending.stage, outcome=outcome).inc()
+        metrics.RETRIEVAL_STAGE_LATENCY.labels(stage=pending.stage).observe(waited)
+        detail = f"{waited * 1000:.0f} ms"
+        if outcome != "ok":
+            log.warning("kb_search %s failed open (%s): %s", pending.stage, outcome, why)
+            detail += f": {why[:160]}"
+        return value, outcome, detail
+
+    # ------------------------------------------------------------------ rule K12
+    def start_rewrite(self, question: str) -> Pending | None:
+        """Rule K12: send the rewrite call (None when it is off); ``rewritten`` collects it."""
+        if not self.rewrite_on or self.model is None:
+            return None
+        timeout_s = self.settings.retrieval_model_rewrite_timeout_s
+        return self._start("model_rewrite", lambda: self.model.rewrite(question, timeout_s), timeout_s)
+
+    def rewritten(self, pending: Pending, attempts: list[Attempt]) -> Rewrite | None:
+        """The rewrite (None: failed open), its ``Attempt`` appended (``returned`` = ``kept`` = queries it gave)."""
+        rewrite, outcome, detail = self._finish(pending)
+        given = 0 if rewrite is None else int(rewrite.query is not None) + len(rewrite.sub_queries)
+        attempts.append(Attempt(f"model_rewrite:{outcome}", detail, given, given, None))
+        return rewrite
+
+    # ------------------------------------------------------------------ rules K11, K13
+    def finish(self, question: str, ranked: list[Hit], attempts: list[Attempt]) -> list[Hit]:
+        """``ranked`` (fused order, at least ``depth`` long when there are that many) reordered by the rerank
+        endpoint (rule K11) or else the model (rule K13), failing open to the fused order; every hit is marked
+        with the search's stage attempts (``metadata["stages"]``)."""
+        if self.endpoint is not None:
+            ranked = self._by_endpoint(question, ranked, attempts)
+        elif self.model_rerank_on:
+            ranked = self._by_model(question, ranked, attempts)
+        stages = ",".join(a.kind for a in attempts if a.kind.split(":")[0] in STAGES)
+        if stages:
+            for h in ranked:
+                h.payload = {**h.payload, "stages": stages}
+        return ranked
+
+    def _by_endpoint(self, question: str, ranked: list[Hit], attempts: list[Attempt]) -> list[Hit]:
+        s, endpoint = self.settings, self.endpoint
+        n = min(len(ranked), s.rerank_top_n)
+        if n < 2 or endpoint is None:
+            return ranked
+        docs = [candidate_text(h, question, s.rerank_max_chars) for h in ranked[:n]]
+        scores, outcome, detail = self._finish(self._start("rerank", lambda: endpoint.scores(question, docs),
+                                                           s.rerank_timeout_s))
+        given = [x for x in scores or [] if x is not None]
+        attempts.append(Attempt(f"rerank:{outcome}", detail, n, len(given),
+                                round(max(given), 4) if given else None))
+        if scores is None:
+            return ranked
+        for h, score in zip(ranked, scores):
+            if score is not None:
+                h.payload = {**h.payload, "rerank_score": round(score, 4)}
+        return [ranked[i] for i in order_by_scores(scores)] + ranked[n:]
+
+    def _by_model(self, question: str, ranked: list[Hit], attempts: list[Attempt]) -> list[Hit]:
+        s, model = self.settings, self.model
+        n = min(len(ranked), s.retrieval_model_rerank_top_n)
+        if n < 2 or model is None:
+            return ranked
+        docs = [candidate_text(h, question, MODEL_CANDIDATE_CHARS) for h in ranked[:n]]
+        timeout_s = s.retrieval_model_rerank_timeout_s
+        order, outcome, detail = self._finish(self._start("model_rerank", lambda: model.rerank(question, docs, timeout_s),
+                                                          timeout_s))
+        moved = 0 if order is None else sum(i != k for k, i in enumerate(order))
+        attempts.append(Attempt(f"model_rerank:{outcome}", detail, n, moved, None))
+        if order is None:
+            return ranked
+        head = [ranked[i] for i in order]
+        for rank, h in enumerate(head, 1):
+            h.payload = {**h.payload, "model_rank": rank}
+        return head + ranked[n:]
+
+    def close(self) -> None:
+        """Stop the worker threads and close the HTTP clients."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for client in (self.endpoint, self.model):
+            if client is not None:
+                client.close()
