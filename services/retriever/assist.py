@@ -14,7 +14,7 @@ failure, the counter ``conduit_retrieval_stage_total{stage, outcome}`` and, on t
 ``metadata["stages"]`` (the stage attempts of the search), ``rerank_score`` (rule K11) or ``model_rank`` (K13).
 Outcomes: ``ok``, ``timeout``, ``unavailable``, ``server_error``, ``rejected``, ``malformed``, ``error``
 (anything else) and ``open`` (skipped: the stage's breaker is open after ``model_breaker_failures``
-transport failures in a row, for ``model_breaker_cooldown_s``, then one trial call).
+failures in a row (timeout, unavailable, server_error, rejected), for ``model_breaker_cooldown_s``, then one trial call).
 """
 
 from __future__ import annotations
@@ -39,14 +39,15 @@ from services.retriever.store import Hit
 log = logging.getLogger("conduit.retriever.assist")
 
 STAGES = ("rerank", "model_rewrite", "model_rerank")
-TRANSPORT_FAILURES = frozenset({"timeout", "unavailable", "server_error"})
-"""Outcomes that count towards a breaker (a refused setting or a sloppy answer says nothing about availability)."""
+BREAKER_FAILURES = frozenset({"timeout", "unavailable", "server_error", "rejected"})
+"""Outcomes that count towards a breaker: the service is down or slow, or refuses the call (a wrong key, URL or model
+name stays wrong); a sloppy answer says nothing about the next one."""
 MODEL_CANDIDATE_CHARS = 300
 """Characters of each candidate's text shown to the model (rule K13): 10 candidates stay a short prompt."""
 
 
 class Breaker:
-    """Open after ``failures`` transport failures in a row; while open ``allow()`` is False for ``cooldown_s``,
+    """Open after ``failures`` failures (``BREAKER_FAILURES``) in a row; while open ``allow()`` is False for ``cooldown_s``,
     then True once (a trial call) per ``cooldown_s`` until a call does not fail. Thread-safe."""
 
     def __init__(self, failures: int, cooldown_s: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -66,9 +67,9 @@ class Breaker:
             return True
 
     def record(self, outcome: str) -> None:
-        """Count a call's ``outcome`` (``TRANSPORT_FAILURES`` count, anything else closes the breaker)."""
+        """Count a call's ``outcome`` (``BREAKER_FAILURES`` count, anything else closes the breaker)."""
         with self._lock:
-            if outcome not in TRANSPORT_FAILURES:
+            if outcome not in BREAKER_FAILURES:
                 self._count, self._open_until = 0, None
                 return
             self._count += 1

@@ -91,10 +91,10 @@ def test_rewrite_rounds_come_after_the_callers_sub_queries_two_in_all() -> None:
     assert plan_rounds("q", None, None) == []
 
 
-def test_breaker_opens_after_transport_failures_and_lets_one_trial_through() -> None:
+def test_breaker_opens_after_failures_in_a_row_and_lets_one_trial_through() -> None:
     now = [0.0]
     breaker = Breaker(3, 30.0, clock=lambda: now[0])
-    for outcome in ("timeout", "malformed", "unavailable", "server_error"):
+    for outcome in ("timeout", "malformed", "unavailable", "rejected"):
         assert breaker.allow()
         breaker.record(outcome)
     assert breaker.allow()  # a malformed answer reset the count: two failures since
