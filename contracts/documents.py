@@ -88,8 +88,9 @@ class SearchRequest(_Body):
 
 
 class SearchAttempt(_Body):
-    """One search round of the pipeline: ``kind`` (original | compressed | topic:<name>),
-    the ``query`` used, hits ``returned`` and ``kept`` (dense cosine >= floor), ``best`` cosine."""
+    """One search round of the pipeline: ``kind`` (original | compressed | topic:<name> | sub:n | rewrite[:n]),
+    the ``query`` used, hits ``returned`` and ``kept`` (dense cosine >= floor), ``best`` cosine; or a helper call
+    of rules K11-K13, kind ``<stage>:<outcome>`` (docs/retrieval.md "Reranking and the model's help")."""
 
     kind: str
     query: str

@@ -1,4 +1,4 @@
-"""``kb_search``: the knowledge-base search pipeline (rules K1-K9, docs/rules.md).
+"""``kb_search``: the knowledge-base search pipeline (rules K1-K13, docs/rules.md).
 
 For one query and tenant (numbers are settings; the defaults are given):
 
