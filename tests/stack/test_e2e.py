@@ -20,7 +20,7 @@ from conduit.runtime import allocator, bus
 from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.runtime.settings import Settings
 from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import Turn
+from conduit.testing.scripted_model import Turn, echo_retrieval
 from conduit.testing.scripted_model import evidence_number as _number_of
 from conduit.testing.stack import FAULT, HOOKS, auth, crash_env, restart, start_stack
 from contracts import topics
@@ -116,6 +116,29 @@ def test_the_models_sub_queries_reach_the_retriever_and_a_sloppy_one_is_trimmed(
     assert done and done[0]["outcome"] == "ok"
     laws = {i["title"] for e in events if e.event == "evidence" for i in e.data["items"]}
     assert {f"《{VAT_LAW}》", "《中华人民共和国个人所得税法》"} <= laws
+
+
+def test_the_retriever_asks_the_model_to_rewrite_and_order_and_the_evidence_says_so(stack, model):
+    """Rules K12-K13 in the retriever process (a model is configured, so both are on): its rewrite adds a round,
+    its order decides the top k, and each evidence item names the helper calls; the warm-up search at start asked
+    nothing."""
+    def answer(body: dict) -> Turn:
+        if "改写" in body["messages"][0]["content"]:
+            return Turn(content='{"query": "增值税 小规模纳税人 征收率", "sub_queries": []}')
+        return Turn(content='{"order": [2, 1]}')
+
+    model.retrieval = answer
+    try:
+        model.push(kb_call("增值税 征收率"), Turn(content="见证据。"))
+        _, events = run(stack, "小规模纳税人交增值税按多少算？")
+    finally:
+        model.retrieval = echo_retrieval
+    assert events[-1].event == "task.completed"
+    asked = [r["messages"][1]["content"] for r in model.retrieval_requests]
+    assert "增值税 征收率" in asked and not any("预热" in a for a in asked)
+    items = [i for e in events if e.event == "evidence" for i in e.data["items"]]
+    assert items and all(i["metadata"]["stages"] == "model_rewrite:ok,model_rerank:ok" for i in items)
+    assert [i["metadata"]["model_rank"] for i in items[:2]] == [1, 2]
 
 
 def test_follow_up_in_same_session_sees_earlier_turns(stack, model):
