@@ -53,7 +53,7 @@ from services.retriever.sparse import SparseEncoder, jieba_tokenizer
 from services.retriever.store import Hit, SearchFilter, VectorStore
 
 if TYPE_CHECKING:
-    from services.retriever.assist import Pending, SearchAssist
+    from services.retriever.assist import SearchAssist
 
 log = logging.getLogger("conduit.retriever.pipeline")
 
