@@ -89,8 +89,9 @@ def note(meta: dict, asked: Asked) -> str | None:
     if begins and begins > start:
         return (f"时间提示：此条文自 {begins} 起施行，晚于问题所问时间的开始（{start}）；{missing}。"
                 f" Time note: this text took effect on {begins}, within the time asked about.")
-    if until and until <= end:
-        return (f"时间提示：此条文为{meta.get('status')}，{until} 起不再适用。"
+    if until and until <= end:  # the note is outside the untrusted wrapper: only a known status is named
+        status = meta.get("status") if meta.get("status") in SUPERSEDED else "旧版本"
+        return (f"时间提示：此条文为{status}，{until} 起不再适用。"
                 f" Time note: this text stopped applying on {until}.")
     return None
 
