@@ -150,7 +150,7 @@ def prompt_block(asked: Asked, rules: bool = True) -> str:
         return line
     lines = [line, (
         "Dates and versions: answer with the law in force on the day asked unless the question names another time "
-        f"(现在/目前/最新/今年 mean the day asked; 今年 is {d.year}). Each knowledge-base passage states its status and "
+        f"(现在/目前/最新 mean the day asked; 今年 is {d.year}). Each knowledge-base passage states its status and "
         "its effective date (施行日期). A passage marked 尚未施行, 历史版本, 已废止 or 已被修改 is not the law in force: "
         "never present it as current. When a passage carries a 时间提示 (time note), say it in the answer: e.g. the "
         "passage is today's text, in force from its effective date, and the version of the time asked about is not in "
