@@ -144,7 +144,7 @@ def test_a_passages_header_states_its_status_and_dates_on_the_day_asked():
 # ------------------------------------------------------------------ V3: time notes
 def test_a_question_before_the_texts_effective_date_is_flagged():
     n = versions.note(VAT, asked("2024年小规模纳税人的征收率"))
-    assert n and "2024年早于此条文的施行日期 2026-01-01" in n and "不在知识库中" in n
+    assert n and "2024年早于此条文的施行日期 2026-01-01；此为现行文本" in n and "不在知识库中" in n
     partly = versions.note(LABOUR, asked("2012年劳务派遣"))
     assert partly and "自 2012-12-28 起施行，晚于问题所问时间的开始（2012-01-01）" in partly
     assert versions.note(VAT, asked("增值税征收率")) is None  # in force on the day asked
@@ -158,6 +158,7 @@ def test_a_text_not_yet_in_force_is_flagged_for_current_questions_only():
     assert n and "自 2027-01-01 起施行，提问日 2026-12-02 尚未生效" in n and "现在适用的是此前的版本" in n
     assert "今年尚未生效" in versions.note(TRADEMARK_NEXT, asked("今年商标法"))
     assert versions.note(TRADEMARK_NEXT, asked("明年商标法")) is None  # the right version for 2027
+    assert "此为尚未施行的新文本，2024年适用的版本" in versions.note(TRADEMARK_NEXT, asked("2024年商标法"))
 
 
 def test_a_superseded_text_says_when_it_stopped():

@@ -84,7 +84,8 @@ def note(meta: dict, asked: Asked) -> str | None:
         if asked.period is None or (asked.period.current and begins > asked.today):
             return (f"时间提示：此条文自 {begins} 起施行，{what}尚未生效；现在适用的是此前的版本，{missing}。"
                     f" Time note: this text takes effect on {begins}, after the day asked ({asked.today}).")
-        return (f"时间提示：问题所问的{what}早于此条文的施行日期 {begins}；此为现行文本，{what}适用的版本不在知识库中。"
+        text = "尚未施行的新文本" if begins > asked.today else "现行文本"
+        return (f"时间提示：问题所问的{what}早于此条文的施行日期 {begins}；此为{text}，{what}适用的版本不在知识库中。"
                 f" Time note: the time asked about is before this text took effect ({begins}).")
     if begins and begins > start:
         return (f"时间提示：此条文自 {begins} 起施行，晚于问题所问时间的开始（{start}）；{missing}。"
