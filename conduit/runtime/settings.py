@@ -10,14 +10,28 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AliasChoices, Field
+from pydantic import AfterValidator, AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 def _alias(name: str, *plain: str) -> AliasChoices:
     return AliasChoices(f"CONDUIT_{name.upper()}", *plain)
+
+
+def time_zone_name(name: str) -> str:
+    """``name`` when it is an IANA time zone (``Asia/Shanghai``); raises ``ValueError`` naming it otherwise."""
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown time zone {name!r}: use an IANA name such as Asia/Shanghai") from exc
+    return name
+
+
+TimeZoneName = Annotated[str, AfterValidator(time_zone_name)]
+"""An IANA time zone name, checked when read."""
 
 
 class Settings(BaseSettings):
@@ -84,7 +98,7 @@ class Settings(BaseSettings):
     rate_limit_tenant_per_minute: int = Field(default=3000, description="requests per minute per tenant, all its credentials together (0 = unlimited)")
     running_tasks_per_key: int = Field(default=20, description="tasks running at once per credential (0 = unlimited); over it 429")
     running_tasks_per_tenant: int = Field(default=200, description="tasks running at once per tenant (0 = unlimited); over it 429")
-    tenants: dict[str, dict] = Field(default={}, description="per-tenant overrides, JSON {tenant: {allowed_tools, model, approval_policies, rate_limit_per_minute, running_tasks}} (conduit/runtime/tenants.py)")
+    tenants: dict[str, dict] = Field(default={}, description="per-tenant overrides, JSON {tenant: {allowed_tools, model, approval_policies, rate_limit_per_minute, running_tasks, mode, time_zone}} (conduit/runtime/tenants.py)")
 
     # ---- gateway internals (services/gateway; owned by the gateway engineer)
     gateway_publish_timeout_s: float = Field(default=5.0, description="max wait for Kafka's ack of a publish; then 503")
@@ -150,6 +164,9 @@ class Settings(BaseSettings):
     team_summary_max_chars: int = Field(default=600, ge=100, description="team mode: longest worker summary sent back to the supervisor (characters; rule D5)")
     model_breaker_failures: int = Field(default=3, description="consecutive model failures that open the circuit")
     model_breaker_cooldown_s: float = Field(default=30.0, description="seconds the model circuit stays open (retrieval-only answers meanwhile)")
+
+    # ---- dates and law versions (issue 27 item 5; rules V1-V4, docs/agent-rules.md)
+    time_zone: TimeZoneName = Field(default="Asia/Shanghai", description="IANA time zone of the day a question is asked (the system prompt's date, rule V1); per tenant `time_zone` in CONDUIT_TENANTS")
 
     # ---- tools
     tool_timeout_s: float = Field(default=30.0, description="deadline of one tool call (seconds)")

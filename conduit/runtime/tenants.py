@@ -4,9 +4,10 @@
 tenant without an entry (or a field left out) gets the process-wide setting. Enforced by the
 gateway: ``allowed_tools`` (a task's tools are narrowed to them, ``services.gateway.tasks``),
 ``rate_limit_per_minute`` and ``running_tasks`` (``services.gateway.ratelimit``). ``model``,
-``approval_policies`` and ``mode`` by the orchestrator (``services.orchestrator.steps`` names the tenant's
+``approval_policies``, ``mode`` and ``time_zone`` by the orchestrator (``services.orchestrator.steps`` names the tenant's
 model in each call; ``services.orchestrator.agent.vetting`` applies its approval policies;
-``services.orchestrator.agent.team`` its mode, rule D1).
+``services.orchestrator.agent.team`` its mode, rule D1; ``planning.start`` dates its tasks in its
+``time_zone``, rule V1).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import Settings, TimeZoneName
 from contracts.tools import AnyToolName
 
 
@@ -30,6 +31,7 @@ class TenantPolicy(BaseModel):
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
     running_tasks: int | None = Field(default=None, ge=0, description="tasks running at once, all its users")
     mode: Literal["agent", "team", "auto"] | None = Field(default=None, description="default mode of its questions (team: rule D1)")
+    time_zone: TimeZoneName | None = Field(default=None, description="IANA zone of the day its questions are asked (rule V1)")
 
 
 def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
@@ -46,6 +48,7 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
                                else settings.rate_limit_tenant_per_minute),
         running_tasks=own.running_tasks if own.running_tasks is not None else settings.running_tasks_per_tenant,
         mode=own.mode,
+        time_zone=own.time_zone or settings.time_zone,
     )
 
 

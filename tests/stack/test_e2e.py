@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -29,6 +32,8 @@ from contracts.events import DeadLetter
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 VAT_LAW = "中华人民共和国增值税法"
 LAWS = [VAT_LAW, "中华人民共和国个人所得税法", "中华人民共和国劳动合同法", "中华人民共和国企业所得税法"]
+ZONE = "Pacific/Kiritimati"
+"""The default tenant's time zone here (UTC+14: its day differs from UTC's half the time; rule V1)."""
 
 
 def cite_vat_article(body: dict) -> Turn:
@@ -50,7 +55,8 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
                      ("retriever", "orchestrator", "gateway"),
                      {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
                       "CONDUIT_TOOL_TIMEOUT_S": "20",
-                      "CONDUIT_TENANTS": '{"default": {"model": "scripted-default-tenant"}}'}, laws=LAWS)
+                      "CONDUIT_TENANTS": json.dumps({"default": {"model": "scripted-default-tenant", "time_zone": ZONE}})},
+                     laws=LAWS)
     yield st
     st.stop()
 
@@ -154,6 +160,29 @@ def test_follow_up_in_same_session_sees_earlier_turns(stack, model):
     assert "增值税征收率是多少？" in contents and "第一轮回答：征收率为百分之三[低置信度]。" in contents
 
 
+def test_a_this_year_question_is_answered_with_the_day_it_was_asked(stack, model):
+    """Rule V1 through the stack: the model's system prompt carries the day the task was asked in the
+    tenant's zone (and what 今年 means), and the scripted model answers with it; the passage it cites
+    states its law's status and effective date (rule V2)."""
+    def answer(body: dict) -> Turn:
+        day = re.search(r"今天是 (\d{4}-\d{2}-\d{2})", body["messages"][0]["content"])
+        n = _number_of(body["messages"], "增值税法", "第十一条")
+        return Turn(content=f"截至 {day.group(1) if day else '?'}，适用简易计税方法的征收率为百分之三[{n}]。")
+
+    model.push(kb_call(), answer)
+    created, events = run(stack, "今年小规模纳税人适用简易计税方法的征收率是多少？")
+    assert events[-1].event == "task.completed"
+    view = httpx.get(f"{stack.gateway_url}/v1/tasks/{created['task_id']}", headers=auth(stack.admin_key)).json()
+    asked_on = datetime.fromisoformat(view["created_at"]).astimezone(ZoneInfo(ZONE)).date()
+    assert events[-1].data["answer"].startswith(f"截至 {asked_on}，")
+    first, second = model.requests[-2]["messages"], model.requests[-1]["messages"]
+    assert f"今天是 {asked_on}" in first[0]["content"] and ZONE in first[0]["content"]
+    assert f"今年 is {asked_on.year}" in first[0]["content"]
+    tool = next(m["content"] for m in second if m["role"] == "tool")
+    status = "现行有效" if str(asked_on) >= "2026-01-01" else "尚未施行"  # the status on the day asked
+    assert f"增值税法》 第十一条（知识库原文；{status}；2026-01-01 起施行；本版本 2024-12-25 公布）" in tool
+
+
 def test_model_errors_fall_back_to_cited_passages(stack, model):
     model.push(Turn(status=500), Turn(status=500), Turn(status=500))
     started = time.monotonic()
@@ -215,6 +244,7 @@ def test_without_a_model_the_answer_is_cited_passages(stack):
         assert done.data["mode"] == "retrieval_only" and done.data["fallback_reason"] == "no_model_configured"
         assert done.data["answer"].startswith("（未配置语言模型")
         assert any(c["locator"] == "第十一条" and VAT_LAW in c["title"] for c in done.data["citations"])
+        assert re.search(f"《{VAT_LAW}》第十一条（(现行有效|尚未施行)；2026-01-01 起施行", done.data["answer"])  # rule V2
     finally:
         restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"])
 

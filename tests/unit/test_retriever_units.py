@@ -141,6 +141,7 @@ def test_law_db_reader_and_law_chunks() -> None:
     assert art11.payload["text"] == "适用简易计税方法计算缴纳增值税的征收率为百分之三。"
     assert art11.payload["title"] == "《中华人民共和国增值税法》" and art11.payload["tenant_id"] == "_public"
     assert art11.payload["chapter"] == "第二章 税率" and art11.payload["version_date"] == "2024-12-25"
+    assert art11.payload["effective_date"] == "2026-01-01" and art11.payload["status"] == "现行有效"  # rules V2-V4
     assert art11.index_text.startswith("中华人民共和国增值税法 第二章 税率 第十一条\n")
     assert art11.document_id == "law:4d2fd00174f8" and art11.id == point_id("law:4d2fd00174f8", art11.position)
     with pytest.raises(lawdb.LawDbError, match="not found"):

@@ -89,7 +89,8 @@ def test_tool_schemas_offer_the_allowed_tools_only():
     state = planning.start(sim.deps, question(), ["kb_search"], []).state
     plan = planning.plan_step(sim.deps, state, T0)
     assert [t["function"]["name"] for t in plan.tools] == ["kb_search"] and not plan.final
-    assert plan.messages[0]["content"] == prompt.SYSTEM_PROMPT and plan.messages[-1]["role"] == "user"
+    assert plan.messages[0]["content"].startswith(prompt.SYSTEM_PROMPT) and plan.messages[-1]["role"] == "user"
+    assert "今天是 2026-01-01" in plan.messages[0]["content"]  # rule V1: the day asked ends the system prompt
 
 
 def test_window_keeps_system_and_never_starts_with_a_tool_result():

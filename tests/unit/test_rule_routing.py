@@ -47,7 +47,9 @@ async def test_hello_goes_to_the_chitchat_agent_without_any_tool():
     assert state.status == "completed" and state.mode == "chitchat" and sim.requests == []
     (messages, tools), = model.calls
     assert tools is None and model.max_tokens_seen == [routing.CHITCHAT_MAX_TOKENS]
-    assert messages[0]["content"] == routing.chitchat_prompt(routing.Domain()) and 150 <= len(messages[0]["content"]) <= 260
+    prompt_sent, date_line = messages[0]["content"].split("\n\n")  # rule V1: the chit-chat agent knows the date too
+    assert prompt_sent == routing.chitchat_prompt(routing.Domain()) and 150 <= len(prompt_sent) <= 260
+    assert date_line.startswith("今天是 2026-01-01（星期四，Asia/Shanghai）") and len(date_line) < 130
     assert len(messages) == 1 + routing.CHITCHAT_HISTORY + 1 and messages[-1]["content"] == "你好"
     route = [e for e in sim.of("trace") if e.phase == "route"]
     assert route and route[0].data["route"] == "chitchat" and route[0].data["rule"] == "greeting"

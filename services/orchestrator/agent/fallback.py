@@ -8,6 +8,9 @@ why there is no model answer and how to configure one.
 Rule O4 (docs/agent-rules.md): a question that asks to run code or to search the web gets one more
 line, in the question's language, saying that this needs a language model (``model_line``); a
 question that is only such a request (``only_a_request``) gets that line alone, without passages.
+
+Rules V2, V3: a quoted law passage states its status and effective date on the day asked, and its time
+note (the text did not apply throughout the time the question asks about) follows it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import re
 
 from contracts.evidence import NumberedEvidence
+from services.orchestrator.agent import versions
+from services.orchestrator.agent.dates import Asked
 from services.orchestrator.agent.routing import is_chinese
 
 NO_MODEL_LINE = (
@@ -113,7 +118,7 @@ def model_line(question: str, needs: tuple[str, ...], model_configured: bool) ->
             f"Retrieval-only mode cannot {what}: set OPENAI_BASE_URL and CONDUIT_MODEL to configure a language model.")
 
 
-def compose(question: str, evidence: list[NumberedEvidence], model_configured: bool) -> str:
+def compose(question: str, evidence: list[NumberedEvidence], model_configured: bool, when: Asked | None = None) -> str:
     """Compose the retrieval-only answer from pool evidence, in pool order (the
     retriever's hybrid ranking: the dense score alone ranks worse, see docs/retrieval.md).
 
@@ -121,7 +126,8 @@ def compose(question: str, evidence: list[NumberedEvidence], model_configured: b
     running code or searching the web needs a model when the question asks for either, followed by
     up to ``MAX_PASSAGES`` quoted passages each ending with its ``[n]`` citation. A question that is
     only such a request gets the rule O4 line alone (the passages a search found for 「用代码计算
-    1234*5678」 answer nothing).
+    1234*5678」 answer nothing). With ``when`` (the task's day and the question's period) a law passage
+    is dated (rules V2, V3): 「《…》第十一条（现行有效；2026-01-01 起施行）：… [1]」, its time note on the next line.
     """
     asked = model_needs(question)
     if only_a_model_request(question):
@@ -134,7 +140,9 @@ def compose(question: str, evidence: list[NumberedEvidence], model_configured: b
     ranked = sorted(evidence, key=lambda e: e.index)[:MAX_PASSAGES]  # pool order = the retriever's fused ranking
     parts = [head, ""]
     for e in ranked:
-        where = f"{e.title}{e.locator or ''}"
+        dated = versions.header(e.metadata, when.today if when else None)
+        where = f"{e.title}{e.locator or ''}" + (f"（{dated}）" if dated else "")
         parts.append(f"{where}：{best_excerpt(e.text, question)} [{e.index}]")
-        parts.append("")
+        note = versions.note(e.metadata, when) if when else None
+        parts += [note, ""] if note else [""]
     return "\n".join(parts).rstrip()

@@ -14,6 +14,8 @@ Rules:
 - Soft limit (rule A3): two rounds or two tool calls before a hard limit the model is told to
   finish soon (``prompt.SOFT_LIMIT_NOTE``).
 - Window (rule A4): the history sent is cut to ``context_window_chars`` (``window.window``).
+- Date (rule V1, docs/agent-rules.md): the system prompt sent ends with the day the task was asked in
+  its tenant's zone (``state.asked_on``, set once by ``start``) and the time its question names.
 - Tool schemas: the task's allowed tools, none on a final call.
 - Retrieval-only mode (rule A13; no model configured, the model failed, or its breaker is open):
   one real ``kb_search`` for the question, then an answer quoting the evidence
@@ -34,7 +36,7 @@ from contracts.evidence import NumberedEvidence
 from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import KB_QUERY_MAX_CHARS, openai_tool_schema
-from services.orchestrator.agent import cache, endings, fallback, finalizer, prompt, routing, team, vetting, workers
+from services.orchestrator.agent import cache, dates, endings, fallback, finalizer, prompt, routing, team, vetting, workers
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
@@ -83,6 +85,8 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
                   {"role": "user", "content": event.payload.question}],
     )
     state.turn_no = turn_no
+    state.time_zone = tenants.policy(s, event.tenant_id).time_zone or dates.DEFAULT_ZONE
+    state.asked_on = dates.local_date(event.occurred_at, state.time_zone)  # rule V1: the day asked, kept on resume
     _continue_with_earlier_evidence(state, turns)
     if event.payload.child is not None:
         return _start_child(deps, state, event, allowed_tools)
@@ -157,7 +161,7 @@ def _continue_with_earlier_evidence(state: TaskState, turns: list[dict[str, Any]
     state.evidence = earlier
     call = {"id": "call_earlier_evidence", "type": "function", "function": {"name": "kb_search", "arguments": "{}"}}
     state.messages[-1:-1] = [{"role": "assistant", "content": None, "tool_calls": [call]},
-                             {"role": "tool", "tool_call_id": call["id"], "content": prompt.render_evidence(earlier)}]
+                             {"role": "tool", "tool_call_id": call["id"], "content": prompt.render_evidence(earlier, state.asked())}]
 
 
 def _routed(deps: Deps, state: TaskState, route: RouteDecision, turns: list[dict[str, Any]],
@@ -273,9 +277,10 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         return StepPlan(started, hit is not None, False, [], None)
     timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
     if state.mode == "chitchat":  # rule R1: its own prompt and history, no tools, a small cap
-        return StepPlan(started, True, True, list(state.messages), None, routing.CHITCHAT_MAX_TOKENS, timeout,
+        return StepPlan(started, True, True, prompt.dated(state.messages, state.asked(), rules=False), None,
+                        routing.CHITCHAT_MAX_TOKENS, timeout,
                         model=tenants.policy(deps.settings, state.tenant_id).model)
-    messages = window(state.messages, deps.settings.context_window_chars)
+    messages = window(prompt.dated(state.messages, state.asked()), deps.settings.context_window_chars)  # rule V1
     stop = stop_before(deps, state, messages, now)
     if stop is not None:
         state.stop_reason = stop
@@ -391,7 +396,7 @@ def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
         # a question may be longer than a query may be (KB_QUERY_MAX_CHARS, 500): its start is searched
         args = {"query": state.question[:KB_QUERY_MAX_CHARS], "reason": "检索知识库中与问题最相关的原文"}
         return vetting.request_tools(deps, state, [(call_id, "kb_search", args)], now)
-    answer = fallback.compose(state.question, state.evidence, model_configured=deps.model_configured)  # and rule O4
+    answer = fallback.compose(state.question, state.evidence, deps.model_configured, state.asked())  # rules O4, V2, V3
     step = Step(state).emit(*(AnswerDelta(text=para + "\n\n") for para in answer.split("\n\n")))
     return step.then(endings.complete(state, answer.rstrip(), now))
 

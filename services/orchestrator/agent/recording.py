@@ -12,6 +12,9 @@ Rules:
   (``evidence.EvidencePool``, rule A10) in call order, each result becomes a ``tool``
   message, and the next model step starts. A step whose every call failed or was refused
   counts towards ``max_failed_steps`` (rule E3, docs/agent-rules.md); one ok result resets it.
+- Rule V4 (docs/agent-rules.md): superseded law text (历史版本, 已废止, 已被修改) enters the pool only for
+  a question about a time wholly in the past when it applied then (``versions.admissible``); what is
+  kept out is named in the trace (phase ``versions``). Law passages are dated for the model (V2, V3).
 - Team mode (rules D2, D4, D5, D7, D8, ``team``): a worker's result is never retried, arrives as
   ``worker.completed``, adds its spend to the task's, and has its evidence renumbered into the pool;
   a worker that timed out, or is no longer waited for, is cancelled.
@@ -26,7 +29,7 @@ from conduit.policy.redaction import redact
 from contracts.api import StepRecord
 from contracts.events import ToolResultPayload
 from contracts.stream import OUTPUT_MAX_CHARS, EvidenceEvent, ToolCompletedEvent, TraceEvent, WorkerCompleted
-from services.orchestrator.agent import prompt, team
+from services.orchestrator.agent import prompt, team, versions
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     CancelChild,
@@ -167,10 +170,10 @@ def advance(state: TaskState, now: datetime) -> Step:
             state.messages.append({"role": "tool", "tool_call_id": call.call_id, "content": content})
             continue
         ok = isinstance(call.result, ToolResultPayload) and call.result.outcome == "ok"
-        in_context, new = pool.add(call.result.evidence) if ok else ([], [])  # type: ignore[union-attr]
+        in_context, new = pool.add(_admitted(state, call.result.evidence)) if ok else ([], [])  # type: ignore[union-attr]
         new_evidence.extend(new)
         state.messages.append({"role": "tool", "tool_call_id": call.call_id,
-                               "content": prompt.render_tool_result(call.result, in_context)})
+                               "content": prompt.render_tool_result(call.result, in_context, state.asked())})
     state.pending = []
     state.phase, state.status = Phase.MODEL, "running"
     step = Step(state)
@@ -178,6 +181,16 @@ def advance(state: TaskState, now: datetime) -> Step:
         step.emit(EvidenceEvent(items=[e.model_copy(update={"text": redact(e.text)}) for e in new_evidence]))
     step.effects += [HoldLease(), ClearWake(), WriteView(), RunModelStep()]
     return step
+
+
+def _admitted(state: TaskState, found: list) -> list:
+    """Rule V4: the evidence of ``found`` that may enter the pool (superseded law text only for a question
+    about a time wholly in the past, when it applied then); the chunk ids kept out go to the trace."""
+    asked = state.asked()
+    kept = [e for e in found if versions.admissible(e.metadata, asked)]
+    if len(kept) < len(found):
+        state.trace.append({"phase": "versions", "kept_out": [e.chunk_id for e in found if e not in kept]})
+    return kept
 
 
 def _shown_output(r: ToolResultPayload | Refusal) -> dict:

@@ -9,7 +9,7 @@ transition (``services.orchestrator.store``); process memory is only a cache.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from enum import Enum
 from typing import Any, Literal, get_args
 from uuid import UUID
@@ -23,6 +23,7 @@ from contracts.evidence import NumberedEvidence
 from contracts.mcp import McpTool
 from contracts.stream import MemoryNote, Usage
 from contracts.tools import AnyToolName, ToolName
+from services.orchestrator.agent import dates
 
 TOOL_RESEND_S = 10.0
 """Seconds between two sends of a request still without a result (rule A14): a request the
@@ -170,6 +171,14 @@ class TaskState(BaseModel):
     turn_no: int = 0  # this task's 1-based turn number in its session (rule M7)
     first_turn: bool = False  # a new session's first question (the semantic cache applies, rule C1)
     cache: Literal["hit", "miss", "bypass", "off"] = "off"  # the semantic cache's outcome (rule C1)
+    asked_on: date | None = None  # the day asked, in the tenant's zone (rule V1; None: a checkpoint from before it)
+    time_zone: str | None = None  # that zone
+
+    def asked(self) -> dates.Asked:
+        """Rule V1: the day this task was asked (``asked_on``; an older checkpoint: ``created_at`` in
+        ``dates.DEFAULT_ZONE``) and the time its question is about."""
+        zone = self.time_zone or dates.DEFAULT_ZONE
+        return dates.asked(self.asked_on or dates.local_date(self.created_at, zone), zone, self.question)
 
     @property
     def terminal(self) -> bool:
