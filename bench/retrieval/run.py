@@ -183,6 +183,22 @@ def open_stage2(settings, corpus: str = "full"):
         return None
 
 
+def derive_item_vectors(stage2) -> int:
+    """Ablation (``--derive-items``): give each law item chunk its article's e5 vector in ``stage2``'s matrix
+    (what a build that embeds articles only would give). Returns how many rows were replaced."""
+    from services.retriever import lawindex  # noqa: PLC0415
+
+    replaced = 0
+    for chunk in lawindex.corpus_chunks():
+        parent = chunk.payload.get("parent_id")
+        if chunk.is_child and parent:
+            row, article = stage2.rows([chunk.id, parent])
+            if row is not None and article is not None:
+                stage2.matrix[row] = stage2.matrix[article]
+                replaced += 1
+    return replaced
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
@@ -193,6 +209,9 @@ def main() -> int:
                     help="articles only, no item chunks (ablation; its own data dir with --corpus labelled)")
     ap.add_argument("--skip-rows", action="store_true", help="only kb_search (no dense/sparse/hybrid rows, no recall check)")
     ap.add_argument("--no-second-stage", action="store_true", help="no dense-e5 / kb_search+2 rows")
+    ap.add_argument("--derive-items", action="store_true",
+                    help="ablation: each law item chunk's e5 vector replaced by its article's (as if items were not "
+                         "embedded: what a build that skips them would give)")
     args = ap.parse_args()
 
     backend = os.environ.get("CONDUIT_EMBEDDING_BACKEND", "use").strip().lower()
@@ -223,6 +242,8 @@ def main() -> int:
                       "load_before": load0, "load_after": loadavg()}
             print(f"law ingest {ingest['seconds']:.0f} s, load {load0:.1f} -> {loadavg():.1f}", flush=True)
         stage2 = None if args.no_second_stage else open_stage2(settings, args.corpus)
+        if stage2 is not None and args.derive_items:
+            print(f"derived {derive_item_vectors(stage2)} item chunks' e5 vectors from their articles", flush=True)
         ingest_paths(settings, [HERE / "docs"], tenant_id=TENANT, progress=False, embedder=embedder, store=store,
                      second=stage2.embedder if stage2 else None)  # with the second stage: the docs' e5 vectors too
         args.stage2 = stage2
