@@ -7,8 +7,8 @@ The ``openai`` package does what it does well: configuration, auth, base URL, th
 mapping of HTTP errors to its error classes (``client.post``, the SDK's documented escape hatch,
 with the body already serialised by orjson: the typed ``create`` walks every message and tool
 schema through its TypedDict transform, ~0.9 ms per call). The response is read raw: its body's
-lines are split and each ``data:`` line parsed with orjson (``sse.SseDecoder``), and the pure
-``assembler.Assembler`` turns the chunks into text, reasoning, tool calls, usage and the finish
+lines are split and each ``data:`` line parsed with orjson (``reader.read``, ``sse.SseDecoder``), and
+the pure ``assembler.Assembler`` turns the chunks into text, reasoning, tool calls, usage and the finish
 reason, as every provider family streams them (rule A17). No SDK chunk model is built: that was
 most of the reader's CPU per chunk (docs/benchmarks.md, "The lean model stream reader"). A reply
 that is one JSON body (a server that does not stream) goes through the same assembler.
@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from conduit.runtime.settings import Settings
 from services.orchestrator import providererrors
-from services.orchestrator.assembler import Assembler, Piece, StreamError
+from services.orchestrator.assembler import StreamError
 from services.orchestrator.model import (
     MODEL_UNAVAILABLE,
     Messages,
@@ -45,7 +45,7 @@ from services.orchestrator.model import (
     ToolCallRequest,
     ToolSchemas,
 )
-from services.orchestrator.sse import DONE, SseDecoder, parse_body
+from services.orchestrator.reader import Reading, read
 
 __all__ = ["ModelClient", "ModelError", "ModelResponse", "ToolCallRequest"]
 
@@ -60,18 +60,15 @@ RETRY_AFTER_MAX_S = 60.0
 """Longest ``Retry-After`` waited for when the call has no limit of its own (seconds)."""
 
 
-class _Call:
-    """One call's progress across its attempts: the current assembler and what went out."""
+class _Call(Reading):
+    """A ``reader.Reading`` with the call's limit: ``deadline`` (``perf_counter`` seconds, None: none)."""
 
     def __init__(self, timeout_s: float | None) -> None:
-        self.started = time.perf_counter()
+        super().__init__()
         self.deadline = self.started + timeout_s if timeout_s else None
-        self.asm = Assembler()
-        self.streamed = False  # answer text went to on_delta
-        self.visible = False  # anything went out (text, reasoning) or a tool-call piece came: no retry
-        self.resp = ModelResponse()
 
     def left_s(self) -> float:
+        """Seconds until the call's limit (``RETRY_AFTER_MAX_S`` without one)."""
         return (self.deadline - time.perf_counter()) if self.deadline is not None else RETRY_AFTER_MAX_S
 
 
@@ -156,7 +153,7 @@ class ModelClient:
                                                retry=retry_if_exception(lambda e: self._may_retry(e, call)), reraise=True):
                 with attempt:
                     call.resp.retries = attempt.retry_state.attempt_number - 1
-                    call.asm = Assembler()
+                    call.attempt()
                     await self._once(body, call, on_delta, should_stop, on_thinking)
         except (ModelError, StreamError, openai.OpenAIError, *TRANSPORT_ERRORS) as exc:
             err = as_model_error(exc, call.streamed)
@@ -184,71 +181,7 @@ class ModelClient:
     async def _once(self, body: bytes, call: _Call, on_delta: OnDelta, should_stop: ShouldStop | None,
                     on_thinking: OnDelta | None) -> None:
         response = await self.client.post("/chat/completions", cast_to=httpx.Response, content=body, stream=True)
-        stopped = False
         try:
-            decoder = SseDecoder()
-            held: list[bytes] = []
-            whole: bool | None = None  # a JSON body instead of a stream (decided by its first visible byte)
-            async for data in response.aiter_bytes():
-                if whole is None:
-                    held.append(data)
-                    if not data.strip():
-                        continue
-                    whole = data.lstrip()[:1] in (b"{", b"[")
-                    if whole:
-                        continue
-                    data, held = b"".join(held), []
-                elif whole:
-                    held.append(data)
-                    continue
-                for chunk in decoder.feed(data):
-                    await self._take(chunk, call, on_delta, on_thinking)
-                decoder.streamed = call.streamed
-                if should_stop is not None and await should_stop():
-                    stopped = True
-                    break
-            if whole:
-                await self._deliver(call.asm.feed_reply(parse_body(b"".join(held))), call, on_delta, on_thinking)
-            elif not stopped:
-                for chunk in decoder.close():
-                    await self._take(chunk, call, on_delta, on_thinking)
+            await read(response.aiter_bytes(), call, on_delta, on_thinking, should_stop)
         finally:
             await response.aclose()
-        await self._deliver(call.asm.end(), call, on_delta, on_thinking)
-        self._finish(call, stopped)
-
-    async def _take(self, chunk: Any, call: _Call, on_delta: OnDelta, on_thinking: OnDelta | None) -> None:
-        if chunk is DONE:
-            call.asm.done = True
-            return
-        try:
-            piece = call.asm.feed(chunk)
-        except ModelError as exc:
-            exc.streamed = call.streamed
-            raise
-        await self._deliver(piece, call, on_delta, on_thinking)
-
-    async def _deliver(self, piece: Piece, call: _Call, on_delta: OnDelta, on_thinking: OnDelta | None) -> None:
-        resp = call.resp
-        if piece.thought:
-            call.visible = call.visible or on_thinking is not None
-            if on_thinking is not None:
-                await on_thinking(piece.thought)
-        if piece.tool:
-            call.visible = True
-            if resp.first_token_s is None:
-                resp.first_token_s = time.perf_counter() - call.started
-        if piece.text:
-            if resp.first_token_s is None:
-                resp.first_token_s = time.perf_counter() - call.started
-            call.streamed = call.visible = True
-            resp.content += piece.text
-            await on_delta(piece.text)
-
-    def _finish(self, call: _Call, stopped: bool) -> None:
-        try:
-            done = call.asm.result(stopped)
-        except ModelError as exc:
-            exc.streamed = call.streamed
-            raise
-        call.resp.tool_calls, call.resp.usage, call.resp.finish_reason = done.tool_calls, done.usage, done.finish_reason
