@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from conduit.ops.client import create_task, stream_task
@@ -123,3 +124,26 @@ def test_a_provider_repeating_the_calls_name_gets_a_cited_answer(stack: Stack, m
     done = events[-1]
     assert done.event == "task.completed" and done.data["mode"] == "agent" and done.data["fallback_reason"] is None
     assert any(c["locator"] == "第十一条" for c in done.data["citations"]) and "<think>" not in done.data["answer"]
+
+
+def test_a_wrong_key_is_a_configuration_error_on_the_answer_and_readyz_until_a_call_succeeds(stack, model) -> None:
+    model.push(Turn(status=401, error={"message": "Incorrect API key provided", "code": "invalid_api_key"}))
+    before = len(model.requests)
+    created = create_task(stack.gateway_url, "劳动合同试用期最长多久？", api_key=stack.admin_key)
+    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=0,
+                              api_key=stack.admin_key))
+    done = events[-1].data
+    assert events[-1].event == "task.completed" and done["mode"] == "retrieval_only"
+    assert done["fallback_reason"].startswith("model_auth_failed: 401") and "OPENAI_API_KEY" in done["fallback_reason"]
+    assert len(model.requests) == before + 1, "never retried"
+    traced = [e.data["data"] for e in events if e.event == "trace" and e.data["data"].get("code")]
+    assert traced and traced[0]["code"] == "model_auth_failed" and traced[0]["kind"] == "configuration"
+    ready = httpx.get(f"{stack.gateway_url}/readyz", timeout=10).json()
+    assert ready["status"] == "ready" and ready["model"]["code"] == "model_auth_failed" and ready["model"]["status"] == 401
+
+    model.push(Turn(content="试用期最长六个月。"))  # the key was fixed: the next call succeeds
+    created = create_task(stack.gateway_url, "劳动合同的试用期最长可以约定多久？", api_key=stack.admin_key)
+    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=0,
+                              api_key=stack.admin_key))
+    assert events[-1].data["mode"] == "agent"
+    assert httpx.get(f"{stack.gateway_url}/readyz", timeout=10).json()["model"] is None

@@ -105,3 +105,13 @@ async def test_a_configuration_error_is_traced_and_counted_as_one_and_the_call_g
     assert Metric("model_failed", ("model_auth_failed", "configuration")) in sim.metrics
     assert sim.events[-1].fallback_reason.startswith("model_auth_failed")
     assert sim.model.timeouts_seen[0] == pytest.approx(sim.deps.settings.model_call_cap_s)
+
+
+def test_conduit_status_names_the_model_configuration_error():
+    from conduit.ops.status import render
+
+    report = {"rows": [], "gateway_url": "http://127.0.0.1:8000", "redis_bytes": 0,
+              "model": {"code": "model_not_found", "message": "404 no such model (check CONDUIT_MODEL)", "status": 404,
+                        "at": 1e9}}
+    assert "model: CONFIGURATION ERROR model_not_found" in render(report) and "CONDUIT_MODEL" in render(report)
+    assert "CONFIGURATION" not in render({**report, "model": None})
