@@ -48,7 +48,6 @@ from services.orchestrator.agent.window import window
 from services.orchestrator.model import MODEL_UNAVAILABLE, ModelResponse, parse_arguments
 
 
-
 def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
           route: RouteDecision | None = None, recalled: Recalled | None = None,
           now: datetime | None = None, context: SessionContext | None = None,
@@ -316,7 +315,7 @@ def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, no
     if streamed:
         step.emit(AnswerReset(reason="the model call failed; answering from the knowledge base"))
     step.then(modelfailures.record(state, code, error))
-    if modelfailures.retry_after_fold(deps, state, code, streamed) and time_left_s(deps, state, now) > 0:
+    if time_left_s(deps, state, now) > 0 and modelfailures.retry_after_fold(deps, state, code, streamed):
         return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
     if state.draft is not None:  # rule D9: the draft is the answer
         return step.then(finalizer.finish(deps, state, "", False, now))
