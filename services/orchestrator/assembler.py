@@ -17,9 +17,9 @@ Rule A17, as every provider family streams (the wire-shape matrix: tests/unit/te
    (servers that number parallel calls all 0, or send no ``index``). Arguments are joined in order;
    arguments sent as a JSON object are serialised; a repeat of the whole arguments is dropped.
 3. Reasoning never joins the answer: ``reasoning_content`` (DeepSeek, Qwen, Kimi, GLM, llama.cpp),
-   ``reasoning`` (vLLM, Ollama, OpenRouter), ``reasoning_details[].text`` (MiniMax), content parts of
-   type ``thinking``, and a leading ``<think>…</think>`` in the content (models served without a
-   reasoning parser) are reasoning.
+   else ``reasoning`` (vLLM, Ollama, OpenRouter; servers that send both send the same text), else
+   ``reasoning_details[].text`` (MiniMax), content parts of type ``thinking``, and a leading
+   ``<think>…</think>`` in the content (models served without a reasoning parser) are reasoning.
 4. Usage is read from any chunk, at the top or inside a choice (Kimi), the last one wins; a
    usage-only last chunk (``choices: []``) is the common case.
 5. Any non-empty ``finish_reason`` ends the answer; tool calls decide whatever it says (``stop``,
@@ -216,13 +216,12 @@ class Assembler:
         return Piece(text=text, thought=thought)
 
     def _delta(self, delta: dict[str, Any], piece: Piece) -> None:
-        for key in ("reasoning_content", "reasoning"):
-            value = delta.get(key)
-            if isinstance(value, str) and value:
-                piece.thought += value
-        for detail in delta.get("reasoning_details") or ():
-            if isinstance(detail, dict) and isinstance(detail.get("text"), str):
-                piece.thought += detail["text"]
+        thought = delta.get("reasoning_content") or delta.get("reasoning")  # one of them: some servers send both
+        if isinstance(thought, str):
+            piece.thought += thought
+        elif delta.get("reasoning_details"):  # MiniMax (OpenRouter sends it beside ``reasoning``, the same text)
+            piece.thought += "".join(d["text"] for d in delta["reasoning_details"]
+                                     if isinstance(d, dict) and isinstance(d.get("text"), str))
         content = delta.get("content")
         if isinstance(content, list):  # content parts (text / thinking)
             for part in content:

@@ -102,6 +102,14 @@ async def test_reasoning_is_dropped_when_thinking_is_off_and_never_reaches_the_a
         assert thoughts == "" and "<think>" not in resp.content and "用户" not in text
 
 
+async def test_reasoning_sent_twice_in_one_delta_is_read_once():
+    both = {"reasoning": "想", "reasoning_content": "想", "reasoning_details": [{"type": "reasoning.text", "text": "想"}]}
+    raw = w.sse({"choices": [{"index": 0, "delta": both}]}, {"choices": [{"index": 0, "delta": {"content": "答"}}]},
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    _, text, thoughts = await read_all(raw)
+    assert (text, thoughts) == ("答", "想")
+
+
 @pytest.mark.parametrize("content,text,thought", [
     (["<think>", "a", "</think>", "答"], "答", "a"),
     (["  \n<think>a</think>\n\n答", "案"], "答案", "a"),
