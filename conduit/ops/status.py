@@ -12,10 +12,12 @@ lag of its own writes group (rule K10). Also the size of the embedded Redis's fi
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
 
+from conduit.records import keys
 from conduit.runtime.liveness import alive_key
 from conduit.runtime.settings import Settings
 from contracts import topics
@@ -68,7 +70,8 @@ def _pid_alive(pid: int | None) -> bool:
 
 
 def collect(settings: Settings) -> dict | None:
-    """The status report ``{"rows": [...], "redis_bytes", "gateway_url"}``, or None when no stack runs.
+    """The status report ``{"rows": [...], "redis_bytes", "gateway_url", "model"}``, or None when no stack runs
+    (``model``: the model endpoint's last configuration error, ``conduit.records.modelhealth``, or None).
 
     Each row: ``key, service, pid, uptime_s, restarts, last_exit, ready, lag, writes_lag`` (lag None =
     no group; writes_lag None = no writes group of its own).
@@ -99,6 +102,11 @@ def collect(settings: Settings) -> dict | None:
             rows.append({"key": key, "service": c["service"], "pid": c["pid"], "restarts": c["restarts"],
                          "uptime_s": now - c["started_at"] if alive else None, "last_exit": c["last_exit"],
                          "ready": ready, "group": group})
+        try:
+            raw = r.get(keys.MODEL_HEALTH)
+            model = json.loads(raw) if raw else None
+        except redis.RedisError:
+            model = None
     finally:
         r.close()
     asked = {row["group"]: GROUPS[row["group"]] for row in rows if row["group"]}
@@ -108,7 +116,7 @@ def collect(settings: Settings) -> dict | None:
     for row in rows:
         row["lag"] = lags.get(row.pop("group"))
         row["writes_lag"] = lags.get(writes.get(row["key"]))
-    return {"rows": rows, "gateway_url": state["gateway_url"],
+    return {"rows": rows, "gateway_url": state["gateway_url"], "model": model,
             "redis_bytes": dir_bytes(Path(state["data_dir"]) / "redis")}
 
 
@@ -137,4 +145,8 @@ def render(report: dict) -> str:
         lines.append(f"{row['key']:16} {row['pid'] or '-':>7} {up:>8} {row['restarts']:>8} "
                      f"{'yes' if row['ready'] else 'NO':>5} {lag:>6} {writes:>6}  {row['last_exit'] or '-'}")
     lines.append(f"gateway {report['gateway_url']} · embedded Redis files {report['redis_bytes'] / 1e6:.1f} MB")
+    model = report.get("model")
+    if model:  # rule A18: answers fall back to cited passages until the endpoint's configuration is fixed
+        since = time.strftime("%H:%M:%S", time.localtime(model["at"]))
+        lines.append(f"model: CONFIGURATION ERROR {model['code']} (last at {since}): {model['message']}")
     return "\n".join(lines)

@@ -61,6 +61,8 @@ Tool services and the bus
 - ``alive(service, host, pid)`` / ``alive_pattern(service)``: liveness marks.
 - ``SANDBOX_STATUSES``: hash, ``{host}:{pid}`` -> a sandbox process's isolation status
   (``conduit.records.sandboxstatus``).
+- ``MODEL_HEALTH``: string, the model endpoint's last configuration error (``conduit.records.modelhealth``,
+  rule A18): orchestrators write it with a TTL and delete it after a call succeeds.
 
 MCP tools in (``conduit.records.mcp``)
 - ``mcp_servers(tenant)``: hash, server name -> ``contracts.mcp.McpServerConfig`` JSON registered
@@ -78,6 +80,7 @@ TOOL_DEADLINES = f"{PREFIX}:tool_deadlines"
 QUESTIONS_PENDING = f"{PREFIX}:questions:pending"
 CONTROLS_PENDING = f"{PREFIX}:controls:pending"
 SANDBOX_STATUSES = f"{PREFIX}:sandbox:statuses"
+MODEL_HEALTH = f"{PREFIX}:model:health"
 MCP_SERVERS_PATTERN = f"{PREFIX}:mcp:servers:*"
 APIKEYS = f"{PREFIX}:apikeys"
 RATELIMIT_PREFIX = f"{PREFIX}:ratelimit"

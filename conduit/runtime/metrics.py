@@ -47,6 +47,8 @@ SSE_OPEN = Gauge("conduit_sse_streams_open", "Server-Sent Event streams currentl
 TASKS = Counter("conduit_tasks_total", "Tasks finished, by outcome (completed/failed/cancelled) and mode", ["outcome", "mode"])
 MODEL_TTFT = Histogram("conduit_model_time_to_first_token_seconds", "Model call start to first streamed token", buckets=_SLOW)
 MODEL_TOTAL = Histogram("conduit_model_call_duration_seconds", "Model call start to end of stream", ["outcome"], buckets=_SLOW)
+MODEL_FAILURES = Counter("conduit_model_failures_total", "Model calls that failed or whose reply could not be used, "
+                         "by code and kind (configuration, protocol, provider, timeout; rules A17-A19)", ["code", "kind"])
 MODEL_TOKENS = Counter("conduit_model_tokens_total", "Model tokens, direction in (prompt) or out (completion)", ["direction"])
 TOOL_CALLS = Counter("conduit_tool_calls_total", "Tool calls executed by tool services", ["tool", "outcome"])
 TOOL_LATENCY = Histogram("conduit_tool_call_duration_seconds", "Tool execution time in the tool service", ["tool"], buckets=_FAST)
@@ -113,6 +115,11 @@ def set_approvals_pending(n: int) -> None:
 def approval_requested() -> None:
     """One more tool call waits for approval."""
     APPROVALS_PENDING.inc()
+
+
+def model_failed(code: str, kind: str) -> None:
+    """One model call failed with ``code`` (``ModelError.code``) of ``kind`` (``model.failure_kind``)."""
+    MODEL_FAILURES.labels(code, kind).inc()
 
 
 def approval_decided() -> None:

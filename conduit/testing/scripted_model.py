@@ -7,8 +7,10 @@ real streaming wire format (``data: {chunk}`` lines, ``data: [DONE]``), so the
 
 Turn fields: ``content`` (text streamed in ``chunks`` pieces), ``tool_calls``
 (``[{"name", "arguments"}]``), ``delay_s`` before the first chunk,
-``chunk_delay_s`` between chunks, ``status`` (answer with that HTTP error instead), ``reasoning``
-(streamed first as ``reasoning_content`` deltas, as DeepSeek, Qwen and vLLM send them).
+``chunk_delay_s`` between chunks, ``status`` (answer with that HTTP error instead; ``error``: its
+JSON body's ``error`` object, ``retry_after_s``: its ``Retry-After``), ``reasoning`` (streamed first
+as ``reasoning_content`` deltas, as DeepSeek, Qwen and vLLM send them), ``shape``: the provider
+wire shape to play (``conduit.testing.provider_shapes``; default: the server's, ``openai``).
 
 A session's rolling-summary call (rule M7; its system prompt starts with ``SUMMARY_MARK``) runs
 beside the tasks at no fixed point of a script, so it never takes a turn of it: ``summary`` answers
@@ -40,6 +42,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from conduit.ops.infra import free_port, wait_port
+from conduit.testing import provider_shapes as shapes
 
 
 @dataclass
@@ -54,6 +57,11 @@ class Turn:
     status: int | None = None
     retry_after_s: float | None = None
     reasoning: str = ""
+    error: dict[str, Any] | None = None
+    shape: str = ""
+    cut: bool = False
+    """End the stream right after the content and tool calls: no ``finish_reason``, no usage, no
+    ``[DONE]`` (a connection that closed mid-answer)."""
 
 
 TurnSource = Turn | Callable[[dict[str, Any]], Turn]
@@ -102,7 +110,10 @@ class ScriptedModel:
     """
 
     def __init__(self, script: list[TurnSource] | None = None, default: Turn | None = None,
-                 summary: TurnSource = echo_summary, retrieval: TurnSource = echo_retrieval) -> None:
+                 summary: TurnSource = echo_summary, retrieval: TurnSource = echo_retrieval,
+                 shape: str = "openai") -> None:
+        self.shape = shapes.check(shape)
+        """The provider wire shape of turns that name none (``provider_shapes.SHAPES``)."""
         self.script: list[TurnSource] = list(script or [])
         self.default = default or Turn(content="OK.")
         self.summary = summary
@@ -150,16 +161,35 @@ class ScriptedModel:
         turn = self._next(body)
         if turn.status:
             headers = {"retry-after": str(turn.retry_after_s)} if turn.retry_after_s is not None else None
-            return JSONResponse({"error": {"message": "scripted error", "type": "server_error"}}, status_code=turn.status, headers=headers)
+            error = turn.error or {"message": "scripted error", "type": "server_error"}
+            return JSONResponse({"error": error}, status_code=turn.status, headers=headers)
         model = body.get("model", "scripted")
         cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
-        if not body.get("stream"):
-            return await _whole(turn, body, cid)
+        if not body.get("stream") and not turn.shape and self.shape == "openai":
+            return await _whole(turn, body, cid)  # a non-streamed request (the retriever's rules K12-K13)
+        shape = shapes.check(turn.shape or self.shape)
+        calls = [(call.get("id") or f"call_{uuid.uuid4().hex[:10]}", call["name"],
+                  call["arguments"] if isinstance(call.get("arguments"), str)
+                  else json.dumps(call.get("arguments", {}), ensure_ascii=False)) for call in turn.tool_calls]
+        prompt_tokens = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 2
+        completion = max(1, len(turn.content) // 2)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+        if shape == "non_streamed":
+            self.first_token_s.append(time.perf_counter() - received)
+            return JSONResponse(shapes.completion(model, cid, int(time.time()), turn.content, turn.reasoning, calls, usage))
+        return StreamingResponse(self._stream(turn, shape, calls, usage, model, cid, received), media_type="text/event-stream")
 
-        def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None) -> str:
+    def _stream(self, turn: Turn, shape: str, calls: list[shapes.Call], usage: dict[str, int], model: str, cid: str,
+                received: float) -> Any:
+        """The SSE body of ``turn`` in ``shape`` (an async generator of ``data:`` lines)."""
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None,
+                  in_choice: bool = False) -> str:
             obj: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                                   "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}]}
-            if usage:
+                                   "choices": [] if usage and not in_choice else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            if usage and in_choice:
+                obj["choices"][0]["usage"] = usage
+            elif usage:
                 obj["usage"] = usage
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -175,11 +205,8 @@ class ScriptedModel:
             if turn.delay_s:
                 await asyncio.sleep(turn.delay_s)
             yield chunk({"role": "assistant", "content": ""})
-            if turn.reasoning:
-                half = len(turn.reasoning) // 2 or 1
-                for part in (turn.reasoning[:half], turn.reasoning[half:]):
-                    if part:
-                        yield chunk({"reasoning_content": part})
+            for delta in shapes.reasoning_deltas(turn.reasoning, shape):
+                yield chunk(delta)
             text = turn.content
             if text:
                 n = max(1, min(turn.chunks, len(text)))
@@ -189,24 +216,20 @@ class ScriptedModel:
                     yield chunk({"content": text[i : i + size]})
                     if turn.chunk_delay_s:
                         await asyncio.sleep(turn.chunk_delay_s)
-            for i, call in enumerate(turn.tool_calls):
-                args = call.get("arguments", {})
-                raw = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-                call_id = call.get("id") or f"call_{uuid.uuid4().hex[:10]}"
+            for delta in shapes.tool_deltas(calls, shape):
                 first_token()
-                yield chunk({"tool_calls": [{"index": i, "id": call_id, "type": "function",
-                                             "function": {"name": call["name"], "arguments": ""}}]})
-                half = len(raw) // 2
-                for part in (raw[:half], raw[half:]):
-                    yield chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]})
-            yield chunk({}, finish="tool_calls" if turn.tool_calls else "stop")
-            prompt_tokens = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 2
-            completion = max(1, len(text) // 2)
-            yield chunk({}, usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                                   "total_tokens": prompt_tokens + completion})
+                yield chunk(delta)
+            if turn.cut:
+                return
+            finish = shapes.finish_reason(shape, bool(calls))
+            if shape == "usage_in_choice":
+                yield chunk({}, finish=finish, usage=usage, in_choice=True)
+            else:
+                yield chunk({}, finish=finish)
+                yield chunk({}, usage=usage)
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(gen(), media_type="text/event-stream")
+        return gen()
 
     def start(self) -> "ScriptedModel":
         """Start serving in a background thread; returns self once the port is open."""

@@ -1,160 +1,187 @@
-"""The ``Model`` over any OpenAI-compatible endpoint: streaming chat completions with tool calling.
+"""The ``Model`` over any OpenAI-compatible endpoint: the lean stream reader (rules A12, A17, A18).
 
 One call both decides and writes (rule A1, docs/architecture.md): it yields content deltas
-while the model writes and returns the tool calls it asked for. Retries (rule A12): only while
-nothing has streamed yet (at most ``max_retries``), with exponential backoff and full jitter
-(tenacity), honouring ``Retry-After``. The read timeout is the longest wait between two chunks
-(``model_read_timeout_s``, 180 s).
+while the model writes and returns the tool calls it asked for.
 
-The request goes out through the SDK's documented ``client.post`` with the same
-``AsyncStream[ChatCompletionChunk]`` the typed ``chat.completions.create`` returns
-(same auth, headers, error mapping and stream parsing): ``create`` first walks every
-message and tool schema through its TypedDict transform, ~0.9 ms per call on the
-benchmark machine, and Conduit's bodies are plain JSON already (docs/benchmarks.md).
+The ``openai`` package does what it does well: configuration, auth, base URL, the request and the
+mapping of HTTP errors to its error classes (``client.post``, the SDK's documented escape hatch,
+with the body already serialised by orjson: the typed ``create`` walks every message and tool
+schema through its TypedDict transform, ~0.9 ms per call). The response is read raw: its body's
+lines are split and each ``data:`` line parsed with orjson (``reader.read``, ``sse.SseDecoder``), and
+the pure ``assembler.Assembler`` turns the chunks into text, reasoning, tool calls, usage and the finish
+reason, as every provider family streams them (rule A17). No SDK chunk model is built: that was
+most of the reader's CPU per chunk (docs/benchmarks.md, "The lean model stream reader"). A reply
+that is one JSON body (a server that does not stream) goes through the same assembler.
+
+Retries (rule A12): only while nothing has streamed (no text, reasoning or tool-call piece), at
+most ``model_max_retries``, exponential backoff with full jitter (tenacity); a ``Retry-After``
+(or ``retry-after-ms``) is waited for exactly, unless it ends past the call's limit (``timeout_s``,
+rules E1, E2): then the call fails at once (``model_rate_limited``). Errors mean what they say
+(rule A18, ``providererrors``): configuration errors (401, 403, 404, quota, no tool support) are
+never retried. The read timeout is the longest wait between two chunks (``model_read_timeout_s``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import openai
-from openai import AsyncOpenAI, AsyncStream
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+import orjson
+from openai import AsyncOpenAI
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from conduit.runtime.settings import Settings
-from contracts.stream import Usage
-from services.orchestrator.model import Messages, ModelError, ModelResponse, OnDelta, ShouldStop, ToolCallRequest, ToolSchemas
+from services.orchestrator import providererrors
+from services.orchestrator.assembler import StreamError
+from services.orchestrator.model import (
+    MODEL_UNAVAILABLE,
+    Messages,
+    ModelError,
+    ModelResponse,
+    OnDelta,
+    ShouldStop,
+    ToolCallRequest,
+    ToolSchemas,
+)
+from services.orchestrator.reader import Reading, read
 
 __all__ = ["ModelClient", "ModelError", "ModelResponse", "ToolCallRequest"]
 
+try:  # the openai SDK's own HTTP stack (httpx2) raises its own transport errors mid-stream
+    import httpx2
 
-def _retryable(exc: BaseException) -> bool:
-    """Rule A12: 429, 5xx and connection errors are transient; 401 and 403 never are (rule E9)."""
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
-    return isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError, httpx.TransportError))
+    TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, httpx2.HTTPError)
+except ImportError:  # pragma: no cover - an SDK on plain httpx
+    TRANSPORT_ERRORS = (httpx.HTTPError,)
+
+RETRY_AFTER_MAX_S = 60.0
+"""Longest ``Retry-After`` waited for when the call has no limit of its own (seconds)."""
 
 
-def _retry_after_s(exc: BaseException) -> float | None:
-    if isinstance(exc, openai.APIStatusError):
-        value = exc.response.headers.get("retry-after")
-        try:
-            return min(float(value), 30.0) if value else None
-        except ValueError:
-            return None
-    return None
+class _Call(Reading):
+    """A ``reader.Reading`` with the call's limit: ``deadline`` (``perf_counter`` seconds, None: none)."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        super().__init__()
+        self.deadline = self.started + timeout_s if timeout_s else None
+
+    def left_s(self) -> float:
+        """Seconds until the call's limit (``RETRY_AFTER_MAX_S`` without one)."""
+        return (self.deadline - time.perf_counter()) if self.deadline is not None else RETRY_AFTER_MAX_S
+
+
+def _status_error(exc: openai.APIStatusError) -> ModelError:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    code = providererrors.classify(exc.status_code, str(body.get("code") or body.get("type") or ""),
+                                   f"{exc.message} {body.get('message') or ''}")
+    message = providererrors.describe(code, exc.status_code, str(body.get("message") or exc.message))
+    wait = providererrors.retry_after_s(exc.response.headers)
+    if wait is not None and code in providererrors.RETRYABLE:
+        message = f"{message} (Retry-After {wait:g} s)"[:300]
+    return ModelError(message, streamed=False, code=code, status=exc.status_code)
+
+
+def as_model_error(exc: BaseException, streamed: bool) -> ModelError:
+    """Rule A18: ``exc`` (an SDK status or connection error, a transport error, a stream's error
+    object, or a ``ModelError``) as a ``ModelError`` with its code; ``streamed``: text went out."""
+    if isinstance(exc, ModelError):
+        err = exc
+    elif isinstance(exc, openai.APIStatusError):
+        err = _status_error(exc)
+    elif isinstance(exc, StreamError):
+        code = providererrors.classify(exc.status, exc.code, exc.message)
+        err = ModelError(providererrors.describe(code, exc.status, f"in the stream: {exc.message}"), False, code, exc.status)
+    else:
+        err = ModelError(f"{type(exc).__name__}: {exc}"[:300], streamed=False, code=MODEL_UNAVAILABLE)
+    err.streamed = err.streamed or streamed
+    return err
 
 
 class ModelClient:
-    """A thin streaming client over ``openai.AsyncOpenAI`` (implements ``services.orchestrator.model.Model``).
+    """The lean streaming client (implements ``services.orchestrator.model.Model``; see the module doc).
 
     Args:
         settings: endpoint (``openai_base_url``), key, model name, timeouts (seconds), retries.
+        http_client: an ``httpx.AsyncClient`` for the SDK to send with (tests and benchmarks; default: its own).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, http_client: Any = None) -> None:
         self.settings = settings
         self.client = AsyncOpenAI(
             base_url=settings.openai_base_url,
             api_key=settings.openai_api_key or "not-needed",
             max_retries=0,
             timeout=httpx.Timeout(settings.model_read_timeout_s, connect=settings.model_connect_timeout_s),
+            http_client=http_client,
         )
+
+    def body(self, messages: Messages, tools: ToolSchemas, max_tokens: int | None, model: str | None) -> bytes:
+        """The request body (JSON bytes): streamed, usage asked for, tools offered with ``auto`` choice."""
+        body: dict[str, Any] = {"model": model or self.settings.model, "messages": messages, "stream": True,
+                                "stream_options": {"include_usage": True}, "temperature": self.settings.model_temperature}
+        if max_tokens:
+            body["max_tokens"] = max_tokens
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        return orjson.dumps(body)
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
                      should_stop: ShouldStop | None = None, max_tokens: int | None = None,
-                     on_thinking: OnDelta | None = None, model: str | None = None) -> ModelResponse:
-        """Run one streaming call; ``on_delta(text)`` is awaited for each content piece.
+                     on_thinking: OnDelta | None = None, model: str | None = None,
+                     timeout_s: float | None = None) -> ModelResponse:
+        """Run one streaming call; ``on_delta(text)`` is awaited for each answer piece, ``on_thinking``
+        (when given) for each reasoning piece; ``should_stop()`` is polled between reads (cancel).
 
-        Returns the assembled ``ModelResponse``. Raises ``ModelError`` when the
-        endpoint fails (after retries if nothing streamed) and ``asyncio.CancelledError``
-        is propagated. ``should_stop()`` is polled between chunks (cancel).
+        Returns the assembled ``ModelResponse``. Raises ``ModelError`` with its code (rules A17, A18)
+        when the endpoint fails (after the retries of rule A12 while nothing went out);
+        ``asyncio.CancelledError`` is propagated.
         """
-        started = time.perf_counter()
-        resp = ModelResponse()
-        wait = wait_random_exponential(multiplier=0.5, max=8.0)  # full jitter (rule A12)
+        call = _Call(timeout_s)
+        body = self.body(messages, tools, max_tokens, model)
+        backoff = wait_random_exponential(multiplier=0.5, max=8.0)  # full jitter (rule A12)
 
-        def _wait(rs: Any) -> float:
-            exc = rs.outcome.exception() if rs.outcome else None
-            return _retry_after_s(exc) or wait(rs)
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            given = providererrors.retry_after_s(exc.response.headers) if isinstance(exc, openai.APIStatusError) else None
+            return given if given is not None else backoff(state)
 
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self.settings.model_max_retries + 1),
-                wait=_wait,
-                retry=retry_if_exception(lambda e: _retryable(e) and not resp.content and not resp.tool_calls),
-                reraise=True,
-            ):
+            async for attempt in AsyncRetrying(stop=stop_after_attempt(self.settings.model_max_retries + 1), wait=wait,
+                                               retry=retry_if_exception(lambda e: self._may_retry(e, call)), reraise=True):
                 with attempt:
-                    resp.retries = attempt.retry_state.attempt_number - 1
-                    await self._once(messages, tools, on_delta, should_stop, resp, started, max_tokens, on_thinking, model)
-        except openai.OpenAIError as exc:
-            raise ModelError(f"{type(exc).__name__}: {exc}"[:500], streamed=bool(resp.content)) from exc
-        except httpx.HTTPError as exc:
-            raise ModelError(f"{type(exc).__name__}: {exc}"[:500], streamed=bool(resp.content)) from exc
-        resp.total_s = time.perf_counter() - started
-        return resp
+                    call.resp.retries = attempt.retry_state.attempt_number - 1
+                    call.attempt()
+                    await self._once(body, call, on_delta, should_stop, on_thinking)
+        except (ModelError, StreamError, openai.OpenAIError, *TRANSPORT_ERRORS) as exc:
+            err = as_model_error(exc, call.streamed)
+            if err.code in providererrors.RETRYABLE and isinstance(exc, openai.APIStatusError):
+                wait_s = providererrors.retry_after_s(exc.response.headers)
+                if wait_s is not None and wait_s > call.left_s():  # rule A18: not waited for past the limit
+                    err.args = (f"{err}; that is past the call's limit ({max(0.0, call.left_s()):.1f} s left)"[:300],)
+            raise err from exc
+        call.resp.total_s = time.perf_counter() - call.started
+        return call.resp
 
-    async def _once(self, messages, tools, on_delta, should_stop, resp: ModelResponse, started: float,
-                    max_tokens: int | None = None, on_thinking: OnDelta | None = None,
-                    model: str | None = None) -> None:
-        kwargs: dict[str, Any] = dict(
-            model=model or self.settings.model,
-            messages=messages,
-            stream=True,
-            stream_options={"include_usage": True},
-            temperature=self.settings.model_temperature,
-        )
-        if max_tokens:
-            kwargs["max_tokens"] = max_tokens
-        if tools:
-            kwargs["tools"] = tools
-            kwargs["tool_choice"] = "auto"
-        stream = await self.client.post("/chat/completions", body=kwargs, cast_to=ChatCompletion, stream=True,
-                                        stream_cls=AsyncStream[ChatCompletionChunk])
-        calls: dict[int, dict[str, str]] = {}
-        async for chunk in _chunks(stream):
-            if chunk.usage:
-                resp.usage = Usage(
-                    prompt_tokens=chunk.usage.prompt_tokens or 0,
-                    completion_tokens=chunk.usage.completion_tokens or 0,
-                    total_tokens=chunk.usage.total_tokens or 0,
-                )
-            for choice in chunk.choices or []:
-                delta = choice.delta
-                if delta is None:
-                    continue
-                thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
-                if thought and on_thinking is not None and isinstance(thought, str):
-                    await on_thinking(thought)
-                if delta.content:
-                    if resp.first_token_s is None:
-                        resp.first_token_s = time.perf_counter() - started
-                    resp.content += delta.content
-                    await on_delta(delta.content)
-                for tc in delta.tool_calls or []:
-                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    if tc.id:
-                        slot["id"] = tc.id
-                    if tc.function and tc.function.name:
-                        slot["name"] += tc.function.name
-                    if tc.function and tc.function.arguments:
-                        slot["arguments"] += tc.function.arguments
-                    if resp.first_token_s is None:
-                        resp.first_token_s = time.perf_counter() - started
-            if should_stop is not None and await should_stop():
-                await stream.close()
-                break
-        resp.tool_calls = [
-            ToolCallRequest(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
-            for i, c in sorted(calls.items())
-        ]
+    def _may_retry(self, exc: BaseException, call: _Call) -> bool:
+        """Rule A12: nothing went out, the failure is transient, and a ``Retry-After`` ends within the limit."""
+        if call.visible:
+            return False
+        if isinstance(exc, openai.APIStatusError):
+            if as_model_error(exc, False).code not in providererrors.RETRYABLE:
+                return False
+            wait_s = providererrors.retry_after_s(exc.response.headers)
+            return wait_s is None or wait_s <= call.left_s()
+        if isinstance(exc, StreamError):
+            return as_model_error(exc, False).code in providererrors.RETRYABLE
+        return isinstance(exc, (openai.APIConnectionError, *TRANSPORT_ERRORS))
 
-
-async def _chunks(stream: Any) -> AsyncIterator[Any]:
-    async for chunk in stream:
-        yield chunk
+    async def _once(self, body: bytes, call: _Call, on_delta: OnDelta, should_stop: ShouldStop | None,
+                    on_thinking: OnDelta | None) -> None:
+        response = await self.client.post("/chat/completions", cast_to=httpx.Response, content=body, stream=True)
+        try:
+            await read(response.aiter_bytes(), call, on_delta, on_thinking, should_stop)
+        finally:
+            await response.aclose()

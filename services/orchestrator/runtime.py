@@ -352,6 +352,6 @@ class Orchestrator:
             except Exception:  # noqa: BLE001 - the answer is out; a lost memory write must not fail the task
                 log.warning("memory write failed", task_id=task_id, exc_info=True)
         elif isinstance(e, Metric):
-            getattr(metrics, e.name)()
+            getattr(metrics, e.name)(*e.args)
         elif isinstance(e, FaultPoint):
             await self.hooks.reached(e.name, task_id)

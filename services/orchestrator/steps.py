@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import structlog
 from redis.exceptions import RedisError
 
+from conduit.records.modelhealth import ModelHealth
 from conduit.runtime import metrics
 from contracts.envelope import utcnow
 from contracts.stream import AnswerDelta, AnswerReset, ThinkingDelta
@@ -29,7 +30,7 @@ from services.orchestrator.agent import endings, planning
 from services.orchestrator.agent.planning import StepPlan
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.deltas import DeltaWriter
-from services.orchestrator.model import ModelError, ModelResponse
+from services.orchestrator.model import MODEL_TIMEOUT, ModelError, ModelResponse
 from services.orchestrator.store import StaleState
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class ModelSteps:
 
     def __init__(self, orch: "Orchestrator") -> None:
         self.orch = orch
+        self.health = ModelHealth(orch.redis)
         self.running: dict[str, asyncio.Task[None]] = {}
         self.rerun: set[str] = set()
 
@@ -130,8 +132,8 @@ class ModelSteps:
             return
         reply = await self._call_model(state, plan)
         if isinstance(reply, ModelError):
-            error, streamed = str(reply), reply.streamed
-            await orch.apply(task_id, lambda st: planning.on_model_failed(deps, st, error, streamed, utcnow()),
+            error, streamed, code = str(reply), reply.streamed, reply.code
+            await orch.apply(task_id, lambda st: planning.on_model_failed(deps, st, error, streamed, utcnow(), code),
                              loaded=state, attempts=1)
             return
         cancelled = await orch.store.cancel_requested(task_id)
@@ -185,7 +187,7 @@ class ModelSteps:
             try:
                 return await orch.model.stream(plan.messages, plan.tools, on_delta, should_stop, max_tokens=plan.max_tokens,
                                                on_thinking=thinking.add if thinking is not None else None,
-                                               model=plan.model)
+                                               model=plan.model, timeout_s=plan.timeout_s)
             finally:
                 if thinking is not None:
                     await thinking.flush()
@@ -196,15 +198,18 @@ class ModelSteps:
         except TimeoutError:
             await deltas.flush()
             metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
-            return ModelError(f"model call exceeded its {plan.timeout_s:.1f} s limit", streamed=streamed[0])
+            return ModelError(f"model call exceeded its {plan.timeout_s:.1f} s limit", streamed=streamed[0],
+                              code=MODEL_TIMEOUT)
         except ModelError as exc:
             await deltas.flush()
             orch.deps.model_breaker.failure(utcnow().timestamp())
             metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
-            log.warning("model call failed", error=str(exc), streamed=exc.streamed)
+            log.warning("model call failed", error=str(exc), code=exc.code, kind=exc.kind, streamed=exc.streamed)
+            await self.health.failed(exc)
             return exc
         await deltas.flush()
         orch.deps.model_breaker.success()
+        await self.health.succeeded()
         metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
                                    resp.usage.completion_tokens, "ok")
         return resp

@@ -29,6 +29,7 @@ class Reply:
     JSON string, to test malformed ones). ``chunks``: content pieces streamed. ``error``:
     raise ``ModelError`` with this message (after streaming ``content`` when ``streamed``).
     ``tokens``: total tokens reported as usage. ``thinking``: reasoning streamed before the content.
+    ``error_code``: the ``ModelError.code`` of ``error`` (rules A17-A19).
     """
 
     content: str = ""
@@ -38,6 +39,7 @@ class Reply:
     streamed: bool = False
     tokens: int = 10
     thinking: str = ""
+    error_code: str = "model_unavailable"
 
 
 ReplyFn = Callable[[Messages, ToolSchemas], Reply]
@@ -52,20 +54,23 @@ class FunctionModel:
         self.calls: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = []
         self.max_tokens_seen: list[int | None] = []
         self.models_seen: list[str | None] = []
+        self.timeouts_seen: list[float | None] = []
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
                      should_stop: ShouldStop | None = None, max_tokens: int | None = None,
-                     on_thinking: OnDelta | None = None, model: str | None = None) -> ModelResponse:
+                     on_thinking: OnDelta | None = None, model: str | None = None,
+                     timeout_s: float | None = None) -> ModelResponse:
         """Stream the reply ``fn`` gives (see ``services.orchestrator.model.Model``); ``max_tokens``
-        is recorded in ``max_tokens_seen``, ``model`` in ``models_seen``."""
+        is recorded in ``max_tokens_seen``, ``model`` in ``models_seen``, ``timeout_s`` in ``timeouts_seen``."""
         self.calls.append(([dict(m) for m in messages], tools))
         self.max_tokens_seen.append(max_tokens)
         self.models_seen.append(model)
+        self.timeouts_seen.append(timeout_s)
         reply = self.fn(messages, tools)
         resp = ModelResponse(usage=Usage(prompt_tokens=reply.tokens // 2, completion_tokens=reply.tokens - reply.tokens // 2,
                                          total_tokens=reply.tokens), first_token_s=0.0)
         if reply.error and not reply.streamed:
-            raise ModelError(reply.error, streamed=False)
+            raise ModelError(reply.error, streamed=False, code=reply.error_code)
         if reply.thinking and on_thinking is not None:
             await on_thinking(reply.thinking)
         for piece in _pieces(reply.content, reply.chunks):
@@ -74,7 +79,7 @@ class FunctionModel:
             if should_stop is not None and await should_stop():
                 return resp
         if reply.error:
-            raise ModelError(reply.error, streamed=bool(resp.content))
+            raise ModelError(reply.error, streamed=bool(resp.content), code=reply.error_code)
         resp.tool_calls = [
             ToolCallRequest(id=f"call_{len(self.calls)}_{i}", name=c["name"],
                             arguments=c["arguments"] if isinstance(c.get("arguments"), str)

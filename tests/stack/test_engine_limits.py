@@ -35,31 +35,30 @@ async def _run(orch: Orchestrator, event: QuestionAsked, timeout_s: float = 30.0
     raise AssertionError("task did not finish")
 
 
-def _question(**fields) -> QuestionAsked:
-    return QuestionAsked(task_id=uuid.uuid4().hex, session_id=uuid.uuid4().hex,
-                         payload=QuestionPayload(question="限额测试"), **fields)
-
-
-async def test_a_made_up_tool_name_is_refused_and_keeps_its_own_name_in_the_log(settings, redis):
+async def test_a_made_up_tool_name_is_a_model_protocol_error_in_the_log_and_the_record(settings, redis):
+    """Rule A19: a name no catalog knows is not a refusal told to the model: the step fails with
+    ``unknown_tool_name`` (trace event, record, terminal event), nothing runs, and the task answers
+    without the model (rule A13; ``kb_search`` is not allowed here, so no tool request goes out)."""
     broker = bus.make_broker(settings, "limits-test")
     await broker.start()
     try:
         model = TestModel(Reply(tool_calls=[{"name": "delete_everything", "arguments": {"path": "/"}}]),
-                          Reply(content="没有这个工具。"))
+                          Reply(content="不该再被调用。"))
         orch = Orchestrator(settings, redis, broker, model=model)
-        q = _question()
+        q = QuestionAsked(task_id=uuid.uuid4().hex, session_id=uuid.uuid4().hex,
+                          payload=QuestionPayload(question="限额测试", allowed_tools=["code_exec"]))
         state = await _run(orch, q)
-        assert state.status == "completed" and state.answer == "没有这个工具[低置信度]。"
-        assert "tool_not_available" in [m for m in state.messages if m["role"] == "tool"][0]["content"]
+        assert state.status == "completed" and state.mode == "retrieval_only"
+        assert state.fallback_reason.startswith("unknown_tool_name: ") and "delete_everything" in state.fallback_reason
         logged = await orch.events.read(q.task_id)
-        tool_events = [json.loads(e.data) for e in logged if e.type.startswith("tool.")]
-        assert [(e["type"], e["tool"]) for e in tool_events] == [("tool.requested", "delete_everything"),
-                                                                 ("tool.completed", "delete_everything")]
-        assert tool_events[1]["error_code"] == "tool_not_available"
-        assert [e.type for e in logged][-1] == "task.completed"
+        assert not [e for e in logged if e.type.startswith("tool.") and "delete_everything" in e.data]
+        traced = [json.loads(e.data)["data"] for e in logged if e.type == "trace"]
+        assert any(t.get("code") == "unknown_tool_name" and t.get("kind") == "protocol" for t in traced)
+        done = json.loads(logged[-1].data)
+        assert logged[-1].type == "task.completed" and done["fallback_reason"].startswith("unknown_tool_name")
         view = await orch.tasks.get(q.task_id)
-        assert view is not None and view.status == "completed" and view.answer == "没有这个工具[低置信度]。"
-        assert len(model.calls) == 2 and model.calls[1][1] is not None  # tools were offered again
+        assert view is not None and any(t.get("code") == "unknown_tool_name" for t in view.trace)
+        assert len(model.calls) == 1  # the reply was not acted on and the model not asked again
     finally:
         await broker.stop()
 

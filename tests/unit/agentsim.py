@@ -27,6 +27,7 @@ from services.orchestrator.agent.effects import (
     Announce,
     CancelChild,
     Emit,
+    Metric,
     Notify,
     Public,
     PublishTool,
@@ -105,6 +106,7 @@ class Sim:
         self.approvals: dict[str, dict[str, Any]] = {}
         self.cancels: list[CancelChild] = []
         self.notices: list[Notify] = []  # events for other tasks' logs
+        self.metrics: list[Metric] = []  # counts asked of the replica's metrics
         self.due_steps = 0
         self.model_seconds: list[float] = []  # simulated duration of the next model calls (seconds)
 
@@ -155,16 +157,17 @@ class Sim:
         try:
             reply = await self.model.stream(plan.messages, plan.tools, on_delta, max_tokens=plan.max_tokens,
                                             on_thinking=on_thinking if state.tenant_id in self.deps.settings.thinking_tenants
-                                            else None, model=plan.model)
+                                            else None, model=plan.model, timeout_s=plan.timeout_s)
             if self.model_seconds:  # a slow model: the call takes this long (the step's limit applies)
                 took = self.model_seconds.pop(0)
                 if plan.timeout_s is not None and took > plan.timeout_s:
                     self.now += timedelta(seconds=plan.timeout_s)
-                    raise ModelError(f"model call exceeded its {plan.timeout_s:.1f} s limit", streamed=bool(reply.content))
+                    raise ModelError(f"model call exceeded its {plan.timeout_s:.1f} s limit", streamed=bool(reply.content),
+                                     code="model_timeout")
                 self.now += timedelta(seconds=took)
         except ModelError as exc:
             self.deps.model_breaker.failure(self.now.timestamp())
-            return planning.on_model_failed(self.deps, state, str(exc), exc.streamed, self.now)
+            return planning.on_model_failed(self.deps, state, str(exc), exc.streamed, self.now, exc.code)
         self.deps.model_breaker.success()
         return planning.on_reply(self.deps, state, plan, reply, self.now)
 
@@ -207,6 +210,8 @@ class Sim:
                 self.contexts.append(e.context)
             elif isinstance(e, Summarise):
                 self.summaries.append(e)
+            elif isinstance(e, Metric):
+                self.metrics.append(e)
             elif isinstance(e, Announce):
                 assert self.state is not None
                 self.events.append(endings.terminal_event(self.state, self.now, e.citations))

@@ -109,13 +109,16 @@ async def test_agent_offers_the_tool_asks_approval_and_cites_its_result():
     assert sim.of("task.completed")[0].citations[0].title in ("mcp.casefile.file_note", "mcp.casefile.lookup_rate")
 
 
-async def test_bad_arguments_and_unknown_servers_are_refused_before_anything_runs():
+async def test_bad_arguments_are_refused_and_an_unknown_server_is_a_protocol_error_before_anything_runs():
     bad = {"name": "mcp__casefile__file_note", "arguments": {"title": 3, "reason": "r"}}
-    other = {"name": "mcp__elsewhere__file_note", "arguments": {"reason": "r"}}
-    sim = Sim(TestModel(Reply(tool_calls=[bad, other])), tools={}, mcp_tools=[tool()])
+    sim = Sim(TestModel(Reply(tool_calls=[bad])), tools={}, mcp_tools=[tool()])
     await sim.ask()
-    codes = [e.error_code for e in sim.of("tool.completed")]
-    assert codes == ["bad_arguments", "tool_not_available"] and sim.requests == []
+    assert [e.error_code for e in sim.of("tool.completed")][:1] == ["bad_arguments"] and sim.requests == []
+    other = {"name": "mcp__elsewhere__file_note", "arguments": {"reason": "r"}}
+    sim = Sim(TestModel(Reply(tool_calls=[other])), tools={}, mcp_tools=[tool()])
+    state = await sim.ask()  # rule A19: no server of the tenant has it, so no catalog knows the name
+    assert state.fallback_reason.startswith("unknown_tool_name") and state.mode == "retrieval_only"
+    assert [e.tool for e in sim.of("tool.requested")] == [r.name for r in sim.requests] == ["kb_search"]  # rule A13
 
 
 def test_a_failing_server_is_tried_again_with_a_doubling_back_off():

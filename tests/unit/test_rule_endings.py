@@ -61,13 +61,13 @@ async def test_record_view_lists_pending_approvals_and_steps():
 
 
 async def test_a_checkpoint_with_refusals_and_results_round_trips():
-    sim = Sim(TestModel(Reply(tool_calls=[kb("a"), {"name": "nope", "arguments": {}}])),
+    sim = Sim(TestModel(Reply(tool_calls=[kb("a"), {"name": "web_fetch", "arguments": {}}])),  # not offered: refused
               tools={"kb_search": lambda c: None})
     await sim.ask()
     again = TaskState.model_validate_json(sim.state.model_dump_json())
     assert again == sim.state and again.phase is Phase.TOOLS
     assert again.pending[0].result is None and isinstance(again.pending[1].result, Refusal)
-    assert again.pending[1].tool is None and again.pending[1].name == "nope"
+    assert again.pending[1].tool == again.pending[1].name == "web_fetch"
 
 
 def test_a_call_checkpointed_before_name_and_tool_were_apart_still_loads():

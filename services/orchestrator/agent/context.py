@@ -74,6 +74,11 @@ def _line(n: int, turn: dict[str, Any]) -> str:
     return f"第{n}轮 问：{turn['question'].strip()[:120]} 答：{answer}"
 
 
+def turn_line(n: int, question: str, answer: str) -> str:
+    """Rule M7's extracted line of turn ``n``: its question and the first sentence of its answer."""
+    return _line(n, {"question": question, "answer": answer})
+
+
 def turn_number(turns: list[dict[str, Any]], i: int) -> int:
     """The 1-based number of ``turns[i]`` in its session (``n`` when recorded, else its position)."""
     return int(turns[i].get("n") or i + 1)

@@ -156,9 +156,11 @@ class Remember:
 
 @dataclass(frozen=True)
 class Metric:
-    """Count ``name`` (``approval_requested`` | ``approval_decided``) in the replica's metrics."""
+    """Count ``name`` (``approval_requested`` | ``approval_decided`` | ``model_failed``) in the replica's
+    metrics, with ``args`` (``model_failed``: code and kind, rules A17-A19)."""
 
     name: str
+    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

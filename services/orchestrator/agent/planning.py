@@ -36,19 +36,19 @@ from contracts.evidence import NumberedEvidence
 from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import KB_QUERY_MAX_CHARS, openai_tool_schema
-from services.orchestrator.agent import cache, dates, endings, fallback, finalizer, prompt, routing, team, vetting, workers
+from services.orchestrator.agent import (cache, dates, endings, fallback, finalizer, modelfailures, prompt, routing, team,
+                                          vetting, workers)
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
+from services.orchestrator.agent.limits import (  # noqa: F401 - planning's public names too
+    COMPLETION_RESERVE_TOKENS, SOFT_LIMIT_MARGIN, estimate_tokens, hard_limit, soft_limit, stop_before, time_left_s)
 from services.orchestrator.agent.effects import (
     FaultPoint, HoldLease, Public, RunModelStep, SaveContext, Step, Summarise, WriteView)
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import Phase, TaskState
 from services.orchestrator.agent.window import window
-from services.orchestrator.model import ModelResponse, parse_arguments
-
-SOFT_LIMIT_MARGIN = 2
-"""Rounds or tool calls before a hard limit at which the soft-limit note is added."""
+from services.orchestrator.model import MODEL_UNAVAILABLE, ModelResponse, parse_arguments
 
 
 def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
@@ -206,53 +206,6 @@ class StepPlan:
     stream: bool = True  # False: the reply's text is not sent to the client as it comes (a supervisor's draft, rule D9)
 
 
-COMPLETION_RESERVE_TOKENS = 1000
-"""Tokens reserved for the completion when a step's cost is estimated (rule E4)."""
-
-
-def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
-    """A step's estimated cost in tokens: about 2 characters per token (Chinese ~1, English ~4)
-    over the messages and tool schemas, plus ``COMPLETION_RESERVE_TOKENS``."""
-    chars = sum(len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) for m in messages)
-    return chars // 2 + len(str(tools or "")) // 2 + COMPLETION_RESERVE_TOKENS
-
-
-def time_left_s(deps: Deps, state: TaskState, now: datetime) -> float:
-    """Seconds until the task's deadline (``task_deadline_s`` after the question, or a worker's share
-    of the tree's time, rule D4; negative once past)."""
-    return (team.budget(deps, state).deadline_at - now).total_seconds()
-
-
-def stop_before(deps: Deps, state: TaskState, messages: list[dict[str, Any]], now: datetime) -> str | None:
-    """Why no model call may run now (it ends with a wrap-up): the deadline is past (rule E2), the
-    estimated cost does not fit the token budget (rule E4), or ``max_failed_steps`` steps in a row
-    failed (rule E3). None: the call may run."""
-    s = deps.settings
-    if time_left_s(deps, state, now) <= 0:
-        return "deadline"
-    if state.usage.total_tokens + estimate_tokens(messages, None) > team.budget(deps, state).max_tokens:
-        return "max_tokens"
-    if state.failed_steps >= s.max_failed_steps:
-        return "failed_steps"
-    return None
-
-
-def hard_limit(deps: Deps, state: TaskState, now: datetime) -> str | None:
-    """The first hard limit this step reaches (``max_rounds`` | ``max_tool_calls``), or None; the
-    deadline and the token budget stop without a call (``stop_before``)."""
-    s = deps.settings
-    limits = {"max_rounds": state.rounds + 1 >= s.max_rounds,
-              "max_tool_calls": state.tool_calls_used >= team.budget(deps, state).max_tool_calls}
-    return next((name for name, reached in limits.items() if reached), None)
-
-
-def soft_limit(deps: Deps, state: TaskState) -> bool:
-    """True within ``SOFT_LIMIT_MARGIN`` rounds or tool calls of a hard limit."""
-    s = deps.settings
-    return (state.rounds + SOFT_LIMIT_MARGIN >= s.max_rounds
-            or state.tool_calls_used + SOFT_LIMIT_MARGIN >= team.budget(deps, state).max_tool_calls)
-
-
 def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     """Count the step (``state.step``, ``state.rounds``), apply the limits and choose the mode.
 
@@ -280,7 +233,8 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         return StepPlan(started, True, True, prompt.dated(state.messages, state.asked(), rules=False), None,
                         routing.CHITCHAT_MAX_TOKENS, timeout,
                         model=tenants.policy(deps.settings, state.tenant_id).model)
-    messages = window(prompt.dated(state.messages, state.asked()), deps.settings.context_window_chars)  # rule V1
+    messages = window(prompt.dated(state.messages, state.asked()),  # rule V1
+                      state.window_chars or deps.settings.context_window_chars)  # rules A4, A18
     stop = stop_before(deps, state, messages, now)
     if stop is not None:
         state.stop_reason = stop
@@ -310,12 +264,13 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
              cancelled: bool = False) -> Step:
     """The model answered: record usage and timing, then end the task (``cancelled``: a
     cancel came during the call), request its tool calls, or complete with its text.
-    Tool calls of a final call are ignored (the text is the answer). An empty answer gets one
+    Tool calls of a final call are ignored (the text is the answer); a tool name no catalog knows
+    fails the step like a failed call (rule A19, ``unknown_tool_name``). An empty answer gets one
     forced final call without tools, then a wrap-up (rule E4)."""
     state.usage = state.usage.add(reply.usage)
     llm = {"step": state.step, "first_token_s": reply.first_token_s, "total_s": round(reply.total_s, 4),
            "retries": reply.retries, "prompt_tokens": reply.usage.prompt_tokens,
-           "completion_tokens": reply.usage.completion_tokens}
+           "completion_tokens": reply.usage.completion_tokens, "finish_reason": reply.finish_reason}
     state.trace.append({"phase": "llm", **llm})
     state.steps.append(StepRecord(step=state.step, kind="model", duration_ms=round(reply.total_s * 1000, 2)))
     step = Step(state).emit(TraceEvent(phase="llm", data=llm))
@@ -324,6 +279,11 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
     if state.draft is not None:  # the finalizer's rewrite (rule D9)
         return step.then(finalizer.finish(deps, state, reply.content, plan.stream and bool(reply.content), now))
     if reply.tool_calls and not plan.final:
+        unknown = modelfailures.unknown_names(state, reply.tool_calls)
+        if unknown:  # rule A19: a model-protocol error, not a refusal
+            error = f"the model asked for tools no catalog has: {', '.join(map(repr, unknown))}"[:300]
+            streamed = plan.stream and bool(reply.content)
+            return step.then(on_model_failed(deps, state, error, streamed, now, modelfailures.UNKNOWN_TOOL_NAME))
         if reply.content:
             step.emit(AnswerReset(reason="the model decided to call tools"))
         state.messages.append({
@@ -350,14 +310,20 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
     return step.then(endings.complete(state, reply.content, now))
 
 
-def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, now: datetime) -> Step:
-    """The model call failed (after its own retries): past the deadline the task ends with a
-    wrap-up (rule E2); the chit-chat agent gives its fixed reply; otherwise switch to
-    retrieval-only mode. Text already streamed is withdrawn with ``answer.reset``."""
+def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, now: datetime,
+                    code: str = MODEL_UNAVAILABLE) -> Step:
+    """The model call failed with ``code`` (``ModelError.code``, after its own retries) or its reply
+    could not be used (rule A19): the failure is traced and counted (``modelfailures.record``); a
+    context exceeded before anything streamed folds the history once and runs the step again (rule
+    A18); past the deadline the task ends with a wrap-up (rule E2); the chit-chat agent gives its
+    fixed reply; otherwise switch to retrieval-only mode, ``fallback_reason`` ``"<code>: <error>"``.
+    Text already streamed is withdrawn with ``answer.reset``."""
     step = Step(state)
     if streamed:
         step.emit(AnswerReset(reason="the model call failed; answering from the knowledge base"))
-    state.trace.append({"phase": "llm", "error": error[:300]})
+    step.then(modelfailures.record(state, code, error))
+    if time_left_s(deps, state, now) > 0 and modelfailures.retry_after_fold(deps, state, code, streamed):
+        return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
     if state.draft is not None:  # rule D9: the draft is the answer
         return step.then(finalizer.finish(deps, state, "", False, now))
     if time_left_s(deps, state, now) <= 0:
@@ -366,7 +332,7 @@ def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, no
     if state.mode == "chitchat":
         reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
         return step.emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
-    state.mode, state.fallback_reason = "retrieval_only", f"model_unavailable: {error}"[:300]
+    state.mode, state.fallback_reason = "retrieval_only", f"{code}: {error}"[:300]
     return step.then(retrieval_only_step(deps, state, now))
 
 

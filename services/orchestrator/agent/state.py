@@ -151,6 +151,8 @@ class TaskState(BaseModel):
     bad_arguments: dict[str, int] = Field(default_factory=dict)  # calls refused for bad arguments, per tool (rule E6)
     failed_steps: int = 0  # consecutive steps whose every tool call failed or was refused (rule E3)
     forced_final: bool = False  # the model gave an empty answer; one final call without tools follows (rule E4)
+    context_folds: int = 0  # histories folded after the model said its context was exceeded (rule A18, once)
+    window_chars: int | None = None  # the history window after such a fold (rule A18; None: context_window_chars)
     trace: list[dict[str, Any]] = Field(default_factory=list)
     mode: Literal["agent", "retrieval_only", "chitchat", "out_of_scope"] = "agent"
     fallback_reason: str | None = None
