@@ -109,7 +109,9 @@ def retrieval_only_first(item: dict, evidence) -> bool:
     pool = EvidencePool([])
     pool.add(list(evidence))
     paragraphs = compose(item["question"], pool.items, model_configured=False).split("\n\n")
-    return len(paragraphs) > 1 and paragraphs[1].startswith(f"《{item['law_name']}》{item['article_no']}：")
+    head = f"《{item['law_name']}》{item['article_no']}"
+    # 「《…》第十一条：」, or with its date label (rules V2, V3) 「《…》第十一条（现行有效；…）：」
+    return len(paragraphs) > 1 and paragraphs[1].startswith(head) and paragraphs[1][len(head):][:1] in ("：", "（")
 
 
 def metrics(ranks: list[int | None]) -> dict:
