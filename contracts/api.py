@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from contracts.evidence import Citation
+from contracts.scope import COLLECTIONS_DOC, DOCUMENT_IDS_DOC, Collections, DocumentIds, Scope
 from contracts.stream import Usage
 from contracts.tools import AnyToolName
 
@@ -36,6 +37,8 @@ class TaskCreate(BaseModel):
         default=None, description="team: a supervisor delegates parts of the question to workers running in "
                                   "parallel (docs/agent-rules.md, rules D1-D9); auto: team when the question names "
                                   "several topics (CONDUIT_TEAM_TOPICS); unset: the tenant's mode")
+    document_ids: DocumentIds | None = Field(default=None, description=DOCUMENT_IDS_DOC)
+    collections: Collections | None = Field(default=None, description=COLLECTIONS_DOC)
 
 
 class TaskCreated(BaseModel):
@@ -79,6 +82,7 @@ class TaskView(BaseModel):
     steps: list[StepRecord] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     mode: str | None = None
+    scope: Scope | None = None  # the question's scope (contracts.scope; None: everything the tenant may read)
     error: dict[str, str] | None = None
     created_at: datetime
     finished_at: datetime | None = None
