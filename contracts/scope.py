@@ -19,9 +19,9 @@ documents and the law corpus). The tenant filter always applies on top (rules Q1
 
 The gateway resolves what a client asked (ids as ``POST /v1/documents`` returned them or store
 ids, ``EvidenceItem.document_id``) into a ``Scope`` of store ids (``services.gateway.scope``) and
-refuses, with 422: more than ``MAX_SCOPE_DOCUMENTS`` ids or ``MAX_SCOPE_COLLECTIONS`` collections
-(``scope_too_large``), an id the tenant has no document for (``unknown_document``), an unknown
-collection (``unknown_collection``). The orchestrator holds the ``Scope`` in the task's checkpoint
+refuses: more than ``MAX_SCOPE_DOCUMENTS`` ids or ``MAX_SCOPE_COLLECTIONS`` collections (422
+``scope_too_large``), an id the tenant has no document for (404 ``document_not_found``), an unknown
+collection (404 ``collection_not_found``). The orchestrator holds the ``Scope`` in the task's checkpoint
 and puts it on every ``kb_search`` request of the task and of its team workers; the model's
 arguments cannot change it.
 """

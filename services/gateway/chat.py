@@ -14,8 +14,8 @@ extension field (``contracts.chat.ConduitOptions``: ``document_ids``, ``collecti
 question's searches as on ``POST /v1/tasks`` (rules Q1-Q4). Authenticated and
 scoped like every ``/v1`` route (a session of another user is 404 ``session_not_found``).
 Errors carry OpenAI's shape (``services.gateway.errors.OPENAI_PATHS``): 404 ``model_not_found``,
-422 ``invalid_request`` (bad body, no user message) / ``unknown_document`` / ``unknown_collection`` /
-``scope_too_large``, 413 ``question_too_large``, and every
+422 ``invalid_request`` (bad body, no user message) / ``scope_too_large``, 404 ``document_not_found`` /
+``collection_not_found`` (the ``conduit`` scope), 413 ``question_too_large``, and every
 code of ``POST /v1/tasks``; a task that fails is 502 with its code (``task_cancelled``: 409);
 in a stream, an error arrives as a ``data: {"error": ...}`` event before ``[DONE]``.
 """

@@ -24,8 +24,8 @@ search hits are its own; the public law corpus is everyone's:
 
 Errors (``ErrorBody``): 422 ``invalid_request`` (malformed JSON, empty query or text, bad
 ``document_id``, unknown fields, a PDF without a title), 422 ``pdf_unreadable`` (not a PDF, or
-pypdf fails) / ``pdf_no_text`` (no extractable text: scanned?), 422 ``unknown_document`` /
-``unknown_collection`` / ``scope_too_large`` (search filters, rule Q1), 413 ``document_too_large`` (text over
+pypdf fails) / ``pdf_no_text`` (no extractable text: scanned?), 422 ``scope_too_large`` / 404
+``document_not_found`` / ``collection_not_found`` (search filters, rule Q1), 413 ``document_too_large`` (text over
 ``MAX_DOCUMENT_CHARS`` characters) / ``body_too_large``, 404 ``document_not_found``,
 503 ``broker_unavailable`` (Kafka did not ack) / ``kb_backend_unavailable`` (the retriever's
 store or model failed) / ``store_unavailable`` (Redis), 504 ``retriever_timeout``.

@@ -1,16 +1,17 @@
 """A question's scope at the gateway (rule Q1, docs/rules.md; the terms are ``contracts.scope``).
 
 ``resolve`` turns what a client asked (``document_ids``, ``collections``) into a ``Scope`` of store
-ids for the orchestrator and the retriever, or refuses it with a 422 whose ``code`` says why:
+ids for the orchestrator and the retriever, or refuses it with a 4xx whose ``code`` says why:
 
-- ``unknown_document``: an id that names no live document of the caller's tenant. Accepted: the ids
+- 404 ``document_not_found``: an id that names no live document of the caller's tenant. Accepted: the ids
   ``POST /v1/documents`` returned (-> ``doc:{tenant}:{id}``), the tenant's own store ids
   (``doc:{tenant}:…`` with a record, ``file:{tenant}:…`` of ``conduit ingest``, which has no record
   to check) and law ids (``law:…``, the public corpus). Another tenant's id answers exactly like a
-  missing one (the retriever's tenant filter would hide its chunks anyway);
-- ``unknown_collection``: not ``law``, ``documents`` or a collection a live document of the tenant
+  missing one (the retriever's tenant filter would hide its chunks anyway). 404 like a body's unknown
+  ``session_id`` (``session_not_found``): the request is well formed, what it names is not there;
+- 404 ``collection_not_found``: not ``law``, ``documents`` or a collection a live document of the tenant
   was posted in (``details.known`` lists the ones there are);
-- ``scope_too_large``: more than ``MAX_SCOPE_DOCUMENTS`` ids or ``MAX_SCOPE_COLLECTIONS``
+- 422 ``scope_too_large``: more than ``MAX_SCOPE_DOCUMENTS`` ids or ``MAX_SCOPE_COLLECTIONS``
   collections (``too_large``, from the body's validation errors).
 """
 
@@ -77,8 +78,8 @@ async def resolve(redis: Redis, tenant_id: str, document_ids: list[str] | None,
     Each list is deduplicated in order; ids become store ids (see the module docstring).
 
     Raises:
-        ApiError: 422 ``unknown_document`` (``details.document_ids``: the ids refused) or
-            ``unknown_collection`` (``details.collections``, ``details.known``).
+        ApiError: 404 ``document_not_found`` (``details.document_ids``: the ids refused) or
+            ``collection_not_found`` (``details.collections``, ``details.known``).
         redis.RedisError: Redis failed (answered 503 ``store_unavailable``).
     """
     refs = list(dict.fromkeys(document_ids or []))
@@ -91,13 +92,13 @@ async def resolve(redis: Redis, tenant_id: str, document_ids: list[str] | None,
     live = await _live_documents(redis, tenant_id, None if named else to_check) if named or to_check else {}
     unknown = [ref for ref, store, record in resolved if store is None or (record is not None and record not in live)]
     if unknown:
-        raise ApiError(422, "unknown_document",
+        raise ApiError(404, "document_not_found",
                        f"no document {unknown[0]!r} for this tenant (unknown, deleted or not yours)",
                        {"document_ids": unknown})
     known = sorted({v.collection for v in live.values() if v.collection})
     missing = [n for n in named if n not in known]
     if missing:
-        raise ApiError(422, "unknown_collection",
+        raise ApiError(404, "collection_not_found",
                        f"no collection {missing[0]!r}: use law, documents or a collection your documents were posted in",
                        {"collections": missing, "known": [*BUILT_IN_COLLECTIONS, *known]})
     return Scope(document_ids=list(dict.fromkeys(store for _, store, _ in resolved if store)), collections=names)

@@ -76,8 +76,8 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
     ``services.gateway.scope``), before anything is written.
 
     Raises:
-        ApiError: 403 ``user_mismatch`` (body ``user_id`` is someone else); 422 ``unknown_document`` /
-            ``unknown_collection`` (rule Q1); 404
+        ApiError: 403 ``user_mismatch`` (body ``user_id`` is someone else); 404 ``document_not_found`` /
+            ``collection_not_found`` (rule Q1); 404
             ``session_not_found`` (the ``session_id`` belongs to another user or tenant);
             409 ``idempotency_key_reused`` when the key was used with another body;
             409 ``idempotency_key_in_progress`` (``Retry-After: 1``) while the first request with

@@ -75,7 +75,7 @@ def test_the_gateway_reads_client_ids_as_the_tenants_store_ids() -> None:
     assert read("acme", "law:abc123") == ("law:abc123", None)  # the public corpus: nothing to check
     assert read("acme", "file:acme:0123abcd") == ("file:acme:0123abcd", None)  # conduit ingest: no record
     for theirs in ("doc:other:policy", "file:other:0123", "file:acme:", "doc:acme:a:b", "other:x", "a b"):
-        assert read("acme", theirs) == (None, None), theirs  # refused like a missing one (unknown_document)
+        assert read("acme", theirs) == (None, None), theirs  # refused like a missing one (document_not_found)
 
 
 # ------------------------------------------------------------------ Q3: the filter
