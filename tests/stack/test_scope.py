@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -171,6 +173,15 @@ def test_mcp_ask_takes_the_scope(stack, client, model):
     body = result.structured_content
     assert body["scope"] == {"document_ids": [TRAVEL_ID], "collections": []} and body["citations"]
     assert evidence_documents(run(stack, body["task_id"])) == {TRAVEL_ID}
+
+
+def test_conduit_ask_takes_the_scope(stack, model):
+    model.push(kb(QUERY), cite_all)
+    run_ = subprocess.run([sys.executable, "-m", "conduit", "ask", "出差住宿费怎么报销？", "--collection", "hr",
+                           "--url", stack.gateway_url, "--key", stack.admin_key],
+                          capture_output=True, text=True, timeout=120)
+    assert run_.returncode == 0, run_.stdout + run_.stderr
+    assert "星河科技员工手册" in run_.stdout and "星河科技差旅报销制度" not in run_.stdout, run_.stdout
 
 
 def _team_turn(body: dict[str, Any]) -> Turn:
