@@ -149,15 +149,18 @@ def test_a_bad_scope_is_refused_with_its_code(client, scope, status, code):
 
 
 def test_chat_completions_take_the_scope_in_the_conduit_field(stack, client, model):
+    import openai
+
     model.push(kb(QUERY), cite_all)
-    r = client.post("/v1/chat/completions", json={
-        "model": "conduit-kb", "conduit": {"collections": ["hr"]},
-        "messages": [{"role": "user", "content": "出差住宿有什么要求？"}]})
-    assert r.status_code == 200, r.text
-    assert r.json()["conduit"]["citations"], r.json()
-    view = client.get(f"/v1/tasks/{r.headers['X-Task-Id']}").json()
+    sdk = openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key=stack.admin_key, timeout=120, max_retries=0)
+    completion = sdk.chat.completions.create(  # the SDK sends the extension field with extra_body
+        model="conduit-kb", messages=[{"role": "user", "content": "出差住宿有什么要求？"}],
+        extra_body={"conduit": {"collections": ["hr"]}})
+    extension = completion.model_extra["conduit"]
+    assert extension["citations"], extension
+    view = client.get(f"/v1/tasks/{extension['task_id']}").json()
     assert view["scope"] == {"document_ids": [], "collections": ["hr"]}
-    assert evidence_documents(run(stack, r.headers["X-Task-Id"])) == {HANDBOOK_ID}
+    assert evidence_documents(run(stack, extension["task_id"])) == {HANDBOOK_ID}
 
 
 def test_mcp_ask_takes_the_scope(stack, client, model):
