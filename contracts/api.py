@@ -22,7 +22,8 @@ class TaskCreate(BaseModel):
     """``POST /v1/tasks`` and ``POST /v1/ask`` body.
 
     The question's size limit is a setting (``CONDUIT_MAX_QUESTION_CHARS``);
-    over it the gateway answers 413 ``question_too_large``.
+    over it the gateway answers 413 ``question_too_large``. ``document_ids`` / ``collections``: the
+    question's scope (``contracts.scope``, rules Q1-Q4); the task record shows it resolved as ``scope``.
     """
 
     model_config = ConfigDict(extra="forbid")
