@@ -45,10 +45,10 @@ MAX_SCOPE_DOCUMENTS = 50
 MAX_SCOPE_COLLECTIONS = 10
 """Most ``collections`` one question may name."""
 
-DocumentRef = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300)]
+DocumentRef = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300, pattern=r"\S")]
 """A document as a client names it: the id ``POST /v1/documents`` returned, or a store id
 (``EvidenceItem.document_id``: ``law:…``, ``doc:{tenant}:{id}``, ``file:{tenant}:…``)."""
-CollectionRef = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
+CollectionRef = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64, pattern=r"\S")]
 """A collection as a client names it (``law``, ``documents`` or a named collection)."""
 DocumentIds = Annotated[list[DocumentRef], Field(max_length=MAX_SCOPE_DOCUMENTS)]
 Collections = Annotated[list[CollectionRef], Field(max_length=MAX_SCOPE_COLLECTIONS)]
