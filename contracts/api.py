@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from contracts.evidence import Citation
+from contracts.scope import COLLECTIONS_DOC, DOCUMENT_IDS_DOC, Collections, DocumentIds, Scope
 from contracts.stream import Usage
 from contracts.tools import AnyToolName
 
@@ -21,7 +22,8 @@ class TaskCreate(BaseModel):
     """``POST /v1/tasks`` and ``POST /v1/ask`` body.
 
     The question's size limit is a setting (``CONDUIT_MAX_QUESTION_CHARS``);
-    over it the gateway answers 413 ``question_too_large``.
+    over it the gateway answers 413 ``question_too_large``. ``document_ids`` / ``collections``: the
+    question's scope (``contracts.scope``, rules Q1-Q4); the task record shows it resolved as ``scope``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -36,6 +38,8 @@ class TaskCreate(BaseModel):
         default=None, description="team: a supervisor delegates parts of the question to workers running in "
                                   "parallel (docs/agent-rules.md, rules D1-D9); auto: team when the question names "
                                   "several topics (CONDUIT_TEAM_TOPICS); unset: the tenant's mode")
+    document_ids: DocumentIds | None = Field(default=None, description=DOCUMENT_IDS_DOC)
+    collections: Collections | None = Field(default=None, description=COLLECTIONS_DOC)
 
 
 class TaskCreated(BaseModel):
@@ -79,6 +83,7 @@ class TaskView(BaseModel):
     steps: list[StepRecord] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     mode: str | None = None
+    scope: Scope | None = None  # the question's scope (contracts.scope; None: everything the tenant may read)
     error: dict[str, str] | None = None
     created_at: datetime
     finished_at: datetime | None = None

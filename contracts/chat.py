@@ -2,6 +2,8 @@
 
 Requests follow OpenAI's Chat Completions API; fields Conduit does not use (``temperature``,
 ``tools``, ...) are accepted and ignored, so existing SDKs and chat front ends work unchanged.
+One request extension field, ``conduit`` (``ConduitOptions``; the SDKs send it with
+``extra_body={"conduit": {...}}``), limits the question to some documents or collections.
 Answers follow OpenAI's shapes plus one extension field, ``conduit`` (``ConduitExtension``):
 the task, the session, the checked citations and how the answer was made.
 """
@@ -13,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.evidence import Citation
+from contracts.scope import COLLECTIONS_DOC, DOCUMENT_IDS_DOC, Collections, DocumentIds
 from contracts.tools import ToolName
 
 MODES: dict[str, tuple[str, list[ToolName] | None]] = {
@@ -48,9 +51,20 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class ConduitOptions(BaseModel):
+    """The request's ``conduit`` extension field: the question's scope, as ``POST /v1/tasks`` takes it
+    (``document_ids``, ``collections``; ``contracts.scope``). Unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    document_ids: DocumentIds | None = Field(default=None, description=DOCUMENT_IDS_DOC)
+    collections: Collections | None = Field(default=None, description=COLLECTIONS_DOC)
+
+
 class ChatCompletionRequest(BaseModel):
     """``POST /v1/chat/completions`` body: ``model`` is one of ``MODES``; the last ``user``
-    message is the question; the user and assistant messages before it name the session."""
+    message is the question; the user and assistant messages before it name the session;
+    ``conduit`` (``ConduitOptions``) limits the question to some documents or collections."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -59,6 +73,7 @@ class ChatCompletionRequest(BaseModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    conduit: ConduitOptions | None = None
 
 
 class ConduitExtension(BaseModel):

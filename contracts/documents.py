@@ -30,11 +30,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from contracts.envelope import Envelope
 from contracts.events import Payload
 from contracts.evidence import EvidenceItem
+from contracts.scope import BUILT_IN_COLLECTIONS, COLLECTION_PATTERN, COLLECTIONS_DOC, Collections, DocumentRef
 
 MAX_QUERY_CHARS = 500
 """Longest search query (characters), the same as ``kb_search``'s ``query`` argument."""
@@ -69,12 +70,13 @@ class _Body(BaseModel):
 class SearchFilters(_Body):
     """Optional search filters; the tenant filter (own chunks + public corpus) always applies.
 
-    ``document_ids``: only these store document ids (``EvidenceItem.document_id``, e.g.
-    ``law:…`` or ``doc:{tenant}:{id}``; a ``DocumentView.index_document_id``).
+    ``document_ids``: only these documents (store ids, ``EvidenceItem.document_id``, e.g. ``law:…`` or
+    ``doc:{tenant}:{id}``; or the ids ``POST /v1/documents`` returned); ``collections``: only these
+    collections (``contracts.scope``). With both, a passage of either matches (rule Q3).
     """
 
-    document_ids: list[Annotated[str, StringConstraints(min_length=1, max_length=300)]] | None = Field(
-        default=None, min_length=1, max_length=50)
+    document_ids: list[DocumentRef] | None = Field(default=None, min_length=1, max_length=50)
+    collections: Collections | None = Field(default=None, min_length=1, description=COLLECTIONS_DOC)
 
 
 class SearchRequest(_Body):
@@ -115,6 +117,8 @@ class DocumentCreate(_Body):
     ``title`` 1-300 chars; ``text`` 1-200,000 chars (not blank); ``source`` free text (URL,
     system name) kept in the chunks' metadata; ``document_id`` (``DOCUMENT_ID_PATTERN``)
     chooses the id: posting the same id again replaces that document. Default: a new uuid4 hex.
+    ``collection`` (``contracts.scope.COLLECTION_PATTERN``): the named collection it joins (stored in
+    its chunks' payload, rule Q3); re-posting the id with another collection moves it.
     """
 
     title: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TITLE_CHARS,
@@ -123,6 +127,17 @@ class DocumentCreate(_Body):
                                            pattern=r"\S")]
     source: Annotated[str, StringConstraints(strip_whitespace=True, max_length=1000)] | None = None
     document_id: Annotated[str, StringConstraints(pattern=DOCUMENT_ID_PATTERN)] | None = None
+    collection: Annotated[str, StringConstraints(pattern=COLLECTION_PATTERN)] | None = Field(
+        default=None, description="put the document in this named collection (a question can be limited to it); "
+                                  "not 'law' or 'documents'")
+
+    @field_validator("collection")
+    @classmethod
+    def _not_built_in(cls, value: str | None) -> str | None:
+        """``law`` and ``documents`` name built-in collections (``contracts.scope``), not one a document joins."""
+        if value in BUILT_IN_COLLECTIONS:
+            raise ValueError(f"{value!r} is a built-in collection; choose another name")
+        return value
 
 
 class DocumentView(_Body):
@@ -130,7 +145,7 @@ class DocumentView(_Body):
 
     ``index_document_id``: its id in the store and in evidence items; ``chars``: text length;
     ``chunks``: chunks indexed (when ``ingested``); ``reason``: why it ``failed``;
-    ``request_id``: event id of the latest request about it.
+    ``request_id``: event id of the latest request about it; ``collection``: its named collection.
     """
 
     document_id: str
@@ -138,6 +153,7 @@ class DocumentView(_Body):
     index_document_id: str
     title: str
     source: str | None = None
+    collection: str | None = None
     status: DocumentStatus
     reason: str | None = None
     chars: int = 0
@@ -165,7 +181,8 @@ class DocumentList(_Body):
 class SearchRequestPayload(Payload):
     """gateway -> retriever: run ``kb_search`` for ``query`` as the envelope's tenant.
 
-    ``top_k`` None = ``RETRIEVAL_TOP_K``; ``document_ids`` restricts to those store documents;
+    ``top_k`` None = ``RETRIEVAL_TOP_K``; ``document_ids`` (store ids) and ``collections`` restrict the
+    search to those documents and collections (rule Q3, a union);
     ``deadline_at`` (UTC): the gateway stops waiting then, so a later request is dropped.
     """
 
@@ -173,6 +190,7 @@ class SearchRequestPayload(Payload):
     query: str
     top_k: int | None = None
     document_ids: list[str] | None = None
+    collections: list[str] | None = None
     deadline_at: datetime | None = None
 
 
@@ -191,13 +209,14 @@ class SearchReply(_Body):
 
 class DocumentIngestPayload(Payload):
     """gateway -> retriever: index this document's text for the envelope's tenant
-    (replacing an earlier version with the same id)."""
+    (replacing an earlier version with the same id); ``collection``: its named collection."""
 
     document_id: str
     index_document_id: str
     title: str
     text: str
     source: str | None = None
+    collection: str | None = None
 
 
 class DocumentDeletePayload(Payload):

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.envelope import Envelope
 from contracts.evidence import EvidenceItem
+from contracts.scope import Scope
 from contracts.tools import AnyToolName
 
 
@@ -51,7 +52,9 @@ class QuestionPayload(Payload):
     ``mode`` ``team`` runs a supervisor that delegates to workers, ``auto`` does when the question
     names several topics (None: the tenant's mode);
     ``child`` is set on a worker's task, which a supervisor started;
-    ``use_cache`` False: the client sent ``Cache-Control: no-cache`` (the semantic cache is not read).
+    ``use_cache`` False: the client sent ``Cache-Control: no-cache`` (the semantic cache is not read);
+    ``scope``: the documents and collections its knowledge-base searches may read (``contracts.scope``,
+    rules Q1-Q4; None: everything the tenant may read), a worker's is its supervisor's.
     """
 
     question: str
@@ -59,6 +62,7 @@ class QuestionPayload(Payload):
     mode: Literal["agent", "team", "auto"] | None = None
     child: ChildSpec | None = None
     use_cache: bool = True
+    scope: Scope | None = None
 
 
 class ToolRequestPayload(Payload):
@@ -67,6 +71,8 @@ class ToolRequestPayload(Payload):
     ``idempotency_key`` is ``task_id:step:call_id`` (rule T3, docs/rules.md); a tool service
     that sees the same key twice returns its stored result instead of re-running.
     ``deadline_at`` (UTC) is when the orchestrator stops waiting for the result.
+    ``scope``: set on a ``kb_search`` of a scoped task (rule Q2): the retriever searches only those
+    documents and collections, whatever the model's ``arguments`` say.
     """
 
     call_id: str
@@ -76,6 +82,7 @@ class ToolRequestPayload(Payload):
     step: int
     idempotency_key: str
     deadline_at: datetime | None = None
+    scope: Scope | None = None
 
 
 class ToolError(Payload):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.events import ArtifactRef
 from contracts.evidence import Citation, NumberedEvidence
+from contracts.scope import Scope
 
 OUTPUT_MAX_CHARS = 4000
 """Longest tool text output a ``tool.completed`` event carries (characters; the rest is cut)."""
@@ -83,13 +84,15 @@ class ThinkingDelta(StreamEvent):
 
 
 class ToolRequestedEvent(StreamEvent):
-    """The agent asked for a tool call; ``reason`` is the model's one-line why."""
+    """The agent asked for a tool call; ``reason`` is the model's one-line why; ``scope``: the
+    question's scope a ``kb_search`` runs within (rule Q2; None: unscoped or another tool)."""
 
     type: Literal["tool.requested"] = "tool.requested"
     call_id: str
     tool: str
     arguments: dict[str, Any]
     reason: str = ""
+    scope: Scope | None = None
 
 
 class ToolCompletedEvent(StreamEvent):

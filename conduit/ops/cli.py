@@ -206,12 +206,13 @@ def _error_sentence(response: httpx.Response) -> str:
 
 
 def _ask(base_url: str, question: str, session_id: str | None, show_events: bool, key: str | None = None,
-         mode: str | None = None) -> int:
+         mode: str | None = None, scope: dict[str, list[str]] | None = None) -> int:
     from conduit.ops.client import create_task, default_key, stream_task
 
     key = key or default_key()
     try:
-        created = create_task(base_url, question, session_id, api_key=key, **({"mode": mode} if mode else {}))
+        created = create_task(base_url, question, session_id, api_key=key, **({"mode": mode} if mode else {}),
+                              **(scope or {}))  # the question's scope: document_ids / collections (rule Q1)
     except httpx.HTTPStatusError as exc:
         console.print(f"[red]error {exc.response.status_code}[/red] {_error_sentence(exc.response)}", highlight=False)
         return 2
@@ -288,9 +289,13 @@ def ask(question: str = typer.Argument(..., help="the question"),
         url: str = typer.Option(None, help="gateway base URL (default from settings)"),
         key: str = typer.Option(None, help="API key (default: CONDUIT_API_KEY, else <data_dir>/admin.key)"),
         evidence: bool = typer.Option(True, help="list evidence as it arrives"),
-        mode: str = typer.Option(None, help="agent, team (a supervisor and parallel workers) or auto")) -> None:
+        mode: str = typer.Option(None, help="agent, team (a supervisor and parallel workers) or auto"),
+        document: list[str] = typer.Option(None, "--document", help="search only this document (repeatable)"),
+        collection: list[str] = typer.Option(None, "--collection",
+                                             help="search only this collection: law, documents or a named one (repeatable)")) -> None:
     """Ask a running stack one question and stream the answer; exits 0 only on task.completed."""
-    raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence, key, mode))
+    scope = {k: v for k, v in (("document_ids", document), ("collections", collection)) if v}
+    raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence, key, mode, scope))
 
 
 @app.command("mcp")

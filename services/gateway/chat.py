@@ -9,10 +9,13 @@
 The question is the last ``user`` message. The session: the ``X-Conduit-Session`` header when
 given, else the one the earlier ``user``/``assistant`` messages were answered in (each answer
 records ``SHA-256(tenant, user, messages so far) -> session`` for ``task_events_ttl_s``; a
-history Conduit did not answer starts a new session), else a new one. Authenticated and
+history Conduit did not answer starts a new session), else a new one. The request's ``conduit``
+extension field (``contracts.chat.ConduitOptions``: ``document_ids``, ``collections``) limits the
+question's searches as on ``POST /v1/tasks`` (rules Q1-Q4). Authenticated and
 scoped like every ``/v1`` route (a session of another user is 404 ``session_not_found``).
 Errors carry OpenAI's shape (``services.gateway.errors.OPENAI_PATHS``): 404 ``model_not_found``,
-422 ``invalid_request`` (bad body, no user message), 413 ``question_too_large``, and every
+422 ``invalid_request`` (bad body, no user message) / ``scope_too_large``, 404 ``document_not_found`` /
+``collection_not_found`` (the ``conduit`` scope), 413 ``question_too_large``, and every
 code of ``POST /v1/tasks``; a task that fails is 502 with its code (``task_cancelled``: 409);
 in a stream, an error arrives as a ``data: {"error": ...}`` event before ``[DONE]``.
 """
@@ -32,7 +35,7 @@ from pydantic import ValidationError
 from conduit.records import keys
 from contracts.api import ErrorBody, TaskCreate
 from contracts.chat import MODES, ChatCompletionRequest, ModelCard, ModelList
-from services.gateway import inputs, tasks
+from services.gateway import inputs, scope, tasks
 from services.gateway.auth import Principal, authenticate
 from services.gateway.chatstream import ChatAnswer, Chunks
 from services.gateway.errors import ApiError, openai_error, validation_details
@@ -73,8 +76,9 @@ async def _read(request: Request, state: GatewayState) -> ChatCompletionRequest:
     try:
         return ChatCompletionRequest.model_validate_json(raw)
     except ValidationError as exc:
-        raise ApiError(422, "invalid_request", "the body is not a valid chat completion request",
-                       validation_details(exc.errors(include_url=False, include_input=False))) from None
+        errors = exc.errors(include_url=False, include_input=False)
+        raise scope.too_large(errors) or ApiError(422, "invalid_request", "the body is not a valid chat completion "
+                                                  "request", validation_details(errors)) from None
 
 
 def _question(body: ChatCompletionRequest) -> tuple[str, list[tuple[str, str]]]:
@@ -104,7 +108,8 @@ async def chat_completions(request: Request, state: GatewayState = Depends(get_s
     if session is None and earlier:
         found = await state.redis.get(conversation_key(who, earlier))
         session = found.decode() if isinstance(found, bytes) else found
-    create = TaskCreate(question=question, session_id=session, allowed_tools=MODES[body.model][1])
+    limits = body.conduit.model_dump(exclude_none=True) if body.conduit else {}  # the question's scope (rule Q1)
+    create = TaskCreate(question=question, session_id=session, allowed_tools=MODES[body.model][1], **limits)
     created, _ = await tasks.create_task(state, who, create, inputs.traceparent(request),
                                          inputs.idempotency_key(request))
     answer = ChatAnswer(created.task_id, created.session_id)

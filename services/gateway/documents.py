@@ -4,18 +4,19 @@ Routes (tenant = the caller's, from the credential; writes need the tenant admin
 ``forbidden`` otherwise; bodies are JSON, read with a byte limit). A tenant's documents and
 search hits are its own; the public law corpus is everyone's:
 
-- ``POST /v1/search`` ``{query, top_k?, filters?}`` -> 200 ``SearchResponse``: publishes
+- ``POST /v1/search`` ``{query, top_k?, filters?: {document_ids?, collections?}}`` -> 200 ``SearchResponse``
+  (the filters are resolved and checked as a question's scope, rule Q1: ``services.gateway.scope``): publishes
   ``SearchRequested`` to ``conduit.retriever.requests`` and BLPOPs the retriever's
   ``SearchReply`` from ``conduit:reply:{request_id}`` for at most ``TOOL_TIMEOUT_S`` seconds.
   The items are exactly what ``kb_search`` gives the agent (same ``KbSearcher``).
-- ``POST /v1/documents`` ``{title, text, source?, document_id?}`` -> 202 ``DocumentAccepted``
+- ``POST /v1/documents`` ``{title, text, source?, document_id?, collection?}`` -> 202 ``DocumentAccepted``
   (status ``queued``): saves the record, then publishes ``DocumentIngestRequested`` to
   ``conduit.retriever.writes``; the retriever indexes it and sets the record to ``ingested`` (once
   every replica holding a copy of the store indexed it, rule K10) or ``failed`` (with ``reason``).
   With ``Content-Type: application/pdf`` the body is the raw PDF (at most ``PDF_BODY_BYTES``):
   its text (pages split by blank lines, pypdf) then goes the same way; title = ``?title=``, else
-  the ``X-Filename`` header without ``.pdf``, else the PDF's metadata title; ``?source=`` and
-  ``?document_id=`` as in the JSON body.
+  the ``X-Filename`` header without ``.pdf``, else the PDF's metadata title; ``?source=``,
+  ``?document_id=`` and ``?collection=`` as in the JSON body.
 - ``GET /v1/documents`` -> ``DocumentList``; ``GET /v1/documents/{id}`` -> ``DocumentView``.
 - ``DELETE /v1/documents/{id}`` -> 202 (status ``deleting``); from then on ``GET`` and ``DELETE``
   of the id answer 404, while ``GET /v1/documents`` lists it as ``deleting`` until the retriever
@@ -23,7 +24,8 @@ search hits are its own; the public law corpus is everyone's:
 
 Errors (``ErrorBody``): 422 ``invalid_request`` (malformed JSON, empty query or text, bad
 ``document_id``, unknown fields, a PDF without a title), 422 ``pdf_unreadable`` (not a PDF, or
-pypdf fails) / ``pdf_no_text`` (no extractable text: scanned?), 413 ``document_too_large`` (text over
+pypdf fails) / ``pdf_no_text`` (no extractable text: scanned?), 422 ``scope_too_large`` / 404
+``document_not_found`` / ``collection_not_found`` (search filters, rule Q1), 413 ``document_too_large`` (text over
 ``MAX_DOCUMENT_CHARS`` characters) / ``body_too_large``, 404 ``document_not_found``,
 503 ``broker_unavailable`` (Kafka did not ack) / ``kb_backend_unavailable`` (the retriever's
 store or model failed) / ``store_unavailable`` (Redis), 504 ``retriever_timeout``.
@@ -65,6 +67,7 @@ from contracts.documents import (
     index_document_id,
 )
 from contracts.envelope import utcnow
+from services.gateway import scope
 from services.gateway.auth import Principal, authenticate, require_admin
 from services.gateway.openapi import body_doc
 from services.gateway.errors import ApiError
@@ -107,8 +110,8 @@ async def _read_bytes(request: Request, limit: int) -> bytes:
 def _validate(model: type[M], raw: bytes | None = None, fields: dict | None = None) -> M:
     """``model`` from JSON ``raw`` or from ``fields``.
 
-    Raises ``ApiError`` 413 ``document_too_large`` (text too long), ``RequestValidationError``
-    (-> 422 ``invalid_request``) otherwise.
+    Raises ``ApiError`` 413 ``document_too_large`` (text too long), 422 ``scope_too_large`` (too many
+    search filter ids, rule Q1), ``RequestValidationError`` (-> 422 ``invalid_request``) otherwise.
     """
     try:
         return model.model_validate_json(raw) if raw is not None else model.model_validate(fields)
@@ -117,7 +120,8 @@ def _validate(model: type[M], raw: bytes | None = None, fields: dict | None = No
         if any(e["type"] == "string_too_long" and tuple(e["loc"]) == ("text",) for e in errors):
             raise ApiError(413, "document_too_large", f"the document text is longer than {MAX_DOCUMENT_CHARS} characters",
                            {"max_document_chars": MAX_DOCUMENT_CHARS}) from None
-        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
+        raise scope.too_large(errors) or RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
 
 
 async def _read_body(request: Request, model: type[M], limit: int) -> M:
@@ -145,7 +149,7 @@ def pdf_text(data: bytes) -> tuple[str, str | None]:
 
 
 async def _document_body(request: Request, title: str | None, source: str | None,
-                         document_id: str | None) -> DocumentCreate:
+                         document_id: str | None, collection: str | None = None) -> DocumentCreate:
     """The ``DocumentCreate`` of a JSON body, or of a raw PDF body (``Content-Type: application/pdf``)."""
     if request.headers.get("content-type", "").split(";")[0].strip().lower() != PDF_TYPE:
         return await _read_body(request, DocumentCreate, DOCUMENT_BODY_BYTES)
@@ -153,7 +157,8 @@ async def _document_body(request: Request, title: str | None, source: str | None
     filename = request.headers.get("x-filename", "").strip()
     if filename.lower().endswith(".pdf"):
         filename = filename[:-4]
-    fields = {"title": title or filename or meta_title or "", "text": text, "source": source, "document_id": document_id}
+    fields = {"title": title or filename or meta_title or "", "text": text, "source": source, "document_id": document_id,
+              "collection": collection}
     return _validate(DocumentCreate, fields=fields)
 
 
@@ -167,28 +172,23 @@ async def _send(state: GatewayState, topic: str, event) -> None:
         raise ApiError(503, "broker_unavailable", "the message broker is unavailable; the request was not queued") from None
 
 
-def _index_ids(tenant_id: str, ids: list[str] | None) -> list[str] | None:
-    """Accept the ids ``POST /v1/documents`` returned as well as store ids (``law:…``, ``doc:{tenant}:{id}``);
-    another tenant's store id is turned into one of the caller's (so it matches nothing of theirs)."""
-    if ids is None:
-        return None
-    own = index_document_id(tenant_id, "")
-    return [i if i.startswith(("law:", own)) else index_document_id(tenant_id, i) for i in ids]
-
-
 # ====================================================================== search
 @router.post("/search", response_model=SearchResponse, responses=_ERRORS, openapi_extra=body_doc(SearchRequest))
 async def search(request: Request, state: GatewayState = Depends(get_state),
                  who: Principal = Depends(authenticate)) -> SearchResponse:
     """Search the knowledge base as the agent's ``kb_search`` does (body: ``SearchRequest``)."""
     body = await _read_body(request, SearchRequest, SEARCH_BODY_BYTES)
+    filters = body.filters
+    limited = await scope.resolve(state.redis, who.tenant_id, filters.document_ids if filters else None,
+                                  filters.collections if filters else None)  # rule Q1, as a task's scope
     timeout_s = state.settings.tool_timeout_s
     request_id = uuid.uuid4().hex
     event = SearchRequested(
         task_id=request_id, session_id=request_id, tenant_id=who.tenant_id, user_id=who.user_id,
         payload=SearchRequestPayload(
             request_id=request_id, query=body.query, top_k=body.top_k,
-            document_ids=_index_ids(who.tenant_id, body.filters.document_ids) if body.filters else None,
+            document_ids=limited.document_ids or None if limited else None,
+            collections=limited.collections or None if limited else None,
             deadline_at=utcnow() + timedelta(seconds=timeout_s)),
     )
     await _send(state, topics.RETRIEVER_REQUESTS, event)
@@ -233,23 +233,24 @@ async def create_document(request: Request, state: GatewayState = Depends(get_st
                           title: str | None = Query(None, description=f"document title, {_PDF_QUERY}"),
                           source: str | None = Query(None, description=f"document source, {_PDF_QUERY}"),
                           document_id: str | None = Query(None, description=f"document id, {_PDF_QUERY}"),
+                          collection: str | None = Query(None, description=f"named collection, {_PDF_QUERY}"),
                           ) -> DocumentAccepted:
     """Queue a document for ingestion (body: ``DocumentCreate`` or a PDF); re-posting an id replaces it (admin only)."""
     require_admin(who)
-    body = await _document_body(request, title, source, document_id)
+    body = await _document_body(request, title, source, document_id, collection)
     tenant = who.tenant_id
     document_id = body.document_id or uuid.uuid4().hex
     index_id = index_document_id(tenant, document_id)
     event = DocumentIngestRequested(
         task_id=index_id, session_id=index_id, tenant_id=tenant,
         payload=DocumentIngestPayload(document_id=document_id, index_document_id=index_id, title=body.title,
-                                      text=body.text, source=body.source),
+                                      text=body.text, source=body.source, collection=body.collection),
     )
     now = utcnow()
     previous = await state.redis.get(keys.document(tenant, document_id))
     created_at = DocumentView.model_validate_json(previous).created_at if previous else now
     view = DocumentView(document_id=document_id, tenant_id=tenant, index_document_id=index_id, title=body.title,
-                        source=body.source, status="queued", chars=len(body.text), request_id=str(event.event_id),
+                        source=body.source, collection=body.collection, status="queued", chars=len(body.text), request_id=str(event.event_id),
                         created_at=created_at, updated_at=now)
     await _save(state, view)
     try:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from conduit.runtime.settings import Settings
 from conduit.policy import guardrails
 from contracts.api import TaskCreate
+from services.gateway import scope
 from services.gateway.errors import ApiError
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -43,15 +44,16 @@ async def read_task_create(request: Request, settings: Settings) -> TaskCreate:
         ApiError: 413 ``question_too_large`` when the body exceeds ``max_body_bytes``
             or the question exceeds ``settings.max_question_chars`` characters; 422
             ``input_rejected`` (details ``{category, rule}``) when the input guardrail (rule G1,
-            ``conduit.policy.guardrails``) finds a prompt injection: nothing is queued, no model runs.
+            ``conduit.policy.guardrails``) finds a prompt injection: nothing is queued, no model runs;
+            422 ``scope_too_large`` (rule Q1: too many ``document_ids`` or ``collections``).
     """
     raw = await read_limited(request, max_body_bytes(settings), lambda: _too_large(settings))
     try:
         body = TaskCreate.model_validate_json(raw)
     except ValidationError as exc:
-        raise RequestValidationError(
-            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False, include_input=False)]
-        ) from None
+        errors = exc.errors(include_url=False, include_input=False)
+        raise scope.too_large(errors) or RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
     check_question(body.question, settings)
     return body
 

@@ -9,9 +9,11 @@ The same server runs two ways (docs/mcp.md):
 
 Tools (their results are what the HTTP API answers, so the two never drift):
 
-- ``search(query, top_k?)``: exactly the ``POST /v1/search`` body (``SearchResponse``) as
-  structured content, and its passages as text;
-- ``ask(question, session_id?)``: a full agent run; while it streams, each answer delta and tool
+- ``search(query, top_k?, document_ids?, collections?)``: exactly the ``POST /v1/search`` body
+  (``SearchResponse``) as structured content, and its passages as text;
+- ``ask(question, session_id?, document_ids?, collections?)``: a full agent run, limited to those
+  documents and collections when given (the question's scope, rules Q1-Q4, ``contracts.scope``, as
+  ``POST /v1/tasks`` takes it); while it streams, each answer delta and tool
   step is sent as a progress notification (when the client gave a progress token); the result is
   the cited answer (text with a numbered source list; structured: task id, status, answer,
   citations, confidence);
@@ -55,18 +57,22 @@ class Backend:
                 raise ToolError(f"HTTP {r.status_code}: {r.text[:300]}") from None
         return r.json()
 
-    async def search(self, query: str, top_k: int | None) -> dict[str, Any]:
-        """``POST /v1/search`` -> its ``SearchResponse`` body."""
+    async def search(self, query: str, top_k: int | None, document_ids: list[str] | None = None,
+                     collections: list[str] | None = None) -> dict[str, Any]:
+        """``POST /v1/search`` -> its ``SearchResponse`` body (``filters`` from the scope lists given)."""
         body: dict[str, Any] = {"query": query} | ({"top_k": top_k} if top_k else {})
-        return await self._json("POST", "/v1/search", json=body)
+        filters = _scope(document_ids, collections)
+        return await self._json("POST", "/v1/search", json=body | ({"filters": filters} if filters else {}))
 
     async def documents(self) -> dict[str, Any]:
         """``GET /v1/documents`` -> its ``DocumentList`` body."""
         return await self._json("GET", "/v1/documents")
 
-    async def create_task(self, question: str, session_id: str | None) -> str:
-        """``POST /v1/tasks`` -> the new task's id."""
+    async def create_task(self, question: str, session_id: str | None, document_ids: list[str] | None = None,
+                          collections: list[str] | None = None) -> str:
+        """``POST /v1/tasks`` -> the new task's id (its scope: the lists given, rule Q1)."""
         body = {"question": question} | ({"session_id": session_id} if session_id else {})
+        body |= _scope(document_ids, collections)
         return str((await self._json("POST", "/v1/tasks", json=body))["task_id"])
 
     async def task(self, task_id: str) -> dict[str, Any]:
@@ -89,6 +95,11 @@ class Backend:
                     if ev.event in TERMINAL_TYPES:
                         return
                 lines = []
+
+
+def _scope(document_ids: list[str] | None, collections: list[str] | None) -> dict[str, list[str]]:
+    """The scope fields of a body (``contracts.scope``): those lists given and not empty."""
+    return {k: v for k, v in (("document_ids", document_ids), ("collections", collections)) if v}
 
 
 def cited_text(view: dict[str, Any]) -> str:
@@ -117,18 +128,25 @@ def build_server(backend_of: Any) -> MCPServer:
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(annotations=read_only, structured_output=False)
-    async def search(query: str, ctx: Context, top_k: int | None = None) -> CallToolResult:
-        """Search the knowledge base; returns the passages exactly as POST /v1/search does."""
-        body = await (await backend_of(ctx)).search(query, top_k)
+    async def search(query: str, ctx: Context, top_k: int | None = None, document_ids: list[str] | None = None,
+                     collections: list[str] | None = None) -> CallToolResult:
+        """Search the knowledge base; returns the passages exactly as POST /v1/search does. Optional
+        document_ids (ids from the documents tool, or law:… ids) and collections ("law", "documents" or a
+        named collection) limit the search to them."""
+        body = await (await backend_of(ctx)).search(query, top_k, document_ids, collections)
         text = "\n\n".join(f"[{i + 1}] {it.get('title', '')} {it.get('locator') or ''}\n{it.get('text', '')}"
                            for i, it in enumerate(body.get("items", []))) or "No passages found."
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=body)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, open_world_hint=True), structured_output=False)
-    async def ask(question: str, ctx: Context, session_id: str | None = None) -> CallToolResult:
-        """Ask Conduit's agent; returns a cited answer (progress notifications while it works)."""
+    async def ask(question: str, ctx: Context, session_id: str | None = None, document_ids: list[str] | None = None,
+                  collections: list[str] | None = None) -> CallToolResult:
+        """Ask Conduit's agent; returns a cited answer (progress notifications while it works). Optional
+        document_ids (ids from the documents tool, or law:… ids) and collections ("law" for the law corpus,
+        "documents" for all the tenant's documents, or a named collection) limit every search of the answer
+        to them."""
         backend = await backend_of(ctx)
-        task_id = await backend.create_task(question, session_id)
+        task_id = await backend.create_task(question, session_id, document_ids, collections)
         step = 0
         async for kind, data in backend.events(task_id):
             line = _progress_line(kind, data)
@@ -136,7 +154,8 @@ def build_server(backend_of: Any) -> MCPServer:
                 step += 1
                 await ctx.report_progress(step, None, line)
         view = await backend.task(task_id)
-        structured = {k: view.get(k) for k in ("task_id", "session_id", "status", "answer", "citations", "confidence")}
+        structured = {k: view.get(k) for k in ("task_id", "session_id", "status", "answer", "citations", "confidence",
+                                                    "scope")}
         return CallToolResult(content=[TextContent(type="text", text=cited_text(view))], structured_content=structured,
                               is_error=view.get("status") != "completed")
 

@@ -26,6 +26,7 @@ from conduit.runtime.tenants import narrow_tools, policy
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
 from contracts.envelope import Envelope, utcnow
+from contracts.scope import Scope
 from contracts.events import (
     CancelPayload,
     QuestionAsked,
@@ -33,6 +34,7 @@ from contracts.events import (
     TaskCancelled,
 )
 from contracts.stream import TaskAccepted, TaskFailed
+from services.gateway import scope
 from services.gateway.auth import Principal, can_see
 from services.gateway.errors import ApiError
 from services.gateway.ratelimit import admit_task
@@ -70,8 +72,12 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
     nothing; a failed publish frees the key so a retry can create the task. ``use_cache`` False
     (``Cache-Control: no-cache``) keeps the semantic cache from answering it.
 
+    The body's ``document_ids`` / ``collections`` are resolved into the task's ``Scope`` first (rule Q1,
+    ``services.gateway.scope``), before anything is written.
+
     Raises:
-        ApiError: 403 ``user_mismatch`` (body ``user_id`` is someone else); 404
+        ApiError: 403 ``user_mismatch`` (body ``user_id`` is someone else); 404 ``document_not_found`` /
+            ``collection_not_found`` (rule Q1); 404
             ``session_not_found`` (the ``session_id`` belongs to another user or tenant);
             409 ``idempotency_key_reused`` when the key was used with another body;
             409 ``idempotency_key_in_progress`` (``Retry-After: 1``) while the first request with
@@ -84,6 +90,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
     """
     if body.user_id is not None and body.user_id != who.user_id:
         raise ApiError(403, "user_mismatch", "user_id must be the caller's own (or left out)")
+    limited = await scope.resolve(state.redis, who.tenant_id, body.document_ids, body.collections)
     task_id = uuid.uuid4().hex
     session_id = body.session_id or uuid.uuid4().hex
     claim = None
@@ -107,7 +114,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
     # one trace per task: continue the client's traceparent or start one (tracing off: a random id)
     with tracing.span("task create", traceparent, kind=tracing.SpanKind.SERVER, task_id=task_id) as tp:
         try:
-            created = await _create_task(state, who, body, task_id, session_id, tp, use_cache)
+            created = await _create_task(state, who, body, task_id, session_id, tp, use_cache, limited)
             await sessions.add_task(state.redis, session_id, who.tenant_id, who.user_id, task_id, ttl)
             if claim is not None:  # created: the key now replays for the task's whole life
                 await state.redis.expire(claim, ttl)
@@ -156,14 +163,14 @@ async def _save_with_wake_up(state: GatewayState, view: TaskView, asked: Questio
 
 
 async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, task_id: str, session_id: str,
-                       traceparent: str, use_cache: bool = True) -> TaskCreated:
+                       traceparent: str, use_cache: bool = True, limited: Scope | None = None) -> TaskCreated:
     tenant = who.tenant_id
     view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
-                    status="accepted", question=body.question, created_at=utcnow())
+                    status="accepted", question=body.question, created_at=utcnow(), scope=limited)
     asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                           traceparent=traceparent,
                           payload=QuestionPayload(question=body.question, mode=body.mode, use_cache=use_cache,
-                                                  allowed_tools=narrow_tools(
+                                                  scope=limited, allowed_tools=narrow_tools(
                               body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
     # the record and the question's wake-up (rule G4) land together or not at all: a gateway killed
     # after them leaves a task the sweeper starts, never an accepted record nothing will start; the

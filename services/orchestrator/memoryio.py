@@ -83,7 +83,8 @@ class MemoryIO:
         ``marks``: ``self.marks(event)``, read by the caller beside its other reads."""
         s = self.settings
         on = self.memory_on(event.tenant_id, event.user_id)
-        outcome = cache.lookup_outcome(first_turn, s.cache_enabled, event.payload.use_cache)
+        outcome = cache.lookup_outcome(first_turn, s.cache_enabled, event.payload.use_cache,
+                                       scoped=event.payload.scope is not None)
         with_memory, with_cache = cache.recall_asks(on and s.memory_recall_k > 0, marks[0], outcome, marks[1])
         if not (with_memory or with_cache):  # rule M8: nothing the retriever could return
             return Recalled(memory_on=on, outcome=outcome)

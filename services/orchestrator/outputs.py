@@ -90,7 +90,8 @@ class Outputs:
             return
         request = parent_of(state).child(ToolRequested, payload=ToolRequestPayload(
             call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason, step=call.step,
-            idempotency_key=call.idempotency_key, deadline_at=call.deadline_at))
+            idempotency_key=call.idempotency_key, deadline_at=call.deadline_at,
+            scope=state.scope_of(call.tool)))  # rule Q2: the task's scope, not the model's arguments
         await bus.publish(self.broker, request_topic(call.tool), request)
 
     async def accept_child(self, asked: QuestionAsked) -> None:

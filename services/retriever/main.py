@@ -82,18 +82,23 @@ def make_kb_search_tool(searcher: KbSearcher):
     """The ``kb_search`` tool function for ``ToolService.tool`` (shape of ``conduit.runtime.toolservice.ToolFn``).
 
     Errors given back to the model: ``kb_no_results`` (business: nothing scored
-    above ``retrieval_min_score``), ``kb_backend_unavailable`` (transient).
+    above ``retrieval_min_score``), ``kb_backend_unavailable`` (transient). The request's ``scope``
+    (rule Q2: the task's, set by the orchestrator, never by the model's arguments) limits the search.
     """
 
     async def kb_search_tool(args: KbSearchArgs, request: ToolRequested) -> ToolOutput:
+        scope = request.payload.scope
+        ids, names = (scope.document_ids, scope.collections) if scope is not None else (None, None)
         try:
-            outcome = await asyncio.to_thread(searcher.search, args.query, request.tenant_id, None, args.sub_queries)
+            outcome = await asyncio.to_thread(searcher.search, args.query, request.tenant_id, ids, args.sub_queries,
+                                              names)
         except (EmbeddingError, StoreError) as exc:
             raise ToolFailure("kb_backend_unavailable", str(exc)[:500], hint="retry later", kind="transient") from exc
         if not outcome.evidence:
+            where = " within the question's scope" if scope is not None else ""
             raise ToolFailure(
                 "kb_no_results",
-                f"no knowledge-base passage matched {args.query!r} "
+                f"no knowledge-base passage{where} matched {args.query!r} "
                 f"(dense similarity >= {searcher.settings.retrieval_min_score})",
                 hint="try other keywords: the law's name, the legal term, fewer words; or search the web",
                 kind="business",

@@ -344,18 +344,19 @@ class KbSearcher:
         return first[: max(self.settings.retrieval_top_k, depth)]
 
     def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
-               sub_queries: list[str] | None = None) -> SearchOutcome:
+               sub_queries: list[str] | None = None, collections: list[str] | None = None) -> SearchOutcome:
         """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
 
-        ``document_ids`` (optional) restricts every round to those store documents
-        (``POST /v1/search`` filters). ``sub_queries`` (rule K9, the model's split of the question,
+        ``document_ids`` and ``collections`` (optional; a question's scope or ``POST /v1/search`` filters,
+        ``contracts.scope``) restrict every round to those store documents and collections, a union
+        (rule Q3, ``SearchFilter.scoped``). ``sub_queries`` (rule K9, the model's split of the question,
         at most 2 with the rewrite's, rule K12): one more round each. Returns evidence in fused order or the
         reranker's (K11, K13; empty when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
         """
         s = self.settings
-        flt = SearchFilter.for_tenant(tenant_id)
-        if document_ids:
-            flt = SearchFilter(tenant_ids=flt.tenant_ids, document_ids=tuple(document_ids))
+        flt = SearchFilter.scoped(tenant_id, document_ids, collections)
+        # rule Q3: e5's nearest law chunks join the pool only when the whole law corpus is in scope
+        law_whole = (not document_ids and not collections) or "law" in (collections or [])
         merged: dict[str, Hit] = {}
         attempts: list[Attempt] = []
         e5 = None
@@ -363,7 +364,7 @@ class KbSearcher:
             forms = [query]
             if s.retrieval_stage2_expansion and s.retrieval_query_expansion:
                 forms.append(expand_query(query))  # the same text twice is embedded once
-            e5 = self.stage2.start(forms, 0 if document_ids else s.retrieval_stage2_candidates)
+            e5 = self.stage2.start(forms, s.retrieval_stage2_candidates if law_whole else 0)
         rewrite = self.assist.start_rewrite(query) if self.assist else None  # rule K12, beside the first round
         self._round("original", query, flt, merged, attempts, e5)
         if merged and _e5_result(e5) is not None and _e5_result(e5).nearest:

@@ -60,17 +60,20 @@ from services.retriever.memory import MemoryRequests
 from services.retriever.pipeline import KbSearcher
 from services.retriever.replicas import mark_applied
 from services.retriever.store import StoreError
+from services.retriever.store.points import COLLECTION
 
 log = logging.getLogger("conduit.retriever.requests")
 
 
-def posted_document_chunks(index_id: str, tenant_id: str, title: str, text: str, source: str | None) -> list[Chunk]:
+def posted_document_chunks(index_id: str, tenant_id: str, title: str, text: str, source: str | None,
+                           collection: str | None = None) -> list[Chunk]:
     """Chunks of a posted Markdown/plain-text document, stored under ``index_id``.
 
     Same splitting as a ``.md`` file (parents of <= 4,000 chars on headings and paragraphs,
     children of <= 800 chars, ``documents.markdown_chunks``); payload
     ``source`` is ``api`` (``source_ref`` keeps the client's ``source``), ``version_date``
-    is today (UTC). Raises ``DocumentError("no text")``.
+    is today (UTC), ``collection`` its named collection when it has one (rule Q3: filterable).
+    Raises ``DocumentError("no text")``.
     """
     chunks = markdown_chunks(text, Path(f"{index_id}.md"), tenant_id, title=title, document_id=index_id)
     today = datetime.now(UTC).date().isoformat()
@@ -79,6 +82,8 @@ def posted_document_chunks(index_id: str, tenant_id: str, title: str, text: str,
         c.payload.pop("source_path", None)
         c.payload.pop("file_name", None)
         c.payload.update(document_id=index_id, source="api", source_ref=source, version_date=today)
+        if collection:
+            c.payload[COLLECTION] = collection
     return chunks
 
 
@@ -127,7 +132,7 @@ class RetrieverRequests:
         started = time.perf_counter()
         try:
             outcome = await asyncio.to_thread(self._searcher_for(p.top_k).search, p.query, event.tenant_id,
-                                              p.document_ids)
+                                              p.document_ids, None, p.collections)
             reply = SearchReply(request_id=p.request_id, outcome="ok", items=outcome.evidence,
                                 attempts=[SearchAttempt(kind=a.kind, query=a.query, returned=a.returned, kept=a.kept,
                                                         best=a.best) for a in outcome.attempts])
@@ -153,7 +158,8 @@ class RetrieverRequests:
             return
         update: dict = {"updated_at": utcnow()}
         try:
-            chunks = posted_document_chunks(p.index_document_id, event.tenant_id, p.title, p.text, p.source)
+            chunks = posted_document_chunks(p.index_document_id, event.tenant_id, p.title, p.text, p.source,
+                                            p.collection)
             summary = IngestSummary()
             s = self.searcher
             indexer = Indexer(s.store, s.embedder, s.encoder, batch_size=s.settings.ingest_batch_size,

@@ -1,6 +1,6 @@
 """The chat page's tool work in a real browser (Debian's Chromium under Playwright) against the real
 stack: inline approvals (approve, reject, edit), sandbox plots and files, documents by drag and drop,
-sessions renamed and deleted, and an axe-core accessibility check.
+a question limited to a picked document, sessions renamed and deleted, and an axe-core accessibility check.
 
 Each scenario keeps a screenshot under ``test-output/page/`` (``CONDUIT_TEST_OUTPUT`` overrides).
 """
@@ -14,6 +14,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from conduit.testing.page import (
@@ -34,6 +35,8 @@ from conduit.testing.page import (
 from conduit.testing.pdf import minimal_pdf
 from conduit.testing.page_fixtures import fresh_script, stack  # noqa: F401 - fixtures
 from conduit.testing.scripted_model import Turn
+from conduit.testing.stack import auth
+from conduit.testing.waits import wait_until
 
 pytest.importorskip("playwright")
 from playwright.sync_api import Browser, Locator, Page, expect  # noqa: E402
@@ -295,4 +298,45 @@ def test_a_kb_search_that_finds_nothing_is_shown_as_nothing_found_not_as_an_erro
     expect(call.locator(".rec-note")).to_contain_text("知识库里没有足够相关的段落 (kb_no_results)")
     expect(record.locator(".pill-error, .rec-error")).to_have_count(0)
     shot(page, "14-kb-nothing-found", full=True)
+    page.context.close()
+
+
+SCOPED = {"scope-travel": ("星河差旅细则", None, "# 星河差旅细则\n\n出差住宿费每晚不超过五百元，凭发票报销。\n"),
+          "scope-handbook": ("星河员工手册", "hr", "# 星河员工手册\n\n员工出差住宿应选择协议酒店，住宿费凭发票报销。\n")}
+
+
+def cite_every_passage(body: dict) -> Turn:
+    shown = sorted({int(n) for m in body["messages"] if m["role"] == "tool"
+                    for n in re.findall(r"\[(\d+)\]", m.get("content") or "")})
+    return Turn(content="住宿费按制度报销" + "".join(f"[{n}]" for n in shown) + "。")
+
+
+def test_a_question_limited_to_a_picked_document_searches_only_it(browser, stack, model):
+    with httpx.Client(base_url=stack.gateway_url, headers=auth(admin_key(stack)), timeout=30) as c:
+        for doc_id, (title, collection, text) in SCOPED.items():
+            body = {"title": title, "text": text, "document_id": doc_id} | ({"collection": collection} if collection else {})
+            assert c.post("/v1/documents", json=body).status_code == 202
+        assert wait_until(lambda: all(c.get(f"/v1/documents/{d}").json()["status"] == "ingested" for d in SCOPED), 60)
+    model.push(Turn(tool_calls=[kb("星河 出差 住宿费 报销")]), cite_every_passage)
+    page = open_page(browser, stack)
+    scope = page.locator("#scope")
+    expect(scope.locator(".scope-summary")).to_have_text("全部资料")
+    scope.get_by_role("button", name=re.compile("检索范围")).click()
+    panel = page.locator("#scope-panel")
+    expect(panel.get_by_label("法律法规")).to_be_visible()
+    expect(panel.locator(".scope-collections")).to_contain_text("hr")  # the handbook's named collection
+    panel.get_by_label("星河差旅细则").check()
+    expect(scope.locator(".scope-summary")).to_have_text("星河差旅细则")
+    shot(page, "15-scope-picked")
+    panel.get_by_role("button", name="完成").click()
+    expect(panel).to_be_hidden()
+    with page.expect_request(lambda r: r.url.endswith("/v1/tasks") and r.method == "POST") as sent:
+        ask(page, "出差住宿费怎么报销？")
+    assert sent.value.post_data_json["document_ids"] == ["scope-travel"]
+    turn = last_turn(page)
+    expect(turn).to_have_attribute("data-state", "completed")
+    seen = "".join(m["content"] or "" for m in model.requests[-1]["messages"] if m["role"] == "tool")
+    assert "星河差旅细则" in seen and "星河员工手册" not in seen and "增值税法" not in seen, seen
+    expect(scope.locator(".scope-summary")).to_have_text("星河差旅细则")  # kept for the next question
+    shot(page, "15b-scope-answer")
     page.context.close()

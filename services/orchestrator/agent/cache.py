@@ -2,7 +2,8 @@
 memory (``Recalled``, ``apply_recall``).
 
 - C1 lookup: only for a new session's first question, per tenant, when the cache is on and the
-  client did not send ``Cache-Control: no-cache`` (``bypass``); a hit needs cosine >=
+  client did not send ``Cache-Control: no-cache`` (``bypass``), and the question is not scoped to
+  some documents or collections (rule Q4: ``off``, so neither read nor written); a hit needs cosine >=
   ``cache_min_similarity`` (0.95) between the two questions' embeddings.
 - C2 store: a completed agent answer of a first turn that cites knowledge-base evidence and no
   web page, stopped by no limit, written without long-term memory (a personal answer is never
@@ -46,10 +47,11 @@ class Recalled:
     error: str | None = None
 
 
-def lookup_outcome(first_turn: bool, enabled: bool, use_cache: bool) -> CacheOutcome:
+def lookup_outcome(first_turn: bool, enabled: bool, use_cache: bool, scoped: bool = False) -> CacheOutcome:
     """Rule C1: ``off`` (not a first turn, or the cache is off), ``bypass`` (no-cache) or ``miss``
-    (look it up; the I/O layer turns it into ``hit``)."""
-    if not first_turn or not enabled:
+    (look it up; the I/O layer turns it into ``hit``). Rule Q4: a scoped question (``scoped``) is ``off``:
+    an unscoped answer may cite outside its scope, and its own answer saw only part of the knowledge base."""
+    if not first_turn or not enabled or scoped:
         return "off"
     return "miss" if use_cache else "bypass"
 

@@ -135,7 +135,7 @@ def record_view(state: TaskState, latency: float | None = None, citations: list[
         citations=citations if citations is not None else citations_of(state), steps=state.steps,
         usage=state.usage, mode=state.mode, error=error, created_at=state.created_at, finished_at=state.finished_at,
         latency_ms=latency, stop_reason=state.stop_reason, trace=state.trace, confidence=state.confidence,
-        cache=state.cache, memory=[m.model_dump() for m in state.memory],
+        cache=state.cache, memory=[m.model_dump() for m in state.memory], scope=state.scope,
         pending_approvals=[{"call_id": c.call_id, "tool": c.name, "arguments": c.arguments, "reason": c.reason,
                             "arguments_digest": c.arguments_digest,
                             "expires_at": c.expires_at.isoformat() if c.expires_at else None}

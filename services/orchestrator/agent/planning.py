@@ -79,7 +79,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         task_id=event.task_id, session_id=event.session_id, tenant_id=event.tenant_id, user_id=event.user_id,
         traceparent=event.traceparent, cause_id=event.event_id, question=event.payload.question,
         allowed_tools=[*allowed_tools, *(t.name for t in mcp_tools or [])], mcp_tools=mcp_tools or [],
-        status="running", created_at=event.occurred_at,
+        status="running", created_at=event.occurred_at, scope=event.payload.scope,  # rule Q2: held for the task
         mode="agent" if model else "retrieval_only", fallback_reason=None if model else "no_model_configured",
         messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
                   {"role": "user", "content": event.payload.question}],

@@ -90,8 +90,12 @@ def _attach(deps: Deps, state: TaskState, call: PendingCall, r: ToolResultPayloa
     waited_ms = (now - call.requested_at).total_seconds() * 1000
     state.steps.append(StepRecord(step=call.step, kind="tool", tool=call.name, call_id=call.call_id,
                                   arguments=call.arguments, outcome=r.outcome, duration_ms=r.duration_ms))
-    return {"tool": call.name, "call_id": call.call_id, "outcome": r.outcome, "attempts": call.attempts + 1,
-            "run_ms": r.duration_ms, "queue_ms": round(max(0.0, waited_ms - r.duration_ms), 2)}
+    trace = {"tool": call.name, "call_id": call.call_id, "outcome": r.outcome, "attempts": call.attempts + 1,
+             "run_ms": r.duration_ms, "queue_ms": round(max(0.0, waited_ms - r.duration_ms), 2)}
+    limited = state.scope_of(call.name)
+    if limited is not None:  # rule Q2: the trace shows the search ran scoped
+        trace["scope"] = limited.model_dump()
+    return trace
 
 
 def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload | Arrival],

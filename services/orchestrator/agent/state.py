@@ -21,6 +21,7 @@ from contracts.envelope import utcnow
 from contracts.events import ChildSpec, ToolError, ToolResultPayload
 from contracts.evidence import NumberedEvidence
 from contracts.mcp import McpTool
+from contracts.scope import Scope
 from contracts.stream import MemoryNote, Usage
 from contracts.tools import AnyToolName, ToolName
 from services.orchestrator.agent import dates
@@ -173,6 +174,7 @@ class TaskState(BaseModel):
     turn_no: int = 0  # this task's 1-based turn number in its session (rule M7)
     first_turn: bool = False  # a new session's first question (the semantic cache applies, rule C1)
     cache: Literal["hit", "miss", "bypass", "off"] = "off"  # the semantic cache's outcome (rule C1)
+    scope: Scope | None = None  # the documents and collections every kb_search of the task may read (rule Q2)
     asked_on: date | None = None  # the day asked, in the tenant's zone (rule V1; None: a checkpoint from before it)
     time_zone: str | None = None  # that zone
 
@@ -191,6 +193,10 @@ class TaskState(BaseModel):
         """Envelope header fields of every event this task sends (task, session, tenant, user, trace)."""
         return dict(task_id=self.task_id, session_id=self.session_id, tenant_id=self.tenant_id,
                     user_id=self.user_id, traceparent=self.traceparent)
+
+    def scope_of(self, tool: str | None) -> Scope | None:
+        """Rule Q2: the scope a call of ``tool`` runs within: the task's for ``kb_search``, else None."""
+        return self.scope if tool == "kb_search" else None
 
     def mcp_tool(self, name: str) -> McpTool | None:
         """The offered MCP tool named ``name`` (canonical ``mcp.<server>.<tool>`` or its function name)."""

@@ -184,13 +184,14 @@ def allot(deps: Deps, state: TaskState, calls: list[PendingCall], now: datetime)
 def child_question(state: TaskState, call: PendingCall) -> QuestionAsked:
     """The ``question.asked`` that starts ``call``'s child task (task id ``child_task_id``), caused by
     the event that last moved the parent (``cause_id``); its tools are narrowed to the parent's
-    (the request's and the tenant's ``allowed_tools`` hold for the whole tree)."""
+    (the request's and the tenant's ``allowed_tools`` hold for the whole tree), and so is its scope (rule Q2)."""
     assert call.child is not None
     return QuestionAsked(task_id=child_task_id(call.idempotency_key), session_id=state.session_id,
                          tenant_id=state.tenant_id, user_id=state.user_id, traceparent=state.traceparent,
                          causation_id=state.cause_id,
                          payload=QuestionPayload(question=str(call.arguments["task"]), child=call.child,
-                                                 allowed_tools=list(state.tree_tools)))  # type: ignore[arg-type]
+                                                 allowed_tools=list(state.tree_tools),  # type: ignore[arg-type]
+                                                 scope=state.scope))
 
 
 def _cut(text: str, limit: int) -> str:

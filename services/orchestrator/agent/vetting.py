@@ -194,7 +194,8 @@ def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict
             step.emit(WorkerStarted(call_id=call.call_id, worker=call.child.worker, task=str(call.arguments["task"]),
                                     task_id=team.child_task_id(call.idempotency_key)))
             continue
-        step.emit(ToolRequestedEvent(call_id=call.call_id, tool=call.name, arguments=call.arguments, reason=call.reason))
+        step.emit(ToolRequestedEvent(call_id=call.call_id, tool=call.name, arguments=call.arguments, reason=call.reason,
+                                     scope=state.scope_of(call.name)))
         if isinstance(call.result, Refusal):
             step.emit(ToolCompletedEvent(call_id=call.call_id, tool=call.name, outcome="error", duration_ms=0.0,
                                          error_code=call.result.error.error_code))

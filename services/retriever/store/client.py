@@ -71,12 +71,16 @@ class ClientVectorStore(VectorStore):
         must: list[Any] = []
         if flt and flt.tenant_ids is not None:
             must.append(m.FieldCondition(key="tenant_id", match=m.MatchAny(any=list(flt.tenant_ids))))
-        if flt and flt.document_ids is not None:
-            must.append(m.FieldCondition(key="document_id", match=m.MatchAny(any=list(flt.document_ids))))
+        scope = [m.FieldCondition(key=key, match=m.MatchAny(any=list(values)))
+                 for key, values in (flt.scope_conditions() if flt else [])]
+        if len(scope) == 1:
+            must += scope
+        should = scope if len(scope) > 1 else None  # rule Q3: the scope is a union
         if min_position > 0:
             must.append(m.FieldCondition(key="position", range=m.Range(gte=min_position)))
-        if exclude_ids:
-            return m.Filter(must=must, must_not=[m.HasIdCondition(has_id=list(exclude_ids))])
+        if exclude_ids or should:
+            return m.Filter(must=must, should=should,
+                            must_not=[m.HasIdCondition(has_id=list(exclude_ids))] if exclude_ids else None)
         return m.Filter(must=must) if must else None
 
     def upsert(self, points: Sequence[ChunkPoint]) -> None:

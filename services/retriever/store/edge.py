@@ -66,13 +66,16 @@ class EdgeVectorStore(VectorStore):
         must: list[Any] = []
         if flt and flt.tenant_ids is not None:
             must.append(qe.FieldCondition("tenant_id", match=qe.MatchAny(list(flt.tenant_ids))))
-        if flt and flt.document_ids is not None:
-            must.append(qe.FieldCondition("document_id", match=qe.MatchAny(list(flt.document_ids))))
+        scope = [qe.FieldCondition(key, match=qe.MatchAny(list(values)))
+                 for key, values in (flt.scope_conditions() if flt else [])]
+        if len(scope) == 1:
+            must += scope
+        should = scope if len(scope) > 1 else None  # rule Q3: the scope is a union
         if min_position > 0:
             must.append(qe.FieldCondition("position", range=qe.RangeFloat(gte=float(min_position))))
         must_not = [qe.HasIdCondition({uuid.UUID(i) for i in exclude_ids})] if exclude_ids else []
-        if must_not:
-            return qe.Filter(must=must, must_not=must_not)
+        if must_not or should:
+            return qe.Filter(must=must, should=should, must_not=must_not or None)
         return qe.Filter(must=must) if must else None
 
     def upsert(self, points: Sequence[ChunkPoint]) -> None:

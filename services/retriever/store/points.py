@@ -6,7 +6,7 @@ raised by every backend when it cannot open or use its store (``services.retriev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,9 @@ DENSE = "dense"
 SPARSE = "sparse"
 PUBLIC_TENANT = "_public"
 """Tenant of the shared corpus (the law database): visible to every tenant."""
-INDEXED_KEYWORDS = ("tenant_id", "document_id")
+INDEXED_KEYWORDS = ("tenant_id", "document_id", "collection")
+COLLECTION = "collection"
+"""Payload field of a posted document's chunks naming its collection (``contracts.scope``; rule Q3)."""
 INDEXED_INTEGERS = ("position",)
 DEFAULT_PREFETCH = 50
 """Candidates per prefetch branch before fusion (at least 4x the result limit)."""
@@ -46,16 +48,50 @@ class SearchFilter:
     """Backend-neutral filter; ``None`` fields do not filter.
 
     ``tenant_ids``: chunk's tenant must be one of these (a search passes
-    ``[request tenant, "_public"]``). ``document_ids``: restrict to these documents.
+    ``[request tenant, "_public"]``). The scope fields (rule Q3) restrict further, as a union: a
+    chunk passes when ANY of those given matches: ``document_ids`` (its document is one of these),
+    ``collections`` (its payload ``collection`` is one of these), ``scope_tenants`` (its tenant is
+    one of these: a whole collection, ``law`` = the public corpus, ``documents`` = the tenant's own).
     """
 
     tenant_ids: tuple[str, ...] | None = None
     document_ids: tuple[str, ...] | None = None
+    collections: tuple[str, ...] | None = None
+    scope_tenants: tuple[str, ...] | None = None
 
     @classmethod
     def for_tenant(cls, tenant_id: str) -> "SearchFilter":
         """What a tenant may read: its own chunks and the public corpus."""
         return cls(tenant_ids=tuple(dict.fromkeys([tenant_id, PUBLIC_TENANT])))
+
+    @classmethod
+    def scoped(cls, tenant_id: str, document_ids: list[str] | None = None,
+               collections: list[str] | None = None) -> "SearchFilter":
+        """Rule Q3: what a tenant may read (``for_tenant``) limited to a question's scope: its store
+        ``document_ids`` and ``collections`` (``law``, ``documents`` or named ones; ``contracts.scope``),
+        a union. The tenants no part of the scope can reach are left out of ``tenant_ids`` (so a scope
+        of the tenant's documents never searches the public corpus), and a scope that covers whole
+        tenants only keeps no union condition. No scope: ``for_tenant``."""
+        base = cls.for_tenant(tenant_id)
+        if not document_ids and not collections:
+            return base
+        names = set(collections or [])
+        whole = tuple(t for t, name in ((PUBLIC_TENANT, "law"), (tenant_id, "documents")) if name in names)
+        named = tuple(n for n in dict.fromkeys(collections or []) if n not in ("law", "documents"))
+        ids = tuple(dict.fromkeys(document_ids or []))
+        reached = set(whole) | ({tenant_id} if named else set())
+        reached |= {PUBLIC_TENANT if d.startswith("law:") else tenant_id for d in ids}
+        tenants = tuple(t for t in base.tenant_ids or () if t in reached)
+        if set(whole) >= set(tenants):  # every reachable tenant is in scope whole: the tenant filter says it all
+            return cls(tenant_ids=tenants)
+        return cls(tenant_ids=tenants, document_ids=ids or None, collections=named or None,
+                   scope_tenants=whole or None)
+
+    def scope_conditions(self) -> list[tuple[str, tuple[str, ...]]]:
+        """The union's ``(payload key, values)`` conditions (rule Q3), in a fixed order; a chunk must
+        match at least one (none: no scope)."""
+        pairs = (("document_id", self.document_ids), (COLLECTION, self.collections), ("tenant_id", self.scope_tenants))
+        return [(key, values) for key, values in pairs if values is not None]
 
     def dense_parts(self) -> list["SearchFilter"]:
         """The filter split for dense search: ``[own tenants, public corpus]`` when it spans the
@@ -71,7 +107,7 @@ class SearchFilter:
         if not self.tenant_ids or PUBLIC_TENANT not in self.tenant_ids or len(self.tenant_ids) < 2:
             return [self]
         own = tuple(t for t in self.tenant_ids if t != PUBLIC_TENANT)
-        return [SearchFilter(own, self.document_ids), SearchFilter((PUBLIC_TENANT,), self.document_ids)]
+        return [replace(self, tenant_ids=own), replace(self, tenant_ids=(PUBLIC_TENANT,))]
 
 
 @dataclass

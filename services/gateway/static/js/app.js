@@ -4,14 +4,16 @@ import { auth, request, verifyKey, redeemToken, errorSentence, ApiError } from "
 import { installCards } from "./cards.js";
 import { Turn, turnOf } from "./turn.js";
 import { installDocuments } from "./documents.js";
+import { installScope } from "./scope.js";
 import { Sessions } from "./sessions.js";
 
 const $ = (id) => document.getElementById(id);
 const CURRENT = "conduit.current";
 
-const state = { sessionId: null, turns: [], active: null, sessions: null };
+const state = { sessionId: null, turns: [], active: null, sessions: null, scope: null };
 
 function showLogin(message = "") {
+  if (state.scope) state.scope.reset();
   for (const turn of state.turns) turn.detach();
   state.turns = [];
   state.active = null;
@@ -180,10 +182,12 @@ async function ask() {
   if (!question || state.active) return;
   box.value = "";
   autosize();
+  state.scope.close();
   $("empty").hidden = true;
   const body = { question };
   if (state.sessionId) body.session_id = state.sessionId;
   if ($("team-mode").checked) body.mode = "team"; // a supervisor and parallel workers (docs/agent-rules.md D1)
+  Object.assign(body, state.scope.body()); // the picked documents and collections (rules Q1-Q4, docs/rules.md)
   try {
     const created = await request("/v1/tasks", { json: body, headers: { "Idempotency-Key": randomId() } });
     state.sessionId = created.session_id;
@@ -251,6 +255,7 @@ function wire() {
       setLang(lang() === "zh" ? "en" : "zh");
       applyStatic();
       fitPlaceholder();
+      state.scope.render();
       if ($("app").hidden) return;
       // the answers on screen are drawn again in the new language (not while one is streaming)
       if (state.sessionId && !state.active && state.turns.length) openSession(state.sessionId); else renderSessions();
@@ -272,6 +277,7 @@ function wire() {
     $("toggle-sidebar").setAttribute("aria-expanded", String(open));
   });
   $("scrim").addEventListener("click", closeSidebar);
+  state.scope = installScope($("scope"));
   const docs = installDocuments($("docs"), [$("conversation")]);
   $("open-docs").addEventListener("click", () => { docs.open(); closeSidebar(); });
   window.addEventListener("conduit:unauthorized", () => showLogin(t("login.expired")));
