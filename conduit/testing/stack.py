@@ -50,6 +50,13 @@ def start_stack(bootstrap: str | None, redis_url: str | None, data_dir: Path, se
     return Stack(settings, services=services, extra_env=env, scale=scale).start()
 
 
+def model_env(base_url: str, model: str = "scripted", tool_timeout_s: float = 20) -> dict[str, str]:
+    """The ``env`` of a stack whose model is the scripted server at ``base_url`` (OpenAI-compatible) named ``model``,
+    with tool deadlines of ``tool_timeout_s`` seconds."""
+    return {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": model,
+            "CONDUIT_TOOL_TIMEOUT_S": str(tool_timeout_s).removesuffix(".0")}
+
+
 def restart(stack: Stack, name: str, drop: tuple[str, ...] = (), **env: str) -> ServiceProcess:
     """Replace service ``name`` with a new process: its old environment minus ``drop`` plus ``env``.
 

@@ -36,7 +36,7 @@ from contracts.memory import (
     MemoryRecallRequested,
     RecallReply,
 )
-from services.orchestrator.agent import cache, memory
+from services.orchestrator.agent import cache, dates, memory
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.state import TaskState
 
@@ -84,7 +84,8 @@ class MemoryIO:
         s = self.settings
         on = self.memory_on(event.tenant_id, event.user_id)
         outcome = cache.lookup_outcome(first_turn, s.cache_enabled, event.payload.use_cache,
-                                       scoped=event.payload.scope is not None)
+                                       scoped=event.payload.scope is not None,
+                                       relative_year=dates.names_relative_year(event.payload.question))
         with_memory, with_cache = cache.recall_asks(on and s.memory_recall_k > 0, marks[0], outcome, marks[1])
         if not (with_memory or with_cache):  # rule M8: nothing the retriever could return
             return Recalled(memory_on=on, outcome=outcome)

@@ -17,7 +17,7 @@ from conduit.runtime.settings import Settings
 from conduit.testing.provider_shapes import SHAPES
 from conduit.testing.scripted_model import ScriptedModel, Turn
 from conduit.testing.scripted_model import evidence_number as _number_of
-from conduit.testing.stack import start_stack
+from conduit.testing.stack import model_env, start_stack
 from services.orchestrator.openai_model import ModelClient, ModelError
 
 ARGS = {"query": "增值税 征收率", "reason": "查法条"}
@@ -102,8 +102,7 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     """Retriever, orchestrator and gateway processes whose model plays MiniMax-through-NIM's shape."""
     st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("providers-data"),
                      ("retriever", "orchestrator", "gateway"),
-                     {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "minimax-m2",
-                      "CONDUIT_TOOL_TIMEOUT_S": "20"}, laws=[VAT_LAW])
+                     model_env(model.base_url, "minimax-m2"), laws=[VAT_LAW])
     yield st
     st.stop()
 

@@ -29,7 +29,7 @@ from conduit.ops.client import SseEvent, create_task, stream_task
 from conduit.ops.stack import Stack
 from conduit.testing.page_fixtures import fresh_script  # noqa: F401 - autouse fixture: an empty script per test
 from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import admin_client, auth, start_stack
+from conduit.testing.stack import admin_client, auth, model_env, start_stack
 from services.orchestrator.agent import finalizer, team
 
 VAT_LAW = "中华人民共和国增值税法"
@@ -51,8 +51,7 @@ TRAVEL_ID, HANDBOOK_ID = "doc:default:travel", "doc:default:handbook"
 def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("scope-data"),
                      ("retriever", "orchestrator", "gateway"),
-                     {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
-                      "CONDUIT_TOOL_TIMEOUT_S": "30"}, laws=[VAT_LAW])
+                     model_env(model.base_url, tool_timeout_s=30), laws=[VAT_LAW])
     try:
         with admin_client(st) as c:
             for doc_id, title, collection, text in (TRAVEL, HANDBOOK):

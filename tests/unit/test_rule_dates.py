@@ -226,3 +226,13 @@ async def test_a_this_year_question_is_answered_with_the_day_asked_and_supersede
     assert {"phase": "versions", "kept_out": ["old"]} in state.trace
     (tool_text,) = sim.tool_messages()
     assert "现行有效；2026-01-01 起施行" in tool_text and "仲裁法" not in tool_text
+
+
+def test_rule_v5_a_relative_year_keeps_the_question_out_of_the_semantic_cache() -> None:
+    from services.orchestrator.agent import cache  # noqa: PLC0415
+
+    assert dates.names_relative_year("今年的个税起征点是多少？") and dates.names_relative_year("what changed last year?")
+    assert not dates.names_relative_year("2024年的个税起征点是多少？") and not dates.names_relative_year("现在的征收率？")
+    assert not dates.names_relative_year("说明年度预算")  # 明年 inside another word
+    assert cache.lookup_outcome(True, True, True, relative_year=True) == "off"
+    assert cache.lookup_outcome(True, True, True, relative_year=False) == "miss"

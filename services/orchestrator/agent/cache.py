@@ -47,11 +47,14 @@ class Recalled:
     error: str | None = None
 
 
-def lookup_outcome(first_turn: bool, enabled: bool, use_cache: bool, scoped: bool = False) -> CacheOutcome:
+def lookup_outcome(first_turn: bool, enabled: bool, use_cache: bool, scoped: bool = False,
+                   relative_year: bool = False) -> CacheOutcome:
     """Rule C1: ``off`` (not a first turn, or the cache is off), ``bypass`` (no-cache) or ``miss``
     (look it up; the I/O layer turns it into ``hit``). Rule Q4: a scoped question (``scoped``) is ``off``:
-    an unscoped answer may cite outside its scope, and its own answer saw only part of the knowledge base."""
-    if not first_turn or not enabled or scoped:
+    an unscoped answer may cite outside its scope, and its own answer saw only part of the knowledge base.
+    Rule V5: a question naming a relative year (``relative_year``: 今年, 去年, 明年 …) is ``off``: its meaning
+    changes on 1 January, and a hit renews an entry, so a popular one would outlive its year."""
+    if not first_turn or not enabled or scoped or relative_year:
         return "off"
     return "miss" if use_cache else "bypass"
 

@@ -127,6 +127,11 @@ def _named(question: str, today: date) -> list[tuple[date, date, str]]:
     return found
 
 
+def names_relative_year(question: str) -> bool:
+    """True when ``question`` names a year relative to the day asked (今年, 去年, 明年, last year …; rule V5)."""
+    return _RELATIVE_RE.search(question) is not None
+
+
 def parse_period(question: str, today: date) -> Period | None:
     """The time ``question`` is about, relative to the day it was asked (``today``); None when it
     names none. Explicit and relative times win over "now" words; several give the span from the
