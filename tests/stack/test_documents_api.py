@@ -52,17 +52,22 @@ def in_process_kb_search(tmp_path_factory, query: str) -> list[str]:
     """Chunk ids ``kb_search`` returns in this process over a fresh ingest of the same law."""
     from services.retriever.embeddings import make_embedder
     from services.retriever.ingest import ingest_law_db
+    from services.retriever.main import open_second_stage
     from services.retriever.pipeline import KbSearcher, kb_search
     from services.retriever.store import open_store
 
     settings = Settings(data_dir=tmp_path_factory.mktemp("docs-api-local"))
     embedder = make_embedder(settings)
     store = open_store(settings, embedder.dim)
+    stage2 = open_second_stage(settings) if settings.retrieval_second_stage else None  # as the service (rule K7)
     try:
         ingest_law_db(settings, law_names=[VAT_LAW], progress=False, embedder=embedder, store=store)
-        return [e.chunk_id for e in kb_search(KbSearcher(settings, embedder, store), query, settings.default_tenant)]
+        searcher = KbSearcher(settings, embedder, store, stage2=stage2)
+        return [e.chunk_id for e in kb_search(searcher, query, settings.default_tenant)]
     finally:
         store.close()
+        if stage2 is not None:
+            stage2.close()
 
 
 def wait_status(client: httpx.Client, document_id: str, until: set[int | str], timeout_s: float = 60) -> httpx.Response:
