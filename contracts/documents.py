@@ -92,13 +92,15 @@ class SearchRequest(_Body):
 class SearchAttempt(_Body):
     """One search round of the pipeline: ``kind`` (original | compressed | topic:<name> | sub:n | rewrite[:n]),
     the ``query`` used, hits ``returned`` and ``kept`` (dense cosine >= floor), ``best`` cosine; or a helper call
-    of rules K11-K13, kind ``<stage>:<outcome>`` (docs/retrieval.md "Reranking and the model's help")."""
+    of rules K11-K13, kind ``<stage>:<outcome>``, ``query`` why it failed ("" when ok), ``duration_ms`` how long the
+    search waited for it (docs/retrieval.md "Reranking and the model's help")."""
 
     kind: str
     query: str
     returned: int
     kept: int
     best: float | None = None
+    duration_ms: float | None = None
 
 
 class SearchResponse(_Body):

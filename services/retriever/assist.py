@@ -32,7 +32,8 @@ from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
 from services.retriever.modelhelp import ModelHelp
 from services.retriever.rounds import Rewrite
-from services.retriever.pipeline import Attempt, select_passages
+from services.retriever.packing import select_passages
+from services.retriever.pipeline import Attempt
 from services.retriever.rerank import RerankEndpoint, StageError, order_by_scores
 from services.retriever.store import Hit
 
@@ -90,7 +91,7 @@ class Pending:
 
 def candidate_text(hit: Hit, question: str, limit: int) -> str:
     """What a reranker reads of a candidate: its title and locator, then its text cut to ``limit`` characters
-    (the paragraphs with the most question bigrams, ``pipeline.select_passages``)."""
+    (the paragraphs with the most question bigrams, ``packing.select_passages``)."""
     p = hit.payload
     head = " ".join(str(x) for x in (p.get("title"), p.get("locator")) if x)
     text = select_passages(str(p.get("parent_text") or p.get("text") or ""), question, limit)
@@ -142,9 +143,9 @@ class SearchAssist:
             return Pending(stage, None, time.perf_counter(), timeout_s, outcome="open")
         return Pending(stage, self._pool.submit(fn), time.perf_counter(), timeout_s)
 
-    def _finish(self, pending: Pending) -> tuple[Any, str, str]:
-        """Wait for ``pending`` within its time limit: (value or None, outcome, ``"<ms> ms[: why]"``); counted,
-        logged on failure, never raises."""
+    def _finish(self, pending: Pending) -> tuple[Any, str, str, float]:
+        """Wait for ``pending`` within its time limit: (value or None, outcome, why it failed ("" when ok), milliseconds
+        waited); counted, logged on failure, never raises."""
         value, outcome, why = None, pending.outcome, "circuit open"
         if pending.future is not None:
             try:
@@ -160,11 +161,11 @@ class SearchAssist:
         waited = time.perf_counter() - pending.started
         metrics.RETRIEVAL_STAGE.labels(stage=pending.stage, outcome=outcome).inc()
         metrics.RETRIEVAL_STAGE_LATENCY.labels(stage=pending.stage).observe(waited)
-        detail = f"{waited * 1000:.0f} ms"
+        detail = ""
         if outcome != "ok":
             log.warning("kb_search %s failed open (%s): %s", pending.stage, outcome, why)
-            detail += f": {why[:160]}"
-        return value, outcome, detail
+            detail = why[:160]
+        return value, outcome, detail, round(waited * 1000, 1)
 
     # ------------------------------------------------------------------ rule K12
     def start_rewrite(self, question: str) -> Pending | None:
@@ -176,9 +177,9 @@ class SearchAssist:
 
     def rewritten(self, pending: Pending, attempts: list[Attempt]) -> Rewrite | None:
         """The rewrite (None: failed open), its ``Attempt`` appended (``returned`` = ``kept`` = queries it gave)."""
-        rewrite, outcome, detail = self._finish(pending)
+        rewrite, outcome, detail, ms = self._finish(pending)
         given = 0 if rewrite is None else int(rewrite.query is not None) + len(rewrite.sub_queries)
-        attempts.append(Attempt(f"model_rewrite:{outcome}", detail, given, given, None))
+        attempts.append(Attempt(f"model_rewrite:{outcome}", detail, given, given, None, ms))
         return rewrite
 
     # ------------------------------------------------------------------ rules K11, K13
@@ -202,11 +203,11 @@ class SearchAssist:
         if n < 2 or endpoint is None:
             return ranked
         docs = [candidate_text(h, question, s.rerank_max_chars) for h in ranked[:n]]
-        scores, outcome, detail = self._finish(self._start("rerank", lambda: endpoint.scores(question, docs),
-                                                           s.rerank_timeout_s))
+        scores, outcome, detail, ms = self._finish(self._start("rerank", lambda: endpoint.scores(question, docs),
+                                                               s.rerank_timeout_s))
         given = [x for x in scores or [] if x is not None]
         attempts.append(Attempt(f"rerank:{outcome}", detail, n, len(given),
-                                round(max(given), 4) if given else None))
+                                round(max(given), 4) if given else None, ms))
         if scores is None:
             return ranked
         for h, score in zip(ranked, scores):
@@ -221,10 +222,10 @@ class SearchAssist:
             return ranked
         docs = [candidate_text(h, question, MODEL_CANDIDATE_CHARS) for h in ranked[:n]]
         timeout_s = s.retrieval_model_rerank_timeout_s
-        order, outcome, detail = self._finish(self._start("model_rerank", lambda: model.rerank(question, docs, timeout_s),
-                                                          timeout_s))
+        order, outcome, detail, ms = self._finish(self._start("model_rerank",
+                                                              lambda: model.rerank(question, docs, timeout_s), timeout_s))
         moved = 0 if order is None else sum(i != k for k, i in enumerate(order))
-        attempts.append(Attempt(f"model_rerank:{outcome}", detail, n, moved, None))
+        attempts.append(Attempt(f"model_rerank:{outcome}", detail, n, moved, None, ms))
         if order is None:
             return ranked
         head = [ranked[i] for i in order]

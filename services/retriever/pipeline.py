@@ -48,7 +48,8 @@ from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
 from services.retriever.rounds import plan_rounds
-from services.retriever.rescoring import E5_PAYLOAD, Fusion, SecondStage, fuse
+from services.retriever.packing import hit_text, pack
+from services.retriever.rescoring import Fusion, SecondStage, fuse
 from services.retriever.sparse import SparseEncoder, jieba_tokenizer
 from services.retriever.store import Hit, SearchFilter, VectorStore
 
@@ -84,22 +85,20 @@ a question without expansion gives its own vector twice, so dense:sparse stays 2
 weighted RRF cannot do that at k = 60, see ``store.VectorStore.branch_weights``). Measured on
 bench/retrieval (labelled corpus, both embedders): better hit@1 and MRR than one dense
 branch (docs/retrieval.md "Fusion")."""
-MIN_PACK_CHARS = 200
-"""An item is dropped rather than cut below this many characters when the context budget runs out."""
-GAP = "……"
-"""Marks paragraphs left out of a long text."""
 
 
 @dataclass
 class Attempt:
     """One search round: ``kind`` (original | compressed | topic:<name> | sub:n | rewrite[:n]), the query, hits returned,
-    hits kept by the threshold, the best dense cosine kept; or a helper call (``assist.py``: ``<stage>:<outcome>``)."""
+    hits kept by the threshold, the best dense cosine kept; or a helper call (``assist.py``: ``<stage>:<outcome>``,
+    ``query`` = why it failed, ``duration_ms`` = how long the search waited for it)."""
 
     kind: str
     query: str
     returned: int
     kept: int
     best: float | None
+    duration_ms: float | None = None
 
 
 @dataclass
@@ -145,107 +144,9 @@ def compress_query(query: str) -> str:
     return _join([t for t in tokens if t and not _is_punct(t) and t.lower() not in QUESTION_FILLERS])
 
 
-def query_bigrams(text: str) -> set[str]:
-    """Character bigrams of ``text`` without whitespace and punctuation (for paragraph scoring)."""
-    chars = [ch for ch in text.lower() if not (ch.isspace() or unicodedata.category(ch)[0] in "PS")]
-    return {chars[i] + chars[i + 1] for i in range(len(chars) - 1)}
-
-
 def topics_in(text: str) -> list[str]:
     """Canonical ``TOPICS`` named in ``text``, in ``TOPICS`` order."""
     return [name for name, words in TOPICS.items() if any(w in text for w in words)]
-
-
-# ====================================================================== packing
-def select_passages(text: str, query: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` chars, keeping its most query-relevant paragraphs.
-
-    Paragraphs (lines) are ranked by how many of the query's character bigrams
-    they contain (ties: earlier first); a short first line (an enumeration's
-    lead-in, <= 200 chars) is kept for context. Kept paragraphs stay in document
-    order; ``GAP`` marks what was left out. A single paragraph longer than the
-    budget is cut at ``limit``.
-    """
-    if len(text) <= limit:
-        return text
-    paragraphs = [p for p in text.split("\n") if p.strip()]
-    if len(paragraphs) <= 1:
-        return text[: max(0, limit - len(GAP))] + GAP
-    grams = query_bigrams(query)
-    scores = [len(grams & query_bigrams(p)) for p in paragraphs]
-    order = sorted(range(len(paragraphs)), key=lambda i: (-scores[i], i))
-    if len(paragraphs[0]) <= 200 and 0 in order:
-        order.remove(0)
-        order.insert(0, 0)
-    chosen: set[int] = set()
-    cost = 0
-    for i in order:
-        extra = len(paragraphs[i]) + 1 + len(GAP) + 1  # paragraph, newline, possible gap marker line
-        if cost + extra <= limit:
-            chosen.add(i)
-            cost += extra
-    if not chosen:  # the best paragraph alone is longer than the budget
-        best = order[0]
-        return paragraphs[best][: max(0, limit - len(GAP))] + GAP
-    lines, prev = [], -1
-    for i in sorted(chosen):
-        if i != prev + 1:
-            lines.append(GAP)
-        lines.append(paragraphs[i])
-        prev = i
-    if prev != len(paragraphs) - 1:
-        lines.append(GAP)
-    return "\n".join(lines)[:limit]
-
-
-_META_SKIP = frozenset({"text", "parent_text", "parent_id", "content_hash", "source_path", "title", "locator",
-                        "document_id", "tenant_id", E5_PAYLOAD})
-
-
-def to_evidence(hit: Hit, text: str) -> EvidenceItem:
-    """An ``EvidenceItem`` (kind ``original``) for ``hit`` with the packed ``text``.
-
-    ``chunk_id`` is ``hit.id``: the parent chunk id for a file's child hit (set when
-    merging, so citations point at the parent), the point id for a law article.
-
-    ``score`` is the dense cosine; ``metadata`` holds the payload's display fields
-    (law_name, chapter, article_no, status, version_date, ...) and ``fused_score``.
-    """
-    p = hit.payload
-    metadata = {k: v for k, v in p.items() if k not in _META_SKIP and v is not None}
-    metadata["fused_score"] = round(hit.score, 6)
-    if hit.second is not None:
-        metadata["e5_score"] = round(hit.second, 4)
-    return EvidenceItem(
-        chunk_id=hit.id,
-        document_id=p.get("document_id"),
-        kind="original",
-        title=p.get("title") or "《未命名文档》",
-        locator=p.get("locator"),
-        score=None if hit.dense_score is None else round(hit.dense_score, 4),
-        text=text,
-        metadata=metadata,
-    )
-
-
-def _text(hit: Hit) -> str:
-    """The evidence text of a hit: its parent's text for a child chunk, else its own text."""
-    return str(hit.payload.get("parent_text") or hit.payload.get("text") or "")
-
-
-def pack(hits: list[Hit], query: str, chunk_max_chars: int, context_max_chars: int) -> list[EvidenceItem]:
-    """Evidence for ``hits`` in order within the per-item and total character budgets
-    (a child chunk's hit packs its parent's text, ``parent_text``)."""
-    out, used = [], 0
-    for hit in hits:
-        text = _text(hit)
-        budget = min(chunk_max_chars, context_max_chars - used)
-        if budget < min(MIN_PACK_CHARS, len(text)) or budget <= 0:
-            break
-        packed = select_passages(text, query, budget)
-        used += len(packed)
-        out.append(to_evidence(hit, packed))
-    return out
 
 
 # ====================================================================== the pipeline
@@ -384,7 +285,7 @@ class KbSearcher:
         wanted = topics_in(query)
         if len(wanted) > 1:  # rule K3 (simple version; TODO(later issue): per-topic sub-questions)
             # covered = named in what the model would get (the top k), not in any candidate
-            covered = " ".join(f"{h.payload.get('title', '')} {_text(h)}" for h in self._ranked(merged, e5 is not None))
+            covered = " ".join(f"{h.payload.get('title', '')} {hit_text(h)}" for h in self._ranked(merged, e5 is not None))
             rest = compress_query(query) if compressed is None else compressed
             for word in sorted((w for t in wanted for w in TOPICS[t]), key=len, reverse=True):
                 rest = rest.replace(word, " ")

@@ -135,7 +135,8 @@ class RetrieverRequests:
                                               p.document_ids, None, p.collections)
             reply = SearchReply(request_id=p.request_id, outcome="ok", items=outcome.evidence,
                                 attempts=[SearchAttempt(kind=a.kind, query=a.query, returned=a.returned, kept=a.kept,
-                                                        best=a.best) for a in outcome.attempts])
+                                                        best=a.best, duration_ms=a.duration_ms)
+                                          for a in outcome.attempts])
         except (EmbeddingError, StoreError) as exc:
             reply = SearchReply(request_id=p.request_id, outcome="error", error_code="kb_backend_unavailable",
                                 message=str(exc)[:500])

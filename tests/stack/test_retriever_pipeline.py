@@ -17,7 +17,8 @@ from services.retriever.documents import CHILD_CHUNK_CHARS, file_chunks, law_chu
 from services.retriever.embeddings import UseEmbedder
 from services.retriever.expansion import expand_query
 from services.retriever.ingest import ingest_law_db, ingest_paths
-from services.retriever.pipeline import GAP, KbSearcher
+from services.retriever.packing import GAP
+from services.retriever.pipeline import KbSearcher
 from services.retriever.lawdb import articles_by_law, list_laws
 from services.retriever.store import SearchFilter, open_store
 

@@ -21,7 +21,8 @@ from services.retriever.documents import (
     pack_paragraphs,
     point_id,
 )
-from services.retriever.pipeline import GAP, compress_query, pack, select_passages, topics_in
+from services.retriever.packing import GAP, pack, select_passages
+from services.retriever.pipeline import compress_query, topics_in
 from services.retriever.sparse import SparseEncoder, term_id, tokenize
 from services.retriever.store import PUBLIC_TENANT, Hit, SearchFilter
 
