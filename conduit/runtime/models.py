@@ -1,4 +1,4 @@
-"""Named model endpoints (issue 29; rules A20-A22, docs/architecture.md "Named models").
+"""Named model endpoints (issue 29; rule A20, docs/architecture.md "Named models").
 
 ``CONDUIT_MODELS`` is a JSON list of ``ModelSpec`` objects; the single-endpoint settings
 (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``CONDUIT_MODEL``) stay the model named ``default``
@@ -6,8 +6,9 @@
 by name, ``spec(settings, name)`` one of them or ``UnknownModel``.
 
 A tenant's chain (``chain``) is its primary (``TenantPolicy.model`` when it names a configured
-model, else ``default``) then its ``fallbacks``; the models it may pick per request (``allowed``)
-are its ``models`` list (None: every configured model) plus its chain.
+model, else ``default``); the models it may pick per request (``allowed``) are its ``models`` list
+(None: every configured model) plus its chain. (The fallback chain of issue 29 will add a tenant's
+fallbacks after the primary; not built yet.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class ModelSpec(BaseModel):
 
     ``base_url`` ends in ``/v1`` for most servers; the key is ``api_key`` or read from the
     environment variable ``api_key_env`` (never logged); ``model`` is the name sent in each request;
-    ``tools``: it calls tools (a model without them answers only chit-chat and summaries, rule A22);
+    ``tools``: it calls tools (shown by ``GET /v1/models``; the fallback chain will keep a model without
+    them to chit-chat and summaries);
     ``streaming``: it streams; ``reasoning``: it sends reasoning; ``context_chars``: history it takes
     (characters; None = ``CONDUIT_CONTEXT_WINDOW_CHARS``).
     """
@@ -94,14 +96,14 @@ def spec(settings: Settings, name: str) -> ModelSpec:
 
 
 def chain(settings: Settings, tenant_id: str) -> list[str]:
-    """Rule A21: the tenant's models in the order they answer (primary, then fallbacks), configured ones only.
+    """The tenant's models in the order they answer (today: its primary alone), configured ones only.
 
     The primary is the tenant's ``model`` when it names a configured model, else ``default``
     (a tenant ``model`` that names no configured model is a model name sent to ``default``)."""
     own = settings.tenants.get(tenant_id, {})
     known = registry(settings)
     primary = own.get("model") if own.get("model") in known else DEFAULT
-    names = [primary, *own.get("fallbacks", [])]
+    names = [primary]
     out: list[str] = []
     for name in names:
         if name in known and name not in out:

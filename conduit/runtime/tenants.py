@@ -27,7 +27,6 @@ class TenantPolicy(BaseModel):
 
     allowed_tools: list[AnyToolName] | None = Field(default=None, description="tools this tenant's tasks may use")
     model: str | None = Field(default=None, description="its primary model: a CONDUIT_MODELS name, else a model name sent to `default`")
-    fallbacks: list[str] | None = Field(default=None, description="configured models that answer when the primary fails before its first token (rule A21)")
     models: list[str] | None = Field(default=None, description="configured models its requests may name (rule A20; None = every one)")
     approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
@@ -45,7 +44,6 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
     return TenantPolicy(
         allowed_tools=own.allowed_tools,
         model=own.model or settings.model,
-        fallbacks=own.fallbacks or [],
         models=own.models,
         approval_policies=own.approval_policies if own.approval_policies is not None else settings.approval_policies,
         rate_limit_per_minute=(own.rate_limit_per_minute if own.rate_limit_per_minute is not None

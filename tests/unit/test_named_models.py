@@ -37,16 +37,16 @@ def test_a_malformed_or_repeated_entry_is_an_error() -> None:
 
 def test_a_tenants_chain_and_what_it_may_name() -> None:
     s = settings(openai_base_url="http://x/v1", models=MODELS,
-                 tenants={"acme": {"model": "deepseek", "fallbacks": ["default", "gone"], "models": ["small"]},
+                 tenants={"acme": {"model": "deepseek", "models": ["small", "gone"]},
                           "plain": {"model": "gpt-4.1"}})
-    assert models.chain(s, "acme") == ["deepseek", "default"]
+    assert models.chain(s, "acme") == ["deepseek"]
     assert models.chain(s, "plain") == ["default"], "a plain model name is sent to `default`"
-    assert models.allowed(s, "acme") == ["small", "deepseek", "default"]
+    assert models.allowed(s, "acme") == ["small", "deepseek"]
     assert models.allowed(s, "other") == ["default", "deepseek", "small"]
     assert models.pick(s, "acme", None) is None and models.pick(s, "acme", "small") == "small"
     with pytest.raises(models.UnknownModel) as err:
         models.pick(s, "acme", "gpt-5")
-    assert err.value.code == "unknown_model" and err.value.known == ["small", "deepseek", "default"]
+    assert err.value.code == "unknown_model" and err.value.known == ["small", "deepseek"]
 
 
 async def test_the_requests_model_is_asked_for_in_every_call_of_its_task() -> None:
