@@ -101,6 +101,10 @@ class ModelCard(BaseModel):
     created: int = 0
     owned_by: str = "conduit"
     description: str = ""
+    model: str | None = None
+    """A configured model's own name at its endpoint (rule A20; None: an agent mode)."""
+    tools: bool | None = None
+    """The configured model calls tools (None: an agent mode)."""
 
 
 class ModelList(BaseModel):

@@ -54,7 +54,8 @@ class QuestionPayload(Payload):
     ``child`` is set on a worker's task, which a supervisor started;
     ``use_cache`` False: the client sent ``Cache-Control: no-cache`` (the semantic cache is not read);
     ``scope``: the documents and collections its knowledge-base searches may read (``contracts.scope``,
-    rules Q1-Q4; None: everything the tenant may read), a worker's is its supervisor's.
+    rules Q1-Q4; None: everything the tenant may read), a worker's is its supervisor's;
+    ``model``: the configured model the request named (rule A20).
     """
 
     question: str
@@ -63,6 +64,8 @@ class QuestionPayload(Payload):
     child: ChildSpec | None = None
     use_cache: bool = True
     scope: Scope | None = None
+    model: str | None = None
+    """The configured model the request named (rule A20; None: the tenant's chain)."""
 
 
 class ToolRequestPayload(Payload):

@@ -1,7 +1,7 @@
 """The ``conduit`` command line (typer + rich).
 
 Commands: ``demo`` (the README's first command), ``up``, ``login``, ``status``, ``ask``, ``ingest``, ``serve``, ``eval``, ``keys``,
-``index`` (``index build --law-db``: the shipped law index).
+``index`` (``index build --law-db``: the shipped law index), ``doctor`` (probe a model endpoint).
 Commands that call the gateway send ``--key``, else ``CONDUIT_API_KEY``, else ``<data_dir>/admin.key``.
 """
 
@@ -18,7 +18,7 @@ import httpx
 import typer
 from rich.console import Console
 
-from conduit.ops import indexcli, keyscli, stopsignals
+from conduit.ops import doctorcli, indexcli, keyscli, stopsignals
 from conduit.ops.stopsignals import Interrupted
 from conduit.runtime.settings import Settings, get_settings
 
@@ -29,6 +29,7 @@ app = typer.Typer(help="Conduit: event-driven agentic question answering over Ka
                   add_completion=False)
 app.add_typer(keyscli.app, name="keys")
 app.add_typer(indexcli.app, name="index")
+app.command("doctor")(doctorcli.doctor)
 console = Console(stderr=True)
 out = Console(highlight=False, soft_wrap=True)
 

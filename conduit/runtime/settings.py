@@ -231,6 +231,9 @@ class Settings(BaseSettings):
     retrieval_model_rerank_top_n: int = Field(default=10, ge=2, le=30, description="rule K13: candidates the model reorders")
     retrieval_model_max_tokens: int = Field(default=256, ge=16, description="rules K12-K13: max_tokens of each rewrite or rerank call")
 
+    # ---- named models, a model per request and the fallback chain (issue 29; rule A20, conduit/runtime/models.py)
+    models: list[dict] = Field(default=[], description="named model endpoints, JSON [{name, base_url, api_key | api_key_env, model, tools, streaming, reasoning, context_chars}]; OPENAI_BASE_URL / CONDUIT_MODEL stay the model named `default` (README \"Pointing Conduit at a model\")")
+
     # ---- web
     searxng_url: str | None = Field(default=None, description="SearXNG base URL; enables web_search/web_fetch")
     tavily_api_key: str | None = Field(default=None, description="Tavily API key; enables web_search/web_fetch")

@@ -26,7 +26,8 @@ class TenantPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     allowed_tools: list[AnyToolName] | None = Field(default=None, description="tools this tenant's tasks may use")
-    model: str | None = Field(default=None, description="chat model name for this tenant")
+    model: str | None = Field(default=None, description="its primary model: a CONDUIT_MODELS name, else a model name sent to `default`")
+    models: list[str] | None = Field(default=None, description="configured models its requests may name (rule A20; None = every one)")
     approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
     running_tasks: int | None = Field(default=None, ge=0, description="tasks running at once, all its users")
@@ -43,6 +44,7 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
     return TenantPolicy(
         allowed_tools=own.allowed_tools,
         model=own.model or settings.model,
+        models=own.models,
         approval_policies=own.approval_policies if own.approval_policies is not None else settings.approval_policies,
         rate_limit_per_minute=(own.rate_limit_per_minute if own.rate_limit_per_minute is not None
                                else settings.rate_limit_tenant_per_minute),

@@ -1,6 +1,7 @@
 """OpenAI-compatible routes: Conduit answers as if it were a chat model (docs/openai.md).
 
-- ``GET  /v1/models``            -> 200 ``ModelList``: the agent modes (``contracts.chat.MODES``).
+- ``GET  /v1/models``            -> 200 ``ModelList``: the agent modes (``contracts.chat.MODES``), then the
+  tenant's configured models (``CONDUIT_MODELS``, rule A20; a chat completion naming one runs the full agent with it).
 - ``POST /v1/chat/completions``  body ``ChatCompletionRequest`` -> 200 ``chat.completion`` JSON, or
   with ``"stream": true`` a ``text/event-stream`` of ``chat.completion.chunk`` s ending with
   ``data: [DONE]`` (the answer's deltas as the agent writes them; ``services.gateway.chatstream``).
@@ -33,6 +34,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from conduit.records import keys
+from conduit.runtime import models
 from contracts.api import ErrorBody, TaskCreate
 from contracts.chat import MODES, ChatCompletionRequest, ModelCard, ModelList
 from services.gateway import inputs, scope, tasks
@@ -57,10 +59,26 @@ _SESSION = Header(default=None, alias="X-Conduit-Session", max_length=128, patte
 
 
 @router.get("/models", response_model=ModelList, responses=_ERRORS)
-async def list_models() -> JSONResponse:
-    """The agent modes, served as models (``model`` of a chat completion)."""
+async def list_models(state: GatewayState = Depends(get_state), who: Principal = Depends(authenticate)) -> JSONResponse:
+    """The agent modes, then the caller's tenant's configured models (rule A20), served as models
+    (``model`` of a chat completion, of ``POST /v1/tasks`` and ``/v1/ask`` for the configured ones)."""
     cards = [ModelCard(id=name, description=desc) for name, (desc, _) in MODES.items()]
-    return JSONResponse(ModelList(data=cards).model_dump(mode="json"))
+    known = models.registry(state.settings)
+    cards += [ModelCard(id=n, description="a configured model: the full agent answers with it", model=known[n].model,
+                        tools=known[n].tools) for n in models.allowed(state.settings, who.tenant_id) if n not in MODES]
+    return JSONResponse(ModelList(data=cards).model_dump(mode="json", exclude_none=True))
+
+
+def _mode(state: GatewayState, who: Principal, name: str) -> tuple[list[str] | None, str | None]:
+    """Rule A20: a chat completion's ``model``: an agent mode (its tools, no model named) or one of the tenant's
+    configured models (every tool, that model). Raises ApiError 404 ``model_not_found`` listing both."""
+    if name in MODES:
+        return list(MODES[name][1]) if MODES[name][1] is not None else None, None
+    names = models.allowed(state.settings, who.tenant_id)
+    if name in names:
+        return None, name
+    raise ApiError(404, "model_not_found", f"no model {name!r}; GET /v1/models lists them",
+                   {"models": [*MODES, *names]})
 
 
 def conversation_key(who: Principal, turns: list[tuple[str, str]]) -> str:
@@ -100,16 +118,14 @@ async def chat_completions(request: Request, state: GatewayState = Depends(get_s
                            session: str | None = _SESSION) -> Any:
     """Ask the last user message in the conversation's session; answer as a chat completion."""
     body = await _read(request, state)
-    if body.model not in MODES:
-        raise ApiError(404, "model_not_found", f"no model {body.model!r}; GET /v1/models lists them",
-                       {"models": list(MODES)})
+    allowed_tools, model = _mode(state, who, body.model)
     question, earlier = _question(body)
     inputs.check_question(question, state.settings)
     if session is None and earlier:
         found = await state.redis.get(conversation_key(who, earlier))
         session = found.decode() if isinstance(found, bytes) else found
     limits = body.conduit.model_dump(exclude_none=True) if body.conduit else {}  # the question's scope (rule Q1)
-    create = TaskCreate(question=question, session_id=session, allowed_tools=MODES[body.model][1], **limits)
+    create = TaskCreate(question=question, session_id=session, allowed_tools=allowed_tools, model=model, **limits)
     created, _ = await tasks.create_task(state, who, create, inputs.traceparent(request),
                                          inputs.idempotency_key(request))
     answer = ChatAnswer(created.task_id, created.session_id)

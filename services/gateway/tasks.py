@@ -21,7 +21,7 @@ import logging
 import uuid
 
 from conduit.records import controls, keys, questions, sessions
-from conduit.runtime import bus, tracing
+from conduit.runtime import bus, models, tracing
 from conduit.runtime.tenants import narrow_tools, policy
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
@@ -82,12 +82,14 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
             409 ``idempotency_key_reused`` when the key was used with another body;
             409 ``idempotency_key_in_progress`` (``Retry-After: 1``) while the first request with
             the key has not created its task yet (or died before it did: its claim lapses after
-            ``PENDING_CLAIM_TTL_S`` seconds, then a retry creates the task);
+            ``PENDING_CLAIM_TTL_S`` seconds, then a retry creates the task); 400 ``unknown_model``
+            (the body names a model its tenant does not have, rule A20);
             429 ``too_many_running_tasks`` (running-task limits, ``services.gateway.ratelimit``);
             503 ``broker_unavailable`` when Kafka did not ack the publish
             (the task is then recorded ``failed`` and its log sealed).
         redis.RedisError: Redis failed (answered 503 ``store_unavailable``).
     """
+    _model(state, who.tenant_id, body.model)  # rule A20: before anything is written
     if body.user_id is not None and body.user_id != who.user_id:
         raise ApiError(403, "user_mismatch", "user_id must be the caller's own (or left out)")
     limited = await scope.resolve(state.redis, who.tenant_id, body.document_ids, body.collections)
@@ -153,6 +155,14 @@ async def _claim(state: GatewayState, claim: str, body: TaskCreate, task_id: str
     return None
 
 
+def _model(state: GatewayState, tenant: str, name: str | None) -> str | None:
+    """Rule A20: the configured model a request names, if its tenant has it; raises ApiError 400 ``unknown_model``."""
+    try:
+        return models.pick(state.settings, tenant, name)
+    except models.UnknownModel as exc:
+        raise ApiError(400, exc.code, str(exc), {"models": exc.known}) from None
+
+
 async def _save_with_wake_up(state: GatewayState, view: TaskView, asked: QuestionAsked) -> None:
     """Write the task's record and its question's wake-up in one transaction."""
     ttl = state.settings.task_events_ttl_s
@@ -170,7 +180,8 @@ async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, ta
     asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
                           traceparent=traceparent,
                           payload=QuestionPayload(question=body.question, mode=body.mode, use_cache=use_cache,
-                                                  scope=limited, allowed_tools=narrow_tools(
+                                                  scope=limited, model=_model(state, tenant, body.model),
+                                                  allowed_tools=narrow_tools(
                               body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
     # the record and the question's wake-up (rule G4) land together or not at all: a gateway killed
     # after them leaves a task the sweeper starts, never an accepted record nothing will start; the

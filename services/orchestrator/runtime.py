@@ -90,8 +90,12 @@ run at once, each done before the next other effect (a step's tool requests leav
 
 def model_from_settings(settings: Settings) -> Model | None:
     """The OpenAI-compatible model of ``settings``, or None when no endpoint is configured."""
-    if not settings.model_configured:
+    if not settings.model_configured and not settings.models:
         return None
+    if settings.models:  # rule A20: named endpoints, each call routed by its model's name
+        from services.orchestrator.modelroute import RoutedModel
+
+        return RoutedModel(settings)
     from services.orchestrator.openai_model import ModelClient
 
     return ModelClient(settings)

@@ -85,6 +85,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
                   {"role": "user", "content": event.payload.question}],
     )
     state.turn_no = turn_no
+    state.model = event.payload.model  # rule A20: the request's model, kept for every call of the task
     state.time_zone = tenants.policy(s, event.tenant_id).time_zone or dates.DEFAULT_ZONE
     state.asked_on = dates.local_date(event.occurred_at, state.time_zone)  # rule V1: the day asked, kept on resume
     _continue_with_earlier_evidence(state, turns)
@@ -206,6 +207,11 @@ class StepPlan:
     stream: bool = True  # False: the reply's text is not sent to the client as it comes (a supervisor's draft, rule D9)
 
 
+def model_for(deps: Deps, state: TaskState) -> str | None:
+    """Rule A20: the model a call asks for: the one the request named, else the tenant's (``CONDUIT_TENANTS``)."""
+    return state.model or tenants.policy(deps.settings, state.tenant_id).model
+
+
 def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     """Count the step (``state.step``, ``state.rounds``), apply the limits and choose the mode.
 
@@ -217,7 +223,7 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         use = deps.model_configured and deps.model_breaker.allow(now.timestamp())
         timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
         return StepPlan(finalizer.plan_started(state), True, use, finalizer.messages(state) if use else [], None,
-                        timeout_s=timeout, model=tenants.policy(deps.settings, state.tenant_id).model)
+                        timeout_s=timeout, model=model_for(deps, state))
     hit = None if state.mode == "chitchat" else (hard_limit(deps, state, now) or ("empty_answer" if state.forced_final else None))
     soft = hit is None and soft_limit(deps, state)
     state.step += 1
@@ -232,7 +238,7 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     if state.mode == "chitchat":  # rule R1: its own prompt and history, no tools, a small cap
         return StepPlan(started, True, True, prompt.dated(state.messages, state.asked(), rules=False), None,
                         routing.CHITCHAT_MAX_TOKENS, timeout,
-                        model=tenants.policy(deps.settings, state.tenant_id).model)
+                        model=model_for(deps, state))
     messages = window(prompt.dated(state.messages, state.asked()),  # rule V1
                       state.window_chars or deps.settings.context_window_chars)  # rules A4, A18
     stop = stop_before(deps, state, messages, now)
@@ -247,7 +253,7 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
     tools = None if hit or not state.allowed_tools else [tool_schema(state, t) for t in state.allowed_tools]
     return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout,
-                    model=tenants.policy(deps.settings, state.tenant_id).model, stream=not finalizer.wanted(state))
+                    model=model_for(deps, state), stream=not finalizer.wanted(state))
 
 
 def tool_schema(state: TaskState, name: str) -> dict[str, Any]:

@@ -157,6 +157,7 @@ class TaskState(BaseModel):
     trace: list[dict[str, Any]] = Field(default_factory=list)
     mode: Literal["agent", "retrieval_only", "chitchat", "out_of_scope"] = "agent"
     fallback_reason: str | None = None
+    model: str | None = None  # the configured model the request named (rule A20; None: the tenant's chain)
     stop_reason: str | None = None  # max_rounds | max_tool_calls | max_tokens | deadline | loop_detected | failed_steps | empty_answer
     failure: Failure | None = None
     cancellation: Cancellation | None = None

@@ -1,0 +1,73 @@
+"""A model per request through the whole stack (issue 29, rule A20): two scripted servers, the second
+configured in ``CONDUIT_MODELS``; ``GET /v1/models`` lists it, a task or chat completion naming it is
+answered by it, and a name the tenant does not have is a 4xx with its code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from conduit.ops.client import create_task, stream_task
+from conduit.ops.stack import Stack
+from conduit.testing.scripted_model import ScriptedModel, Turn
+from conduit.testing.stack import model_env, start_stack
+
+
+@pytest.fixture(scope="module")
+def second() -> Iterator[ScriptedModel]:
+    m = ScriptedModel(shape="repeated_names", default=Turn(content="第二个模型的回答。")).start()
+    yield m
+    m.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(infra_stack, tmp_path_factory, model, second) -> Iterator[Stack]:
+    named = [{"name": "second", "base_url": second.base_url, "api_key": "k2", "model": "second-model", "tools": True}]
+    st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("named-models-data"),
+                     ("retriever", "orchestrator", "gateway"),
+                     {**model_env(model.base_url), "CONDUIT_MODELS": json.dumps(named)})
+    yield st
+    st.stop()
+
+
+def _headers(stack: Stack) -> dict[str, str]:
+    return {"Authorization": f"Bearer {stack.admin_key}"}
+
+
+def test_models_lists_the_modes_then_the_tenants_models(stack: Stack) -> None:
+    data = httpx.get(f"{stack.gateway_url}/v1/models", headers=_headers(stack), timeout=10).json()["data"]
+    ids = [m["id"] for m in data]
+    assert ids[:3] == ["conduit", "conduit-kb", "conduit-research"] and ids[3:] == ["default", "second"]
+    assert data[4]["model"] == "second-model" and data[4]["tools"] is True and "base_url" not in data[4]
+
+
+def test_a_task_naming_a_model_is_answered_by_it(stack: Stack, model: ScriptedModel, second: ScriptedModel) -> None:
+    before = len(model.requests)
+    created = create_task(stack.gateway_url, "你好，请介绍一下你自己。", api_key=stack.admin_key, model="second")
+    events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=60, reconnects=0,
+                              api_key=stack.admin_key))
+    assert events[-1].event == "task.completed" and events[-1].data["answer"].startswith("第二个模型的回答")
+    assert second.requests and all(r["model"] == "second-model" for r in second.requests)
+    assert len(model.requests) == before, "the default model was not asked"
+
+
+def test_a_chat_completion_naming_a_configured_model_runs_the_agent_with_it(stack: Stack, second: ScriptedModel) -> None:
+    before = len(second.requests)
+    reply = httpx.post(f"{stack.gateway_url}/v1/chat/completions", headers=_headers(stack), timeout=60,
+                       json={"model": "second", "messages": [{"role": "user", "content": "你好"}]})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["content"].startswith("第二个模型的回答")
+    assert len(second.requests) == before + 1
+
+
+def test_a_model_the_tenant_does_not_have_is_refused(stack: Stack) -> None:
+    url = stack.gateway_url
+    reply = httpx.post(f"{url}/v1/tasks", headers=_headers(stack), timeout=10, json={"question": "问题", "model": "gpt-9"})
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "unknown_model"
+    assert reply.json()["error"]["details"]["models"] == ["default", "second"]
+    chat = httpx.post(f"{url}/v1/chat/completions", headers=_headers(stack), timeout=10,
+                      json={"model": "gpt-9", "messages": [{"role": "user", "content": "你好"}]})
+    assert chat.status_code == 404 and chat.json()["error"]["code"] == "model_not_found"
