@@ -41,7 +41,7 @@ class TaskCreate(BaseModel):
     document_ids: DocumentIds | None = Field(default=None, description=DOCUMENT_IDS_DOC)
     collections: Collections | None = Field(default=None, description=COLLECTIONS_DOC)
     model: str | None = Field(default=None, max_length=64, description="one of the tenant's configured models "
-                              "(GET /v1/models, CONDUIT_MODELS; rule A20); unset: the tenant's chain. Unknown: 400 unknown_model")
+                              "(GET /v1/models, CONDUIT_MODELS; rule A20); unset: the tenant's chain. Unknown: 404 unknown_model")
 
 
 class TaskCreated(BaseModel):

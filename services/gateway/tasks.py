@@ -82,7 +82,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
             409 ``idempotency_key_reused`` when the key was used with another body;
             409 ``idempotency_key_in_progress`` (``Retry-After: 1``) while the first request with
             the key has not created its task yet (or died before it did: its claim lapses after
-            ``PENDING_CLAIM_TTL_S`` seconds, then a retry creates the task); 400 ``unknown_model``
+            ``PENDING_CLAIM_TTL_S`` seconds, then a retry creates the task); 404 ``unknown_model``
             (the body names a model its tenant does not have, rule A20);
             429 ``too_many_running_tasks`` (running-task limits, ``services.gateway.ratelimit``);
             503 ``broker_unavailable`` when Kafka did not ack the publish
@@ -156,11 +156,11 @@ async def _claim(state: GatewayState, claim: str, body: TaskCreate, task_id: str
 
 
 def _model(state: GatewayState, tenant: str, name: str | None) -> str | None:
-    """Rule A20: the configured model a request names, if its tenant has it; raises ApiError 400 ``unknown_model``."""
+    """Rule A20: the configured model a request names, if its tenant has it; raises ApiError 404 ``unknown_model`` (like an unknown session: the body is well formed, what it names is not there)."""
     try:
         return models.pick(state.settings, tenant, name)
     except models.UnknownModel as exc:
-        raise ApiError(400, exc.code, str(exc), {"models": exc.known}) from None
+        raise ApiError(404, exc.code, str(exc), {"models": exc.known}) from None
 
 
 async def _save_with_wake_up(state: GatewayState, view: TaskView, asked: QuestionAsked) -> None:

@@ -66,7 +66,7 @@ def test_a_chat_completion_naming_a_configured_model_runs_the_agent_with_it(stac
 def test_a_model_the_tenant_does_not_have_is_refused(stack: Stack) -> None:
     url = stack.gateway_url
     reply = httpx.post(f"{url}/v1/tasks", headers=_headers(stack), timeout=10, json={"question": "问题", "model": "gpt-9"})
-    assert reply.status_code == 400 and reply.json()["error"]["code"] == "unknown_model"
+    assert reply.status_code == 404 and reply.json()["error"]["code"] == "unknown_model"
     assert reply.json()["error"]["details"]["models"] == ["default", "second"]
     chat = httpx.post(f"{url}/v1/chat/completions", headers=_headers(stack), timeout=10,
                       json={"model": "gpt-9", "messages": [{"role": "user", "content": "你好"}]})
