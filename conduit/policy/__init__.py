@@ -1,2 +1,3 @@
-"""Pure policy rules shared by the gateway and the orchestrator: input guardrails
-(``guardrails``) and secret redaction (``redaction``). No I/O, no settings."""
+"""Pure policy rules shared by the services: input guardrails (``guardrails``), secret redaction
+(``redaction``) and the consecutive-failure circuit breaker (``breaker``: the orchestrator's model and tools,
+the retriever's rerank endpoint and model calls). No I/O, no settings."""

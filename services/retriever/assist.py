@@ -28,6 +28,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from conduit.policy.breaker import CircuitBreaker
 from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
 from services.retriever.modelhelp import ModelHelp
@@ -48,34 +49,25 @@ MODEL_CANDIDATE_CHARS = 300
 
 
 class Breaker:
-    """Open after ``failures`` failures (``BREAKER_FAILURES``) in a row; while open ``allow()`` is False for ``cooldown_s``,
-    then True once (a trial call) per ``cooldown_s`` until a call does not fail. Thread-safe."""
+    """Rule K11-K13's breaker: ``conduit.policy.breaker.CircuitBreaker`` (open after ``failures`` in a row, one trial
+    call per ``cooldown_s``) behind a lock, fed call outcomes (those in ``BREAKER_FAILURES`` count as failures)."""
 
     def __init__(self, failures: int, cooldown_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.failures, self.cooldown_s, self.clock = failures, cooldown_s, clock
-        self._count, self._open_until = 0, None
+        self._circuit, self.clock = CircuitBreaker(failures, cooldown_s), clock
         self._lock = threading.Lock()
 
     def allow(self) -> bool:
-        """True when a call may go out (closed, or one trial after the cool-down)."""
+        """True when a call may go out (closed, or the one trial after the cool-down)."""
         with self._lock:
-            if self._open_until is None:
-                return True
-            now = self.clock()
-            if now < self._open_until:
-                return False
-            self._open_until = now + self.cooldown_s  # one trial; the others wait for its outcome
-            return True
+            return self._circuit.allow(self.clock())
 
     def record(self, outcome: str) -> None:
-        """Count a call's ``outcome`` (``BREAKER_FAILURES`` count, anything else closes the breaker)."""
+        """Count a call's ``outcome``: a failure in ``BREAKER_FAILURES``, anything else closes the breaker."""
         with self._lock:
-            if outcome not in BREAKER_FAILURES:
-                self._count, self._open_until = 0, None
-                return
-            self._count += 1
-            if self._count >= self.failures:
-                self._open_until = self.clock() + self.cooldown_s
+            if outcome in BREAKER_FAILURES:
+                self._circuit.failure(self.clock())
+            else:
+                self._circuit.success()
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agentsim import T0, Reply, Sim, TestModel, kb, ok, passage, question
 from contracts.events import ToolError, ToolResultPayload
-from services.orchestrator.agent.breaker import CircuitBreaker
+from conduit.policy.breaker import CircuitBreaker
 
 
 def test_breaker_opens_at_the_threshold_and_a_success_resets_the_count():

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from conduit.runtime.settings import Settings
 from contracts.tools import TOOL_SPECS
-from services.orchestrator.agent.breaker import CircuitBreaker
+from conduit.policy.breaker import CircuitBreaker
 
 
 @dataclass
