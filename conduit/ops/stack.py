@@ -186,8 +186,9 @@ class Stack:
                             lambda proc: (infra.wait_port(port, proc=proc), infra.wait_redis_loaded(url, proc=proc)), log)
 
     def ensure_topics(self) -> None:
-        """Create every topic that is missing (after a broker start: tansu keeps topics in memory)."""
-        asyncio.run(bus.ensure_topics(self.settings))
+        """Create every topic that is missing (after a broker start: tansu keeps topics in memory).
+        Raises ``stopsignals.Interrupted`` within a tenth of a second of a stop signal."""
+        asyncio.run(stopsignals.watch(bus.ensure_topics(self.settings)))
 
     def service_env(self) -> dict[str, str]:
         """The environment every service process of this stack gets."""

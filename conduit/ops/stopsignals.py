@@ -11,8 +11,15 @@ still stops everything within one step.
 
 from __future__ import annotations
 
+import asyncio
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+POLL_S = 0.1
+"""How often ``watch`` looks for a recorded stop signal (seconds)."""
 
 _received: list[int] = []
 """The first stop signal's number once one arrived (at most one item)."""
@@ -49,3 +56,23 @@ def check() -> None:
     (also when ``install`` was never called)."""
     if _received:
         raise Interrupted(_received[0])
+
+
+async def watch(work: Awaitable[T], poll_s: float = POLL_S, cancel_wait_s: float = 5.0) -> T:
+    """Await ``work`` and return its result, but raise ``Interrupted`` within ``poll_s`` seconds of a
+    recorded stop signal, cancelling ``work`` (waiting at most ``cancel_wait_s`` seconds for it).
+
+    A signal that lands inside an asyncio callback is swallowed there, and the awaited client can be
+    left waiting for a reply its transport already dropped; without this, such a wait hangs.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll_s)
+            if done:
+                return task.result()
+            check()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=cancel_wait_s)
