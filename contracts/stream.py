@@ -200,6 +200,8 @@ class TaskCompleted(StreamEvent):
     ``cache``: ``hit`` when the answer was replayed from the semantic cache (``latency_ms`` is
     still the measured time), ``miss``/``bypass`` (``Cache-Control: no-cache``) on a new session's
     first turn, ``off`` otherwise. ``memory``: the long-term memory items the model was given.
+    ``model``: the configured model whose reply is the answer (rules A20, A21: a fallback's name when
+    the primary failed; None when no model wrote it).
     """
 
     type: Literal["task.completed"] = "task.completed"
@@ -213,6 +215,7 @@ class TaskCompleted(StreamEvent):
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     cache: Literal["hit", "miss", "bypass", "off"] | None = None
     memory: list[MemoryNote] = Field(default_factory=list)
+    model: str | None = None
 
 
 class TaskFailed(StreamEvent):

@@ -5,10 +5,10 @@
 (a ``CONDUIT_MODELS`` entry named ``default`` replaces it). ``registry(settings)`` gives them all
 by name, ``spec(settings, name)`` one of them or ``UnknownModel``.
 
-A tenant's chain (``chain``) is its primary (``TenantPolicy.model`` when it names a configured
-model, else ``default``); the models it may pick per request (``allowed``) are its ``models`` list
-(None: every configured model) plus its chain. (The fallback chain of issue 29 will add a tenant's
-fallbacks after the primary; not built yet.)
+A tenant's chain (``chain``, rule A21) is its primary (``TenantPolicy.model`` when it names a
+configured model, else ``default``) and then its fallbacks (``TenantPolicy.fallbacks``, else
+``CONDUIT_MODEL_FALLBACKS``), configured ones only, each once; the models it may pick per request
+(``allowed``) are its ``models`` list (None: every configured model) plus its chain.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 from pydantic import BaseModel, ConfigDict, Field
 
 from conduit.runtime.settings import Settings
+from conduit.runtime.tenants import policy
 
 DEFAULT = "default"
 """The name of the model the single-endpoint settings describe."""
@@ -40,10 +41,10 @@ class ModelSpec(BaseModel):
 
     ``base_url`` ends in ``/v1`` for most servers; the key is ``api_key`` or read from the
     environment variable ``api_key_env`` (never logged); ``model`` is the name sent in each request;
-    ``tools``: it calls tools (shown by ``GET /v1/models``; the fallback chain will keep a model without
-    them to chit-chat and summaries);
+    ``tools``: it calls tools (a model without them answers only chit-chat, a supervisor's final
+    rewrite and summaries, rule A21);
     ``streaming``: it streams; ``reasoning``: it sends reasoning; ``context_chars``: history it takes
-    (characters; None = ``CONDUIT_CONTEXT_WINDOW_CHARS``).
+    (characters; None = ``CONDUIT_CONTEXT_WINDOW_CHARS``; a step on it sends at most that much).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -96,16 +97,17 @@ def spec(settings: Settings, name: str) -> ModelSpec:
 
 
 def chain(settings: Settings, tenant_id: str) -> list[str]:
-    """The tenant's models in the order they answer (today: its primary alone), configured ones only.
+    """Rule A21: the tenant's configured models in the order they answer: its primary, then its
+    fallbacks (unknown names dropped, each name once).
 
     The primary is the tenant's ``model`` when it names a configured model, else ``default``
-    (a tenant ``model`` that names no configured model is a model name sent to ``default``)."""
-    own = settings.tenants.get(tenant_id, {})
+    (a tenant ``model`` that names no configured model is a model name sent to ``default``).
+    Raises ``pydantic.ValidationError`` for a malformed ``CONDUIT_TENANTS`` entry."""
+    own = policy(settings, tenant_id)
     known = registry(settings)
-    primary = own.get("model") if own.get("model") in known else DEFAULT
-    names = [primary]
+    primary = own.model if own.model in known else DEFAULT
     out: list[str] = []
-    for name in names:
+    for name in [primary, *(own.fallbacks or [])]:
         if name in known and name not in out:
             out.append(name)
     return out

@@ -162,8 +162,8 @@ class Settings(BaseSettings):
         "关税": ["关税"], "社会保险": ["社会保险", "社保"], "住房公积金": ["住房公积金", "公积金"], "发票": ["发票"]},
         description="team mode `auto`: topics (name -> words naming it, JSON); a question naming two or more runs in team mode (rule D1)")
     team_summary_max_chars: int = Field(default=600, ge=100, description="team mode: longest worker summary sent back to the supervisor (characters; rule D5)")
-    model_breaker_failures: int = Field(default=3, description="consecutive model failures that open the circuit")
-    model_breaker_cooldown_s: float = Field(default=30.0, description="seconds the model circuit stays open (retrieval-only answers meanwhile)")
+    model_breaker_failures: int = Field(default=3, description="consecutive failures of one model endpoint that open its circuit (one breaker per configured model, rule A21)")
+    model_breaker_cooldown_s: float = Field(default=30.0, description="seconds a model's circuit stays open (its fallbacks answer meanwhile, else retrieval-only answers)")
 
     # ---- dates and law versions (issue 27 item 5; rules V1-V4, docs/agent-rules.md)
     time_zone: TimeZoneName = Field(default="Asia/Shanghai", description="IANA time zone of the day a question is asked (the system prompt's date, rule V1); per tenant `time_zone` in CONDUIT_TENANTS")
@@ -231,8 +231,9 @@ class Settings(BaseSettings):
     retrieval_model_rerank_top_n: int = Field(default=10, ge=2, le=30, description="rule K13: candidates the model reorders")
     retrieval_model_max_tokens: int = Field(default=256, ge=16, description="rules K12-K13: max_tokens of each rewrite or rerank call")
 
-    # ---- named models, a model per request and the fallback chain (issue 29; rule A20, conduit/runtime/models.py)
+    # ---- named models, a model per request and the fallback chain (issue 29; rules A20, A21, conduit/runtime/models.py)
     models: list[dict] = Field(default=[], description="named model endpoints, JSON [{name, base_url, api_key | api_key_env, model, tools, streaming, reasoning, context_chars}]; OPENAI_BASE_URL / CONDUIT_MODEL stay the model named `default` (README \"Pointing Conduit at a model\")")
+    model_fallbacks: list[str] = Field(default=[], description="rule A21: configured models that answer, in order, when a tenant's primary fails before its first token or its breaker is open (JSON list of CONDUIT_MODELS names; a tenant's own `fallbacks` replace it)")
 
     # ---- web
     searxng_url: str | None = Field(default=None, description="SearXNG base URL; enables web_search/web_fetch")

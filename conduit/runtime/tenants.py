@@ -28,6 +28,7 @@ class TenantPolicy(BaseModel):
     allowed_tools: list[AnyToolName] | None = Field(default=None, description="tools this tenant's tasks may use")
     model: str | None = Field(default=None, description="its primary model: a CONDUIT_MODELS name, else a model name sent to `default`")
     models: list[str] | None = Field(default=None, description="configured models its requests may name (rule A20; None = every one)")
+    fallbacks: list[str] | None = Field(default=None, description="configured models that answer after its primary, in order (rule A21; None = CONDUIT_MODEL_FALLBACKS)")
     approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
     running_tasks: int | None = Field(default=None, ge=0, description="tasks running at once, all its users")
@@ -45,6 +46,7 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
         allowed_tools=own.allowed_tools,
         model=own.model or settings.model,
         models=own.models,
+        fallbacks=own.fallbacks if own.fallbacks is not None else settings.model_fallbacks,
         approval_policies=own.approval_policies if own.approval_policies is not None else settings.approval_policies,
         rate_limit_per_minute=(own.rate_limit_per_minute if own.rate_limit_per_minute is not None
                                else settings.rate_limit_tenant_per_minute),

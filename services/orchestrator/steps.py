@@ -132,8 +132,9 @@ class ModelSteps:
             return
         reply = await self._call_model(state, plan)
         if isinstance(reply, ModelError):
-            error, streamed, code = str(reply), reply.streamed, reply.code
-            await orch.apply(task_id, lambda st: planning.on_model_failed(deps, st, error, streamed, utcnow(), code),
+            error, streamed, code, endpoint = str(reply), reply.streamed, reply.code, plan.endpoint
+            await orch.apply(task_id, lambda st: planning.on_model_failed(deps, st, error, streamed, utcnow(), code,
+                                                                           endpoint),
                              loaded=state, attempts=1)
             return
         cancelled = await orch.store.cancel_requested(task_id)
@@ -202,13 +203,13 @@ class ModelSteps:
                               code=MODEL_TIMEOUT)
         except ModelError as exc:
             await deltas.flush()
-            orch.deps.model_breaker.failure(utcnow().timestamp())
+            orch.deps.model_breaker_for(plan.endpoint or "default").failure(utcnow().timestamp())  # rule A21
             metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
             log.warning("model call failed", error=str(exc), code=exc.code, kind=exc.kind, streamed=exc.streamed)
             await self.health.failed(exc)
             return exc
         await deltas.flush()
-        orch.deps.model_breaker.success()
+        orch.deps.model_breaker_for(plan.endpoint or "default").success()
         await self.health.succeeded()
         metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
                                    resp.usage.completion_tokens, "ok")

@@ -166,9 +166,9 @@ class Sim:
                                      code="model_timeout")
                 self.now += timedelta(seconds=took)
         except ModelError as exc:
-            self.deps.model_breaker.failure(self.now.timestamp())
-            return planning.on_model_failed(self.deps, state, str(exc), exc.streamed, self.now, exc.code)
-        self.deps.model_breaker.success()
+            self.deps.model_breaker_for(plan.endpoint or "default").failure(self.now.timestamp())
+            return planning.on_model_failed(self.deps, state, str(exc), exc.streamed, self.now, exc.code, plan.endpoint)
+        self.deps.model_breaker_for(plan.endpoint or "default").success()
         return planning.on_reply(self.deps, state, plan, reply, self.now)
 
     async def wake(self, after_s: float, bus_up: bool = True) -> None:

@@ -24,7 +24,9 @@ class Deps:
         settings: limits (rounds, tool calls, tokens, deadline in seconds), timeouts,
             retries, approval policies and TTL.
         model_configured: a model endpoint is configured (else retrieval-only mode).
-        model_breaker / tool_breakers: replica-local breakers (``breaker.CircuitBreaker``).
+        model_breaker / tool_breakers: replica-local breakers (``breaker.CircuitBreaker``);
+            ``model_breaker`` is the ``default`` endpoint's, ``model_breakers`` the other
+            configured models' (made on first use, ``model_breaker_for``, rule A21).
         rng: jitter source for retry backoff (tests pass ``random.Random(<fixed int>)``).
         new_call_id: id of a tool call the agent makes itself (retrieval-only ``kb_search``).
     """
@@ -33,6 +35,7 @@ class Deps:
     model_configured: bool = True
     model_breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     tool_breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
+    model_breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
     rng: random.Random = field(default_factory=random.Random)
     new_call_id: Callable[[], str] = lambda: f"call_{uuid.uuid4().hex[:12]}"
 
@@ -43,6 +46,17 @@ class Deps:
         if found is None and tool.startswith("mcp."):
             s = self.settings
             found = self.tool_breakers[tool] = CircuitBreaker(s.tool_breaker_failures, s.tool_breaker_cooldown_s)
+        return found
+
+    def model_breaker_for(self, endpoint: str) -> CircuitBreaker:
+        """The breaker of the configured model ``endpoint`` (``default``: ``model_breaker``), sized like
+        ``model_breaker``; made on first use."""
+        if endpoint == "default":
+            return self.model_breaker
+        found = self.model_breakers.get(endpoint)
+        if found is None:
+            found = self.model_breakers[endpoint] = CircuitBreaker(self.model_breaker.failures,
+                                                                   self.model_breaker.cooldown_s)
         return found
 
     @classmethod

@@ -7,7 +7,7 @@
   was not offered stays a refusal (``tool_not_available``, rule A5).
 - A18: ``context_length_exceeded`` before anything streamed folds the task's history once
   (``fold_history``) and the step runs again; a second one fails as any model call does.
-- Every failure leaves ``{"phase": "llm", "step", "error", "code", "kind"}`` on the trace, a ``trace`` event
+- Every failure leaves ``{"phase": "llm", "step", "model", "error", "code", "kind"}`` on the trace, a ``trace`` event
   with the same fields for the client, and one count of ``conduit_model_failures_total{code, kind}``.
 """
 
@@ -39,10 +39,11 @@ def unknown_names(state: TaskState, calls: list[ToolCallRequest]) -> list[str]:
             if c.name not in TOOL_SPECS and c.name != "delegate" and state.mcp_tool(c.name) is None]
 
 
-def record(state: TaskState, code: str, error: str) -> Step:
-    """The failure's trace entry, ``trace`` event and metric (every rule of this module)."""
+def record(state: TaskState, code: str, error: str, model: str | None = None) -> Step:
+    """The failure's trace entry, ``trace`` event and metric (every rule of this module); ``model``:
+    the configured model that failed (rule A21)."""
     kind = failure_kind(code)
-    entry: dict[str, Any] = {"step": state.step, "error": error[:300], "code": code, "kind": kind}
+    entry: dict[str, Any] = {"step": state.step, "model": model, "error": error[:300], "code": code, "kind": kind}
     state.trace.append({"phase": "llm", **entry})
     step = Step(state).emit(TraceEvent(phase="llm", data=entry))
     step.effects.append(Metric("model_failed", (code, kind)))

@@ -36,11 +36,12 @@ from contracts.evidence import NumberedEvidence
 from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import KB_QUERY_MAX_CHARS, openai_tool_schema
-from services.orchestrator.agent import (cache, dates, endings, fallback, finalizer, modelfailures, prompt, routing, team,
-                                          vetting, workers)
+from services.orchestrator.agent import (cache, dates, endings, fallback, finalizer, modelchain, modelfailures, prompt,
+                                         routing, team, vetting, workers)
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
+from services.orchestrator.agent.modelchain import Candidate
 from services.orchestrator.agent.limits import (  # noqa: F401 - planning's public names too
     COMPLETION_RESERVE_TOKENS, SOFT_LIMIT_MARGIN, estimate_tokens, hard_limit, soft_limit, stop_before, time_left_s)
 from services.orchestrator.agent.effects import (
@@ -130,7 +131,7 @@ def _context_effects(deps: Deps, state: TaskState, folded: SessionContext, turns
     effects: list = [SaveContext(state.session_id, folded)]
     asked = context_rules.summary_request(folded, turns) if deps.model_configured and s.context_summary == "model" else None
     if asked is not None:
-        effects.append(Summarise(state.session_id, folded.folded, asked, tenants.policy(s, state.tenant_id).model))
+        effects.append(Summarise(state.session_id, folded.folded, asked, modelchain.candidates(deps, state)[0].sent))
     return effects
 
 
@@ -203,44 +204,49 @@ class StepPlan:
     timeout_s: float | None = None
     stop: str | None = None
     model: str | None = None
-    """The model name to ask for: the tenant's (``CONDUIT_TENANTS``) or the default."""
+    """The model name the client is given (``modelchain.Candidate.sent``; rules A20, A21)."""
+    endpoint: str | None = None
+    """The configured model the call goes to (its breaker's key; named in the trace)."""
     stream: bool = True  # False: the reply's text is not sent to the client as it comes (a supervisor's draft, rule D9)
 
 
-def model_for(deps: Deps, state: TaskState) -> str | None:
-    """Rule A20: the model a call asks for: the one the request named, else the tenant's (``CONDUIT_TENANTS``)."""
-    return state.model or tenants.policy(deps.settings, state.tenant_id).model
+def _on(choice: Candidate | str | None) -> dict[str, str | None]:
+    """``StepPlan``'s ``model`` and ``endpoint`` for the chosen candidate (none: no model)."""
+    return {"model": choice.sent, "endpoint": choice.endpoint} if isinstance(choice, Candidate) else {}
 
 
 def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     """Count the step (``state.step``, ``state.rounds``), apply the limits and choose the mode.
 
     Changes ``state`` in place: the stop reason of a hard limit, and retrieval-only mode when
-    the model breaker refuses the call (``model_circuit_open``). Time ``now`` is UTC. The call's
-    time limit is ``model_call_cap_s`` (rule E1) or the time left before the deadline (rule E2).
+    no model of the task's chain can take the call (``modelchain.choose``, rule A21: breakers open,
+    or none calls tools). Time ``now`` is UTC. The call's time limit is ``model_call_cap_s`` (rule
+    E1) or the time left before the deadline (rule E2).
     """
     if state.draft is not None:  # rule D9: the finalizer's call, no tools
-        use = deps.model_configured and deps.model_breaker.allow(now.timestamp())
+        choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
+        use = isinstance(choice, Candidate)
         timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
         return StepPlan(finalizer.plan_started(state), True, use, finalizer.messages(state) if use else [], None,
-                        timeout_s=timeout, model=model_for(deps, state))
+                        timeout_s=timeout, **_on(choice))
     hit = None if state.mode == "chitchat" else (hard_limit(deps, state, now) or ("empty_answer" if state.forced_final else None))
     soft = hit is None and soft_limit(deps, state)
     state.step += 1
     state.rounds += 1
     started = StepStarted(step=state.step, phase="final" if hit else "model")
     use_model = deps.model_configured and state.mode != "retrieval_only"
-    if use_model and not deps.model_breaker.allow(now.timestamp()):
-        state.mode, state.fallback_reason, use_model = "retrieval_only", "model_circuit_open", False
-    if not use_model:
+    choice = modelchain.choose(deps, state, now, tools=state.mode != "chitchat" and not hit and bool(state.allowed_tools)
+                               ) if use_model else None
+    if isinstance(choice, str):  # rule A21: no model of the chain can take it
+        state.mode, state.fallback_reason, use_model = "retrieval_only", choice, False
+    if not use_model or not isinstance(choice, Candidate):
         return StepPlan(started, hit is not None, False, [], None)
     timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
     if state.mode == "chitchat":  # rule R1: its own prompt and history, no tools, a small cap
         return StepPlan(started, True, True, prompt.dated(state.messages, state.asked(), rules=False), None,
-                        routing.CHITCHAT_MAX_TOKENS, timeout,
-                        model=model_for(deps, state))
+                        routing.CHITCHAT_MAX_TOKENS, timeout, **_on(choice))
     messages = window(prompt.dated(state.messages, state.asked()),  # rule V1
-                      state.window_chars or deps.settings.context_window_chars)  # rules A4, A18
+                      modelchain.window_chars(deps, state, choice.endpoint))  # rules A4, A18, A21
     stop = stop_before(deps, state, messages, now)
     if stop is not None:
         state.stop_reason = stop
@@ -253,7 +259,7 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
     tools = None if hit or not state.allowed_tools else [tool_schema(state, t) for t in state.allowed_tools]
     return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout,
-                    model=model_for(deps, state), stream=not finalizer.wanted(state))
+                    stream=not finalizer.wanted(state), **_on(choice))
 
 
 def tool_schema(state: TaskState, name: str) -> dict[str, Any]:
@@ -274,7 +280,8 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
     fails the step like a failed call (rule A19, ``unknown_tool_name``). An empty answer gets one
     forced final call without tools, then a wrap-up (rule E4)."""
     state.usage = state.usage.add(reply.usage)
-    llm = {"step": state.step, "first_token_s": reply.first_token_s, "total_s": round(reply.total_s, 4),
+    modelchain.answered(state, plan.endpoint)
+    llm = {"step": state.step, "model": plan.endpoint, "first_token_s": reply.first_token_s, "total_s": round(reply.total_s, 4),
            "retries": reply.retries, "prompt_tokens": reply.usage.prompt_tokens,
            "completion_tokens": reply.usage.completion_tokens, "finish_reason": reply.finish_reason}
     state.trace.append({"phase": "llm", **llm})
@@ -289,7 +296,8 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
         if unknown:  # rule A19: a model-protocol error, not a refusal
             error = f"the model asked for tools no catalog has: {', '.join(map(repr, unknown))}"[:300]
             streamed = plan.stream and bool(reply.content)
-            return step.then(on_model_failed(deps, state, error, streamed, now, modelfailures.UNKNOWN_TOOL_NAME))
+            return step.then(on_model_failed(deps, state, error, streamed, now, modelfailures.UNKNOWN_TOOL_NAME,
+                                             plan.endpoint))
         if reply.content:
             step.emit(AnswerReset(reason="the model decided to call tools"))
         state.messages.append({
@@ -317,19 +325,26 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
 
 
 def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, now: datetime,
-                    code: str = MODEL_UNAVAILABLE) -> Step:
-    """The model call failed with ``code`` (``ModelError.code``, after its own retries) or its reply
-    could not be used (rule A19): the failure is traced and counted (``modelfailures.record``); a
-    context exceeded before anything streamed folds the history once and runs the step again (rule
-    A18); past the deadline the task ends with a wrap-up (rule E2); the chit-chat agent gives its
-    fixed reply; otherwise switch to retrieval-only mode, ``fallback_reason`` ``"<code>: <error>"``.
-    Text already streamed is withdrawn with ``answer.reset``."""
+                    code: str = MODEL_UNAVAILABLE, model: str | None = None) -> Step:
+    """The call to the configured model ``model`` failed with ``code`` (``ModelError.code``, after
+    its own retries) or its reply could not be used (rule A19): the failure is traced and counted
+    (``modelfailures.record``); a context exceeded before anything streamed folds the history once
+    and runs the step again (rule A18); a failure before anything streamed runs the step again on
+    the chain's next model, not counted as a round (rule A21); past the deadline the task ends with
+    a wrap-up (rule E2); the chit-chat agent gives its fixed reply; otherwise switch to
+    retrieval-only mode, ``fallback_reason`` ``"<code>: <error>"``. Text already streamed is
+    withdrawn with ``answer.reset``."""
     step = Step(state)
     if streamed:
         step.emit(AnswerReset(reason="the model call failed; answering from the knowledge base"))
-    step.then(modelfailures.record(state, code, error))
+    step.then(modelfailures.record(state, code, error, model))
+    rerun = Step(state, [HoldLease(), RunModelStep(), WriteView()])
     if time_left_s(deps, state, now) > 0 and modelfailures.retry_after_fold(deps, state, code, streamed):
-        return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
+        return step.then(rerun)
+    if time_left_s(deps, state, now) > 0 and not streamed and modelchain.next_after_failure(deps, state, model, code, now):
+        state.rounds -= 1  # rule A21: the same round, on the next model
+        moved = {k: v for k, v in state.trace[-1].items() if k != "phase"}
+        return step.emit(TraceEvent(phase="model_fallback", data=moved)).then(rerun)
     if state.draft is not None:  # rule D9: the draft is the answer
         return step.then(finalizer.finish(deps, state, "", False, now))
     if time_left_s(deps, state, now) <= 0:

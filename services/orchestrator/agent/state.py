@@ -158,6 +158,9 @@ class TaskState(BaseModel):
     mode: Literal["agent", "retrieval_only", "chitchat", "out_of_scope"] = "agent"
     fallback_reason: str | None = None
     model: str | None = None  # the configured model the request named (rule A20; None: the tenant's chain)
+    models_failed: list[str] = Field(default_factory=list)  # endpoints that failed before a token since the last reply (rule A21)
+    answered_by: str | None = None  # the configured model whose reply was used last (rule A21)
+    step_tools: bool = False  # the current model step offers tools (rule A21: a fallback must call them too)
     stop_reason: str | None = None  # max_rounds | max_tool_calls | max_tokens | deadline | loop_detected | failed_steps | empty_answer
     failure: Failure | None = None
     cancellation: Cancellation | None = None

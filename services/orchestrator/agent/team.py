@@ -191,7 +191,7 @@ def child_question(state: TaskState, call: PendingCall) -> QuestionAsked:
                          causation_id=state.cause_id,
                          payload=QuestionPayload(question=str(call.arguments["task"]), child=call.child,
                                                  allowed_tools=list(state.tree_tools),  # type: ignore[arg-type]
-                                                 scope=state.scope))
+                                                 scope=state.scope, model=state.model))
 
 
 def _cut(text: str, limit: int) -> str:
