@@ -43,7 +43,8 @@ class ModelSpec(BaseModel):
     environment variable ``api_key_env`` (never logged); ``model`` is the name sent in each request;
     ``tools``: it calls tools (a model without them answers only chit-chat, a supervisor's final
     rewrite and summaries, rule A21);
-    ``streaming``: it streams; ``reasoning``: it sends reasoning; ``context_chars``: history it takes
+    ``streaming``: it streams (False: each call asks for one JSON reply, ``stream: false``);
+    ``reasoning``: it sends reasoning (shown by ``GET /v1/models``; read whenever it comes); ``context_chars``: history it takes
     (characters; None = ``CONDUIT_CONTEXT_WINDOW_CHARS``; a step on it sends at most that much).
     """
 

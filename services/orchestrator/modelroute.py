@@ -25,7 +25,7 @@ class RoutedModel:
         self.specs = models.registry(settings)
         self.clients = {name: ModelClient(settings.model_copy(update={
             "openai_base_url": spec.base_url or settings.openai_base_url, "openai_api_key": spec.key(),
-            "model": spec.model}), http_client) for name, spec in self.specs.items()}
+            "model": spec.model}), http_client, spec.streaming) for name, spec in self.specs.items()}
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,
                      should_stop: ShouldStop | None = None, max_tokens: int | None = None,

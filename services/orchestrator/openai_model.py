@@ -105,10 +105,13 @@ class ModelClient:
     Args:
         settings: endpoint (``openai_base_url``), key, model name, timeouts (seconds), retries.
         http_client: an ``httpx.AsyncClient`` for the SDK to send with (tests and benchmarks; default: its own).
+        streaming: ask for a stream (False: the endpoint is configured ``streaming: false`` and one JSON
+            reply is asked for and read by the same reader; its text arrives at once).
     """
 
-    def __init__(self, settings: Settings, http_client: Any = None) -> None:
+    def __init__(self, settings: Settings, http_client: Any = None, streaming: bool = True) -> None:
         self.settings = settings
+        self.streaming = streaming
         self.client = AsyncOpenAI(
             base_url=settings.openai_base_url,
             api_key=settings.openai_api_key or "not-needed",
@@ -118,9 +121,12 @@ class ModelClient:
         )
 
     def body(self, messages: Messages, tools: ToolSchemas, max_tokens: int | None, model: str | None) -> bytes:
-        """The request body (JSON bytes): streamed, usage asked for, tools offered with ``auto`` choice."""
-        body: dict[str, Any] = {"model": model or self.settings.model, "messages": messages, "stream": True,
-                                "stream_options": {"include_usage": True}, "temperature": self.settings.model_temperature}
+        """The request body (JSON bytes): streamed with usage asked for (unless ``streaming`` is off),
+        tools offered with ``auto`` choice."""
+        body: dict[str, Any] = {"model": model or self.settings.model, "messages": messages, "stream": self.streaming,
+                                "temperature": self.settings.model_temperature}
+        if self.streaming:
+            body["stream_options"] = {"include_usage": True}
         if max_tokens:
             body["max_tokens"] = max_tokens
         if tools:

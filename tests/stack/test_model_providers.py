@@ -107,12 +107,15 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     st.stop()
 
 
-def test_a_provider_repeating_the_calls_name_gets_a_cited_answer(stack: Stack, model: ScriptedModel) -> None:
+@pytest.mark.parametrize("shape", SHAPES)
+def test_one_question_per_provider_shape_gets_a_cited_answer(stack: Stack, model: ScriptedModel, shape: str) -> None:
+    """Each family's shape through the whole stack; ``repeated_names`` (MiniMax through NIM) is the one
+    that used to request ``kb_searchkb_search…``."""
     def cite(body: dict) -> Turn:
         n = _number_of(body["messages"], "增值税法", "第十一条")
-        return Turn(content=f"征收率为百分之三[{n}]。" if n else "没有找到。", reasoning="有依据了。", shape="think_tags")
+        return Turn(content=f"征收率为百分之三[{n}]。" if n else "没有找到。", reasoning="有依据了。", shape=shape)
 
-    model.push(Turn(reasoning="先查法条。", shape="repeated_names",
+    model.push(Turn(reasoning="先查法条。", shape=shape,
                     tool_calls=[{"name": "kb_search", "arguments": {"query": "小规模纳税人 简易计税方法 征收率",
                                                                      "reason": "查找增值税法的征收率"}}]), cite)
     created = create_task(stack.gateway_url, "小规模纳税人适用简易计税方法的征收率是多少？", api_key=stack.admin_key)
@@ -146,3 +149,22 @@ def test_a_wrong_key_is_a_configuration_error_on_the_answer_and_readyz_until_a_c
                               api_key=stack.admin_key))
     assert events[-1].data["mode"] == "agent"
     assert httpx.get(f"{stack.gateway_url}/readyz", timeout=10).json()["model"] is None
+
+
+async def test_an_endpoint_configured_without_streaming_is_asked_for_one_reply(model: ScriptedModel) -> None:
+    """``streaming: false`` in ``CONDUIT_MODELS``: the request says ``stream: false`` and the one JSON reply,
+    tool calls included, goes through the same reader (its text arrives in one piece)."""
+    before = len(model.requests)
+    model.push(Turn(tool_calls=[{"name": "kb_search", "arguments": ARGS}]), Turn(content="征收率为3%。"))
+    whole = ModelClient(Settings(openai_base_url=model.base_url, openai_api_key="k", model="scripted"), streaming=False)
+    texts: list[str] = []
+
+    async def on_delta(t: str) -> None:
+        texts.append(t)
+
+    resp = await whole.stream([{"role": "user", "content": "q"}], [{"type": "function"}], on_delta, timeout_s=10)
+    assert [(c.name, json.loads(c.arguments)) for c in resp.tool_calls] == [("kb_search", ARGS)]
+    resp = await whole.stream([{"role": "user", "content": "q"}], None, on_delta, timeout_s=10)
+    assert resp.content == "征收率为3%。" and texts == ["征收率为3%。"]
+    assert [r["stream"] for r in model.requests[before:]] == [False, False]
+    assert all("stream_options" not in r for r in model.requests[before:])
