@@ -31,10 +31,11 @@ RUN uv sync --frozen --no-dev --no-install-project
 
 # 2) the project itself (the packages of [tool.hatch.build.targets.wheel])
 COPY conduit ./conduit
+COPY ops ./ops
 COPY contracts ./contracts
 COPY services ./services
 RUN uv sync --frozen --no-dev \
-    && python -m compileall -q conduit contracts services
+    && python -m compileall -q conduit contracts ops services
 
 # an unprivileged user; /var/lib/conduit is CONDUIT_DATA_DIR (a volume or emptyDir in deployments)
 RUN groupadd --system --gid 10001 conduit \

@@ -1,7 +1,7 @@
 """Chaos suite: tasks keep their promises while processes of the embedded stack are killed.
 
 A supervised embedded stack (tansu, Redis with its append-only file, two orchestrator
-replicas, two web tool service replicas, the gateway; ``conduit.ops.supervisor``) answers tasks
+replicas, two web tool service replicas, the gateway; ``ops.supervisor``) answers tasks
 through the scripted model: each task fetches one page with ``web_fetch`` (from a local
 site; every ``APPROVAL_EVERY``-th task's URL needs approval) and streams a scripted answer;
 tasks belong to several sessions. Meanwhile SIGKILLs land at random moments on the
@@ -42,16 +42,16 @@ import httpx
 import redis as redis_sync
 
 from bench.common import machine, pct, write_section
-from conduit.ops import infra
-from conduit.ops.client import bearer, create_task, stream_task
-from conduit.ops.stack import Stack
-from conduit.ops.supervisor import Supervisor
+from ops import infra
+from ops.client import bearer, create_task, stream_task
+from ops.stack import Stack
+from ops.supervisor import Supervisor
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime.liveness import alive_key
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.site import reply
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.site import reply
 from contracts.stream import TERMINAL_TYPES
 
 APPROVAL_EVERY = 7

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from conduit.ops import infra as cinfra
+from ops import infra as cinfra
 from conduit.runtime.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]

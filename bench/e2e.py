@@ -37,10 +37,10 @@ from urllib.parse import urlparse
 
 from bench.common import cpu_s, machine, pct, read_chunk, write_section
 from bench.stackbench import NO_RATE_LIMITS
-from conduit.ops import infra
-from conduit.ops.stack import Stack, parse_scale
+from ops import infra
+from ops.stack import Stack, parse_scale
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import ScriptedModel, Turn
+from testkit.scripted_model import ScriptedModel, Turn
 
 LAWS = ["中华人民共和国增值税法", "中华人民共和国车船税法", "中华人民共和国契税法"]
 """Real laws ingested for kb_search (a small store: the figure is Conduit's, not the search's)."""

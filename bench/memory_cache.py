@@ -24,7 +24,7 @@ import httpx
 
 from bench.common import machine, pct, write_section
 from bench.stackbench import model_stack, sse_events
-from conduit.testing.scripted_model import Turn
+from testkit.scripted_model import Turn
 
 QUESTION = "Nebula 员工市内打车每次能报销多少钱？"
 DOC = {"document_id": "nebula-taxi", "title": "Nebula 出租车报销规定",

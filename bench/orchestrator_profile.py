@@ -25,7 +25,7 @@ import redis  # noqa: E402
 
 from bench.stackbench import model_stack  # noqa: E402
 from bench.throughput import load  # noqa: E402
-from conduit.testing.scripted_model import Turn  # noqa: E402
+from testkit.scripted_model import Turn  # noqa: E402
 
 
 def samples(path: Path) -> int:

@@ -23,7 +23,7 @@ sys.path.insert(0, os.getcwd())  # this checkout's bench and conduit, also when 
 
 from bench import e2e  # noqa: E402
 from bench.common import pct  # noqa: E402
-from conduit.testing.scripted_model import ScriptedModel  # noqa: E402
+from testkit.scripted_model import ScriptedModel  # noqa: E402
 
 
 async def one(c: e2e.Lean, model: ScriptedModel, kind: str, i: int) -> float:

@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 
 from bench import e2e
-from conduit.ops.stack import parse_scale
-from conduit.testing.scripted_model import ScriptedModel
+from ops.stack import parse_scale
+from testkit.scripted_model import ScriptedModel
 
 SWEPT = "the bus did not deliver"
 """The orchestrator's log line for a question its sweeper started (rule G4)."""

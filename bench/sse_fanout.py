@@ -51,10 +51,10 @@ from redis.asyncio import Redis
 
 from bench.common import infra_procs, machine, pct, read_chunk, rss_mib, write_section
 from conduit.runtime import allocator
-from conduit.ops import infra as cinfra
+from ops import infra as cinfra
 from conduit.records import apikeys
 from conduit.runtime.redis_client import make_redis
-from conduit.ops.services import ServiceProcess, settings_env
+from ops.services import ServiceProcess, settings_env
 from conduit.records.taskstream import TaskEventLog
 from contracts.stream import AnswerDelta, TaskCompleted
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 
-from conduit.ops import infra
+from ops import infra
 from conduit.runtime.settings import Settings
-from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import ScriptedModel, Turn
+from ops.stack import Stack
+from testkit.scripted_model import ScriptedModel, Turn
 
 
 NO_RATE_LIMITS = {"CONDUIT_RATE_LIMIT_KEY_PER_MINUTE": "0", "CONDUIT_RATE_LIMIT_TENANT_PER_MINUTE": "0",

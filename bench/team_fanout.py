@@ -26,7 +26,7 @@ import httpx
 
 from bench.common import machine, pct, write_section
 from bench.stackbench import model_stack, sse_events
-from conduit.testing.scripted_model import Turn
+from testkit.scripted_model import Turn
 from services.orchestrator.agent import finalizer, team
 
 

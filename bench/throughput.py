@@ -25,8 +25,8 @@ import httpx
 
 from bench.common import cpu_s, machine, pct, write_section
 from bench.stackbench import model_stack, sse_events
-from conduit.ops.services import ServiceProcess
-from conduit.testing.scripted_model import Turn
+from ops.services import ServiceProcess
+from testkit.scripted_model import Turn
 
 RETRIES = 5
 """Connection failures a session retries per task, like a real client (POST with the same

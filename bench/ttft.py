@@ -27,7 +27,7 @@ import httpx
 from bench.common import machine, pct, read_chunk, write_section
 from bench.stackbench import model_stack, sse_events
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import Turn
+from testkit.scripted_model import Turn
 
 CLIENTS = ("lean", "httpx")
 

@@ -1,3 +1,8 @@
-from conduit.ops.cli import app
+"""``python -m conduit ...``: the thin entry into the CLI (``ops.cli``), the same as the ``conduit`` script.
+
+The one import from the shared runtime package up into the entry points, allowed by name in
+tests/unit/test_layers.py: nothing imports this module.
+"""
+from ops.cli import app
 
 app()

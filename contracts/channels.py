@@ -6,7 +6,7 @@ One row per topic of ``contracts.topics.ALL_TOPICS``, in that order. Three reade
   topic (``check``: ``UnknownChannel``), so a producer cannot write a topic's wrong event;
 - each service's subscription takes its topics and message model from here
   (``subscription(group)``, ``events_on(topic)``);
-- ``conduit.ops.asyncapi`` writes ``docs/asyncapi.yaml`` from the same rows.
+- ``ops.asyncapi`` writes ``docs/asyncapi.yaml`` from the same rows.
 
 Partition key rule: every event is keyed by its envelope's ``task_id`` (UTF-8), so one
 task's events stay in order within one partition (``partition_key``). For the retriever's

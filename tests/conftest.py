@@ -1,8 +1,8 @@
 """Shared fixtures: a real tansu broker and a private real redis-server per test session.
 
-No Docker is needed: both run as local processes (see conduit.ops.infra). With
+No Docker is needed: both run as local processes (see ops.infra). With
 ``--containers`` the session's broker, Redis and vector store are instead Apache Kafka
-(KRaft), Redis and Qdrant containers (``conduit.testing.containers``, testcontainers) and
+(KRaft), Redis and Qdrant containers (``testkit.containers``, testcontainers) and
 tests marked ``containers`` run too; without a Docker engine every test that needs them is
 skipped with one reason. Tests that start their own private tansu or redis-server (to kill
 it) keep doing so either way.
@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from conduit.ops import infra
+from ops import infra
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import ScriptedModel
+from testkit.scripted_model import ScriptedModel
 
 
 CONTAINERS = "--containers"
@@ -43,7 +43,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     """One line saying which infrastructure the session uses (``--containers`` without Docker: why it skips)."""
     if not config.getoption(CONTAINERS):
         return None
-    from conduit.testing.containers import engine_missing
+    from testkit.containers import engine_missing
 
     reason = engine_missing()
     return ("--containers: apache/kafka, qdrant/qdrant and redis containers" if reason is None else
@@ -59,7 +59,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if "containers" in item.keywords:
                 item.add_marker(skip)
         return
-    from conduit.testing.containers import engine_missing
+    from testkit.containers import engine_missing
 
     reason = engine_missing()
     if reason is None:
@@ -94,7 +94,7 @@ class Infra:
     redis_port: int
     root: Path
     containers: Any = None
-    """``conduit.testing.containers.Containers`` under ``--containers`` (None: local processes)."""
+    """``testkit.containers.Containers`` under ``--containers`` (None: local processes)."""
 
     @property
     def bootstrap(self) -> str:
@@ -111,7 +111,7 @@ def infra_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     ``--containers``: Kafka, Redis and Qdrant containers; ``QDRANT_URL`` points every stack at it)."""
     root = tmp_path_factory.mktemp("infra")
     if request.config.getoption(CONTAINERS):
-        from conduit.testing import containers
+        from testkit import containers
 
         running = containers.start()
         try:

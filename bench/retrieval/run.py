@@ -189,8 +189,8 @@ def open_stage2(settings, corpus: str = "full"):
 
 def scripted_rerank_pipeline(settings, embedder, store, encoder, stage2):
     """The two stages plus the rerank endpoint (rule K11) pointed at a scripted ``/rerank`` server started here (a
-    bigram-overlap scorer, ``conduit.testing.scripted_rerank``; it stops with the process)."""
-    from conduit.testing.scripted_rerank import ScriptedReranker  # noqa: PLC0415
+    bigram-overlap scorer, ``testkit.scripted_rerank``; it stops with the process)."""
+    from testkit.scripted_rerank import ScriptedReranker  # noqa: PLC0415
     from services.retriever.assist import SearchAssist  # noqa: PLC0415
     from services.retriever.pipeline import KbSearcher  # noqa: PLC0415
 
@@ -227,7 +227,7 @@ def main() -> int:
     ap.add_argument("--no-second-stage", action="store_true", help="no dense-e5 / kb_search+2 rows")
     ap.add_argument("--rerank-scripted", action="store_true",
                     help="also a kb_search+2+rerank row: the two stages with the rerank endpoint (rule K11) served by "
-                         "conduit.testing.scripted_rerank (a bigram-overlap scorer): the endpoint path's mechanics and "
+                         "testkit.scripted_rerank (a bigram-overlap scorer): the endpoint path's mechanics and "
                          "cost, not a reranker's quality")
     ap.add_argument("--derive-items", action="store_true",
                     help="ablation: each law item chunk's e5 vector replaced by its article's (as if items were not "

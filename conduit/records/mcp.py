@@ -9,16 +9,22 @@ server's status); the orchestrator reads it once when a task starts.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from conduit.records import keys
-from conduit.runtime.settings import Settings
 from contracts.mcp import McpCatalog, McpServerConfig
 
 Source = Literal["settings", "api"]
+
+
+class Settings(Protocol):
+    """The one setting read here (``conduit.runtime.settings.Settings`` has it): ``mcp_servers``, the servers of
+    ``CONDUIT_MCP_SERVERS`` as ``{tenant: [config, ...]}``. A protocol: records sit below the runtime."""
+
+    mcp_servers: dict[str, list[dict]]
 
 
 def from_settings(settings: Settings, tenant_id: str) -> list[McpServerConfig]:

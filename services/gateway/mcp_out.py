@@ -30,7 +30,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
-from conduit.ops.client import iter_sse
+from conduit.runtime.sseread import iter_sse
 from contracts.stream import TERMINAL_TYPES
 
 ASK_READ_TIMEOUT_S = 600.0

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from conduit.records.taskstream import LoggedEvent
+from conduit.records.taskstream import LoggedEvent, TaskEventLog
 
-if TYPE_CHECKING:
-    from services.gateway.hub import StreamHub
+
+class Hub(Protocol):
+    """What a subscription reads of its ``StreamHub``: the durable log (``events``) and the size of one
+    catch-up ``XRANGE`` page (``catchup_count``, events). A protocol, so this module does not import the hub."""
+
+    events: TaskEventLog
+    catchup_count: int
 
 
 class Subscription:
@@ -36,7 +41,7 @@ class Subscription:
     __slots__ = ("task_id", "last", "stale", "overflows", "_hub", "_buf", "_maxsize", "_waiter",
                  "_error", "_interrupted")
 
-    def __init__(self, hub: StreamHub, task_id: str, after: int, maxsize: int) -> None:
+    def __init__(self, hub: Hub, task_id: str, after: int, maxsize: int) -> None:
         self.task_id = task_id
         self.last = after
         self.stale = False

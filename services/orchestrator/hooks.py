@@ -7,7 +7,7 @@ after a tool result's checkpoint is saved) and ``cancel`` (right after a cancell
 task is saved, before its end is announced). By default nothing happens. The hook
 is owned by test code: when the environment variable ``CONDUIT_TEST_HOOKS`` names a
 module (``package.module``), that module's ``make_hooks(redis)`` builds the hooks;
-``conduit.testing.faults`` is the one the crash tests use.
+``testkit.faults`` is the one the crash tests use.
 """
 
 from __future__ import annotations

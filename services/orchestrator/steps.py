@@ -34,7 +34,7 @@ from services.orchestrator.model import MODEL_TIMEOUT, ModelError, ModelResponse
 from services.orchestrator.store import StaleState
 
 if TYPE_CHECKING:
-    from services.orchestrator.runtime import Orchestrator
+    from services.orchestrator.host import OrchestratorView as Orchestrator
 
 log = structlog.get_logger("conduit.orchestrator")
 

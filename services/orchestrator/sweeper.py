@@ -24,7 +24,7 @@ from conduit.records import controls, keys, questions
 from services.orchestrator.store import LEASES, TOOL_DEADLINES
 
 if TYPE_CHECKING:
-    from services.orchestrator.runtime import Orchestrator
+    from services.orchestrator.host import OrchestratorView as Orchestrator
 
 log = structlog.get_logger("conduit.orchestrator")
 

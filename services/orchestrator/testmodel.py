@@ -7,7 +7,7 @@ Like pydantic-ai's ``FunctionModel`` and ``TestModel``:
 
 A ``Reply`` is text, tool calls (name plus arguments as a dict), or an error (the
 call raises ``ModelError``). End-to-end tests of the real ``openai`` path keep the
-scripted OpenAI-compatible HTTP server (``conduit.testing.scripted_model``).
+scripted OpenAI-compatible HTTP server (``testkit.scripted_model``).
 """
 
 from __future__ import annotations

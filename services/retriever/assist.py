@@ -32,9 +32,8 @@ from conduit.policy.breaker import CircuitBreaker
 from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
 from services.retriever.modelhelp import ModelHelp
-from services.retriever.rounds import Rewrite
+from services.retriever.rounds import Attempt, Rewrite
 from services.retriever.packing import select_passages
-from services.retriever.pipeline import Attempt
 from services.retriever.rerank import RerankEndpoint, StageError, order_by_scores
 from services.retriever.store import Hit
 

@@ -28,7 +28,7 @@ from services.retriever.rerank import StageError
 from services.retriever.rounds import MAX_SUB_QUERIES, Rewrite
 
 RETRIEVAL_MARK = "【检索辅助】"
-"""First words of both system prompts (``conduit.testing.scripted_model.RETRIEVAL_MARK`` is the same text)."""
+"""First words of both system prompts (``testkit.scripted_model.RETRIEVAL_MARK`` is the same text)."""
 REWRITE_INSTRUCTION = (
     RETRIEVAL_MARK + "改写。把用户的问题改写成检索知识库（法律法规、税务、用户上传的文档）的查询："
     "query 用条文里的说法（法律名称、法律术语），去掉口语、客套和问句词；问题问到几个不同方面时，另给最多两个"

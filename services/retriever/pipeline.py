@@ -47,7 +47,7 @@ from conduit.runtime.settings import Settings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
-from services.retriever.rounds import plan_rounds
+from services.retriever.rounds import Attempt, plan_rounds  # noqa: F401  (Attempt: also imported from here)
 from services.retriever.packing import hit_text, pack
 from services.retriever.rescoring import Fusion, SecondStage, fuse
 from services.retriever.sparse import SparseEncoder, jieba_tokenizer
@@ -85,20 +85,6 @@ a question without expansion gives its own vector twice, so dense:sparse stays 2
 weighted RRF cannot do that at k = 60, see ``store.VectorStore.branch_weights``). Measured on
 bench/retrieval (labelled corpus, both embedders): better hit@1 and MRR than one dense
 branch (docs/retrieval.md "Fusion")."""
-
-
-@dataclass
-class Attempt:
-    """One search round: ``kind`` (original | compressed | topic:<name> | sub:n | rewrite[:n]), the query, hits returned,
-    hits kept by the threshold, the best dense cosine kept; or a helper call (``assist.py``: ``<stage>:<outcome>``,
-    ``query`` = why it failed, ``duration_ms`` = how long the search waited for it)."""
-
-    kind: str
-    query: str
-    returned: int
-    kept: int
-    best: float | None
-    duration_ms: float | None = None
 
 
 @dataclass

@@ -18,11 +18,11 @@ one process only, so N > 1 replicas without a Qdrant server each keep their own 
   consistent: a recall on a replica that has not applied one yet misses it for that while. Their
   embedding (most of their cost) is done once: the owner replica of a ``MemoryIndexRequested``
   (``owner_replica``) embeds it and publishes ``MemoryVectorsIndexed``, which every replica upserts;
-- ``copy_shards`` (run by ``conduit.ops.stack.Stack`` at every start, after the ingest and
+- ``copy_shards`` (run by ``ops.stack.Stack`` at every start, after the ingest and
   before the retrievers start) replaces each replica K's copy with replica 1's shards. That is
   sound only with the embedded broker, whose topics (and committed offsets) start empty at every
   start; with an external broker the writes groups' committed offsets would not match a fresh
-  copy, so the stack refuses N > 1 there (``conduit.ops.stack``).
+  copy, so the stack refuses N > 1 there (``ops.stack``).
 
 With a Qdrant server (``QDRANT_URL``: one shared store) or one replica (``replicated`` false) the
 writes are read once, in the shared group, by the same consumer as the reads, and one apply

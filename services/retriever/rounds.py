@@ -1,5 +1,6 @@
 """The rounds of a ``kb_search`` after the first (rules K9 and K12, docs/rules.md): the caller's sub-queries and
-the model's rewrite of the question (``modelhelp.ModelHelp.rewrite``), merged into one list."""
+the model's rewrite of the question (``modelhelp.ModelHelp.rewrite``), merged into one list; and the record of
+each round made (``Attempt``)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,17 @@ def plan_rounds(query: str, sub_queries: list[str] | None, rewrite: Rewrite | No
             count[kind] += 1
             rounds.append((f"{kind}:{count[kind]}", text))
     return rounds
+
+
+@dataclass
+class Attempt:
+    """One search round: ``kind`` (original | compressed | topic:<name> | sub:n | rewrite[:n]), the query, hits returned,
+    hits kept by the threshold, the best dense cosine kept; or a helper call (``assist.py``: ``<stage>:<outcome>``,
+    ``query`` = why it failed, ``duration_ms`` = how long the search waited for it)."""
+
+    kind: str
+    query: str
+    returned: int
+    kept: int
+    best: float | None
+    duration_ms: float | None = None

@@ -21,7 +21,7 @@ its one consumer takes no further request while N run, so waiting requests stay 
 N = 1 (the default) an offset is committed after the run, and a run lost with the process is
 redelivered; with N > 1 it is committed when the run starts (the orchestrator re-sends, rule A14).
 
-Readiness: ``python -m conduit.ops.probe ready sandbox`` also reads the status key written by
+Readiness: ``python -m ops.probe ready sandbox`` also reads the status key written by
 ``publish_status`` (field ``{host}:{pid}`` of the hash ``conduit:sandbox:statuses``: ``{"isolated", "unsafe", "reason", "at"}``)
 and fails, printing the reason, when no replica can isolate code and unsafe mode is off.
 """

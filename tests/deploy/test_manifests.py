@@ -8,7 +8,7 @@
   have no schema there: they are checked for apiVersion/kind/metadata.name and,
   below, for what Conduit relies on.
 - The rest checks the contract between the manifests and the code: one Deployment
-  per service of ``conduit.ops.services.SERVICES``, probes, resources, hardening,
+  per service of ``ops.services.SERVICES``, probes, resources, hardening,
   network isolation, topics and consumer groups from ``contracts.topics``, settings
   keys that ``conduit.runtime.settings.Settings`` reads.
 - ``docker-compose config`` runs when the ``docker-compose`` binary exists (Debian
@@ -33,7 +33,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="PyYAML (installed with the dev dependency kubernetes-validate) is needed")
 
-from conduit.ops.services import SERVICES  # noqa: E402
+from ops.services import SERVICES  # noqa: E402
 from conduit.runtime.settings import Settings  # noqa: E402
 from contracts import topics  # noqa: E402
 from contracts.channels import CHANNELS  # noqa: E402
@@ -250,14 +250,14 @@ def test_one_deployment_per_service(rendered: tuple[str, list[Obj]]) -> None:
         waits = [c["command"][3] for c in pod["initContainers"]]
         assert waits == (["topics", "corpus"] if service == "retriever" else ["topics"])
         for init in pod["initContainers"]:
-            assert init["command"][:3] == ["python", "-m", "conduit.ops.probe"]
+            assert init["command"][:3] == ["python", "-m", "ops.probe"]
 
 
 def test_ingest_job_loads_the_law_corpus(rendered: tuple[str, list[Obj]]) -> None:
     """The Job runs a real CLI command against the same settings as the retriever."""
     from typer.testing import CliRunner  # noqa: PLC0415
 
-    from conduit.ops.cli import app  # noqa: PLC0415
+    from ops.cli import app  # noqa: PLC0415
 
     _, objs = rendered
     job = _one(objs, "Job", "conduit-ingest-laws", NAMESPACE)
@@ -292,7 +292,7 @@ def test_every_container_has_resources_and_hardening(base: list[Obj]) -> None:
 
 
 def test_probes(base: list[Obj]) -> None:
-    """Gateway: HTTP /readyz and /healthz; the others: ``conduit.ops.probe`` on their liveness key."""
+    """Gateway: HTTP /readyz and /healthz; the others: ``ops.probe`` on their liveness key."""
     for service in SERVICES:
         ns = SANDBOX_NAMESPACE if service == "sandbox" else NAMESPACE
         (main,) = _one(base, "Deployment", f"conduit-{service}", ns)["spec"]["template"]["spec"]["containers"]
@@ -303,8 +303,8 @@ def test_probes(base: list[Obj]) -> None:
             assert ready["httpGet"] == {"path": "/readyz", "port": "http"}
             assert live["httpGet"] == {"path": "/healthz", "port": "http"}
         else:
-            assert ready["exec"]["command"] == ["python", "-m", "conduit.ops.probe", "ready", service]
-            assert live["exec"]["command"] == ["python", "-m", "conduit.ops.probe", "live", service]
+            assert ready["exec"]["command"] == ["python", "-m", "ops.probe", "ready", service]
+            assert live["exec"]["command"] == ["python", "-m", "ops.probe", "live", service]
             assert main["startupProbe"]["exec"]["command"] == ready["exec"]["command"]
             assert ready["timeoutSeconds"] >= 5, "the check imports Python modules: allow it time"
     for name in ("redis", "qdrant"):
@@ -682,7 +682,7 @@ def test_compose_stack_shape() -> None:
         unknown = set(svc["environment"]) - _settings_keys() - NON_SETTINGS_ENV
         assert not unknown, f"{name}: {unknown}"
         if name != "gateway":
-            assert svc["healthcheck"]["test"] == ["CMD", "python", "-m", "conduit.ops.probe", "ready", name]
+            assert svc["healthcheck"]["test"] == ["CMD", "python", "-m", "ops.probe", "ready", name]
             assert int(svc["environment"]["CONDUIT_METRICS_PORT"]) == METRICS_PORT, f"{name}: /metrics off"
         else:
             assert "CONDUIT_METRICS_PORT" not in svc["environment"], "the gateway serves /metrics on 8000"
@@ -733,7 +733,7 @@ def test_dockerfile_builds_one_non_root_image_from_the_lock() -> None:
     assert json.loads(dict(steps)["ENTRYPOINT"]) == ["conduit"]
     assert json.loads(dict(steps)["CMD"]) == ["serve", "gateway"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert project["project"]["scripts"]["conduit"] == "conduit.ops.cli:app"
+    assert project["project"]["scripts"]["conduit"] == "ops.cli:app"
     copied = {arg.split()[0] for ins, arg in steps if ins == "COPY"} | {
         part for ins, arg in steps if ins == "COPY" for part in arg.split()[:-1]}
     for package in project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]:

@@ -1,6 +1,6 @@
 """Shutdown budgets nest: every stopper waits longer than the process it stops may take.
 
-``conduit.ops.services.shutdown_budget_s`` is what a service may spend after SIGTERM (from
+``ops.services.shutdown_budget_s`` is what a service may spend after SIGTERM (from
 its settings); ``conduit up`` waits that plus ``STOP_MARGIN_S`` before SIGKILL, and so must
 Kubernetes (``terminationGracePeriodSeconds``, after any preStop sleep) and compose
 (``stop_grace_period``), with the settings their ConfigMap / environment gives.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conduit.ops.services import SERVICES, STOP_MARGIN_S, shutdown_budget_s
+from ops.services import SERVICES, STOP_MARGIN_S, shutdown_budget_s
 from conduit.runtime.settings import Settings
 
 yaml = pytest.importorskip("yaml", reason="PyYAML (installed with the dev dependency kubernetes-validate) is needed")

@@ -10,7 +10,7 @@ import pytest
 
 from conduit.runtime.settings import Settings
 from conduit.records.taskstream import TaskEventLog
-from conduit.testing.scripted_model import ScriptedModel, Turn
+from testkit.scripted_model import ScriptedModel, Turn
 from contracts.stream import AnswerDelta, TaskCompleted, TaskFailed
 from services.orchestrator.openai_model import ModelClient, ModelError
 
@@ -64,7 +64,7 @@ async def test_model_client_waits_the_retry_after_it_is_given(model_server):
 
 
 async def test_model_endpoint_down_fails_fast():
-    from conduit.ops.infra import free_port
+    from ops.infra import free_port
 
     client = ModelClient(Settings(openai_base_url=f"http://127.0.0.1:{free_port()}/v1", openai_api_key="k"))
     with pytest.raises(ModelError):
@@ -114,7 +114,7 @@ async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
     import uuid
 
     from conduit.records import keys
-    from conduit.testing.bus import await_tool_result
+    from testkit.bus import await_tool_result
     from conduit.runtime.toolservice import ToolOutput, ToolService
     from contracts import topics
     from contracts.events import ToolRequested, ToolRequestPayload

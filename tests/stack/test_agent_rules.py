@@ -15,12 +15,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from conduit.ops import infra
-from conduit.ops.client import create_task, stream_task
-from conduit.ops.stack import Stack
+from ops import infra
+from ops.client import create_task, stream_task
+from ops.stack import Stack
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.stack import auth
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.stack import auth
 
 DEADLINE_S = 5
 

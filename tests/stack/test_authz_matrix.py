@@ -25,11 +25,11 @@ import jwt
 import pytest
 from redis.asyncio import Redis
 
-from conduit.ops.stack import Stack
+from ops.stack import Stack
 from conduit.records import apikeys, approvals, memory
 from conduit.records.artifacts import ArtifactStore
-from conduit.testing.stack import auth, new_key, start_stack
-from conduit.testing.waits import wait_until
+from testkit.stack import auth, new_key, start_stack
+from testkit.waits import wait_until
 from contracts.api import ApprovalRecord
 from contracts.memory import MemoryItem
 from contracts.tools import arguments_digest

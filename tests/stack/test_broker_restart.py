@@ -17,13 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conduit.ops import infra
-from conduit.ops.client import create_task, stream_task
-from conduit.ops.services import ServiceProcess
-from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import auth, start_stack
-from conduit.testing.site import reply, serve
+from ops import infra
+from ops.client import create_task, stream_task
+from ops.services import ServiceProcess
+from ops.stack import Stack
+from testkit.scripted_model import Turn
+from testkit.stack import auth, start_stack
+from testkit.site import reply, serve
 
 
 class Broker:

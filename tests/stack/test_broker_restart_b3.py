@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from conduit.ops.client import create_task, stream_task
+from ops.client import create_task, stream_task
 from conduit.runtime import bus
-from conduit.testing.waits import wait_until
+from testkit.waits import wait_until
 from test_broker_restart import answer_from_tool, broker, fetch_turn, site, stack  # noqa: F401 - fixtures of this module too
 
 

@@ -21,7 +21,7 @@ from conduit.runtime import bus
 from conduit.runtime.liveness import alive_key
 from conduit.runtime.process import serve_process
 from conduit.runtime.settings import Settings
-from conduit.testing.bus import await_dead_letter
+from testkit.bus import await_dead_letter
 from contracts import topics
 from contracts.events import QuestionAsked, QuestionPayload
 

@@ -1,4 +1,4 @@
-"""``conduit.ops.client.stream_task`` against a real HTTP server that cuts streams short.
+"""``ops.client.stream_task`` against a real HTTP server that cuts streams short.
 
 A stream that ends without a terminal event is reconnected with ``Last-Event-ID``, at most
 ``reconnects`` times in all; one more raises ``StreamCutShort``, so a caller (the e2e tests,
@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conduit.ops.client import StreamCutShort, stream_task
-from conduit.testing.site import reply
+from ops.client import StreamCutShort, stream_task
+from testkit.site import reply
 
 
 class CutShort(BaseHTTPRequestHandler):

@@ -2,7 +2,7 @@
 a consumer group rebalancing its partitions when a member joins and when one is killed, and a
 broker restart that keeps its topics and committed offsets (tansu keeps them in memory only).
 
-Apache Kafka (KRaft), Redis and Qdrant containers from ``conduit.testing.containers``; the
+Apache Kafka (KRaft), Redis and Qdrant containers from ``testkit.containers``; the
 Conduit stack is real retriever, orchestrator (two replicas, no model: retrieval-only answers)
 and gateway processes.
 """
@@ -18,9 +18,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from conduit.ops.client import create_task, stream_task
-from conduit.ops.stack import Stack
-from conduit.testing.stack import add_replica, start_stack
+from ops.client import create_task, stream_task
+from ops.stack import Stack
+from testkit.stack import add_replica, start_stack
 
 pytestmark = pytest.mark.containers
 

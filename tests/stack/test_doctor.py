@@ -8,9 +8,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from conduit.ops.cli import app
+from ops.cli import app
 from conduit.runtime.settings import get_settings
-from conduit.testing.scripted_model import ScriptedModel, Turn
+from testkit.scripted_model import ScriptedModel, Turn
 
 CALL = Turn(tool_calls=[{"name": "kb_search", "arguments": {"query": "增值税 征收率"}}])
 

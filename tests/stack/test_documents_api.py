@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from conduit.runtime.settings import Settings
-from conduit.ops.stack import Stack
-from conduit.testing.pdf import minimal_pdf
-from conduit.testing.stack import admin_client, start_stack
-from conduit.testing.waits import wait_until
+from ops.stack import Stack
+from testkit.pdf import minimal_pdf
+from testkit.stack import admin_client, start_stack
+from testkit.waits import wait_until
 
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 VAT_LAW = "中华人民共和国增值税法"

@@ -20,12 +20,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from conduit.runtime import allocator, bus
-from conduit.ops.client import SseEvent, create_task, stream_task
+from ops.client import SseEvent, create_task, stream_task
 from conduit.runtime.settings import Settings
-from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import Turn, echo_retrieval
-from conduit.testing.scripted_model import evidence_number as _number_of
-from conduit.testing.stack import FAULT, HOOKS, auth, crash_env, restart, start_stack
+from ops.stack import Stack
+from testkit.scripted_model import Turn, echo_retrieval
+from testkit.scripted_model import evidence_number as _number_of
+from testkit.stack import FAULT, HOOKS, auth, crash_env, restart, start_stack
 from contracts import topics
 from contracts.events import DeadLetter
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from conduit.ops import infra
-from conduit.testing.waits import wait_until
+from ops import infra
+from testkit.waits import wait_until
 
 
 def test_up_prints_a_login_link_and_ask_uses_the_admin_key(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ session's tansu and Redis; real law articles; a model endpoint that is down, so 
 
 from __future__ import annotations
 
-from conduit.ops import evals
+from ops import evals
 
 
 def test_fast_eval_suites_pass(settings):

@@ -26,17 +26,17 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 from redis.asyncio import Redis
 
-from conduit.ops import infra
-from conduit.ops.services import ServiceProcess, settings_env
+from ops import infra
+from ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
 from conduit.records import keys
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
-from conduit.testing.waits import until
+from testkit.waits import until
 from contracts import topics
 from contracts.events import QuestionAsked, TaskCancelled
 from contracts.stream import AnswerDelta, TaskCompleted, TaskStreamEvent
-from conduit.testing.stack import auth, new_key
+from testkit.stack import auth, new_key
 from contracts.api import TaskCreate
 from services.gateway import tasks
 from services.gateway.app import create_app

@@ -19,15 +19,15 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from conduit.ops import bootstrap, infra
-from conduit.ops.client import stream_task
-from conduit.ops.services import ServiceProcess, settings_env
-from conduit.ops.stack import Stack
+from ops import bootstrap, infra
+from ops.client import stream_task
+from ops.services import ServiceProcess, settings_env
+from ops.stack import Stack
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.stack import auth, make_key, new_key, start_stack
-from conduit.testing.waits import wait_until
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.stack import auth, make_key, new_key, start_stack
+from testkit.waits import wait_until
 from contracts.stream import TaskCompleted
 
 

@@ -1,6 +1,6 @@
 """MCP tools in and out over the real stack (issue 21, docs/mcp.md), one module-scoped stack.
 
-In: the tenant's stdio MCP server (``conduit.testing.mcp_server``, written with the SDK) is listed
+In: the tenant's stdio MCP server (``testkit.mcp_server``, written with the SDK) is listed
 by the mcp service; the agent (scripted model) gets its tools as ``mcp__casefile__*`` functions,
 the non-read-only ``file_note`` waits for a person's approval, runs once, and its result is cited;
 a server that cannot start is reported and its tools are withheld; a streamable HTTP server
@@ -26,13 +26,13 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from conduit.ops.client import SseEvent, create_task, stream_task
-from conduit.ops.stack import Stack
-from conduit.testing.page import evidence_number
-from conduit.testing.page_fixtures import fresh_script  # noqa: F401 - autouse fixture: an empty script per test
-from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import auth, start_stack
-from conduit.testing.waits import wait_until
+from ops.client import SseEvent, create_task, stream_task
+from ops.stack import Stack
+from testkit.page import evidence_number
+from testkit.page_fixtures import fresh_script  # noqa: F401 - autouse fixture: an empty script per test
+from testkit.scripted_model import Turn
+from testkit.stack import auth, start_stack
+from testkit.waits import wait_until
 
 VAT_LAW = "中华人民共和国增值税法"
 WAIT_S = 120
@@ -46,7 +46,7 @@ def notes(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def stack(infra_stack, tmp_path_factory, model, notes) -> Iterator[Stack]:
     servers = {"default": [
-        {"name": "casefile", "command": [sys.executable, "-m", "conduit.testing.mcp_server", "--notes", str(notes)]},
+        {"name": "casefile", "command": [sys.executable, "-m", "testkit.mcp_server", "--notes", str(notes)]},
         {"name": "dead", "command": [sys.executable, "-c", "import sys; sys.exit(3)"], "timeout_s": 10},
     ]}
     st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("mcp-data"),

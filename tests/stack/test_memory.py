@@ -16,11 +16,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from conduit.ops.client import SseEvent, stream_task
-from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.stack import auth, new_key, start_stack
-from conduit.testing.waits import wait_until
+from ops.client import SseEvent, stream_task
+from ops.stack import Stack
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.stack import auth, new_key, start_stack
+from testkit.waits import wait_until
 
 T1, T2, T3, OFF = "mem-t1", "mem-t2", "mem-t3", "mem-off"
 DOC_ID = "nebula-taxi-policy"
@@ -222,7 +222,7 @@ def test_the_page_marks_recalled_facts_and_cached_answers(stack, keys):
     """Chromium (when installed): "来自记忆" lists the recalled fact, "缓存" marks a replayed answer."""
     from pathlib import Path
 
-    from conduit.testing import page as pagekit
+    from testkit import page as pagekit
     if not Path(pagekit.CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
     pytest.importorskip("playwright")

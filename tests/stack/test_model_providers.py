@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from conduit.ops.client import create_task, stream_task
-from conduit.ops.stack import Stack
+from ops.client import create_task, stream_task
+from ops.stack import Stack
 from conduit.runtime.settings import Settings
-from conduit.testing.provider_shapes import SHAPES
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.scripted_model import evidence_number as _number_of
-from conduit.testing.stack import model_env, start_stack
+from testkit.provider_shapes import SHAPES
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.scripted_model import evidence_number as _number_of
+from testkit.stack import model_env, start_stack
 from services.orchestrator.openai_model import ModelClient, ModelError
 
 ARGS = {"query": "增值税 征收率", "reason": "查法条"}

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from conduit.ops.client import create_task, stream_task
-from conduit.ops import infra
-from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.stack import model_env, start_stack
+from ops.client import create_task, stream_task
+from ops import infra
+from ops.stack import Stack
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.stack import model_env, start_stack
 
 
 @pytest.fixture(scope="module")

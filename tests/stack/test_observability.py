@@ -18,8 +18,8 @@ from prometheus_client import REGISTRY
 
 from conduit.records import apikeys
 from conduit.runtime import bus, tracing
-from conduit.testing.stack import auth
-from conduit.testing.waits import until
+from testkit.stack import auth
+from testkit.waits import until
 from contracts import topics
 from contracts.events import QuestionAsked
 from services.gateway.app import create_app

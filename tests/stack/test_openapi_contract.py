@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conduit.ops.stack import Stack
-from conduit.testing.stack import new_key, start_stack
+from ops.stack import Stack
+from testkit.stack import new_key, start_stack
 
 VAT_LAW = "中华人民共和国增值税法"
 CONFIG = Path(__file__).with_name("schemathesis.toml")

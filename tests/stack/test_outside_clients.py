@@ -19,9 +19,9 @@ import httpx
 import openai
 import pytest
 
-from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import Turn, evidence_number
-from conduit.testing.stack import auth, new_key, start_stack
+from ops.stack import Stack
+from testkit.scripted_model import Turn, evidence_number
+from testkit.stack import auth, new_key, start_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 VAT_LAW = "中华人民共和国增值税法"

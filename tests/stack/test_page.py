@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conduit.testing.page import (
+from testkit.page import (
     CHROMIUM,
     VAT_LAW,
     WAIT_MS,
@@ -29,9 +29,9 @@ from conduit.testing.page import (
     open_page,
     shot,
 )
-from conduit.testing.page_fixtures import fresh_script, stack  # noqa: F401 - fixtures
-from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import restart
+from testkit.page_fixtures import fresh_script, stack  # noqa: F401 - fixtures
+from testkit.scripted_model import Turn
+from testkit.stack import restart
 
 pytest.importorskip("playwright")
 from playwright.sync_api import Browser, Locator, Page, expect  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conduit.testing.page import (
+from testkit.page import (
     CHROMIUM,
     WAIT_MS,
     admin_key,
@@ -32,11 +32,11 @@ from conduit.testing.page import (
     sandbox_outputs,
     shot,
 )
-from conduit.testing.pdf import minimal_pdf
-from conduit.testing.page_fixtures import fresh_script, stack  # noqa: F401 - fixtures
-from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import auth
-from conduit.testing.waits import wait_until
+from testkit.pdf import minimal_pdf
+from testkit.page_fixtures import fresh_script, stack  # noqa: F401 - fixtures
+from testkit.scripted_model import Turn
+from testkit.stack import auth
+from testkit.waits import wait_until
 
 pytest.importorskip("playwright")
 from playwright.sync_api import Browser, Locator, Page, expect  # noqa: E402

@@ -1,6 +1,6 @@
-"""``python -m conduit.ops.probe``: the exec health checks of docker-compose.yml and k8s/base.
+"""``python -m ops.probe``: the exec health checks of docker-compose.yml and k8s/base.
 
-Runs the real command against a private redis-server (``conduit.ops.infra.start_redis``,
+Runs the real command against a private redis-server (``ops.infra.start_redis``,
 a free port) and, for ``topics``, against the session's tansu broker.
 """
 
@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from conduit.runtime import bus
-from conduit.ops import infra, probe
+from ops import infra, probe
 from conduit.runtime.settings import Settings
 from contracts import topics
 
@@ -70,7 +70,7 @@ def test_the_command_line_exit_status(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     client.set(f"conduit:alive:orchestrator:{HOST}:1", "1", ex=60)
     try:
-        done = subprocess.run([sys.executable, "-m", "conduit.ops.probe", "ready", "orchestrator"],
+        done = subprocess.run([sys.executable, "-m", "ops.probe", "ready", "orchestrator"],
                               capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     finally:
         client.delete(f"conduit:alive:orchestrator:{HOST}:1")

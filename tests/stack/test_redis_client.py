@@ -9,7 +9,7 @@ import time
 import pytest
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from conduit.ops import infra
+from ops import infra
 from conduit.runtime.redis_client import InlineSendConnection, make_redis
 from conduit.runtime.settings import Settings
 

@@ -11,8 +11,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conduit.ops import infra
-from conduit.ops.stack import Stack
+from ops import infra
+from ops.stack import Stack
 from conduit.runtime.settings import Settings
 
 KEYS = 20_000

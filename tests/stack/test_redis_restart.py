@@ -15,12 +15,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from conduit.ops import infra
-from conduit.ops.client import create_task, stream_task
-from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.stack import auth, start_stack
-from conduit.testing.waits import wait_until
+from ops import infra
+from ops.client import create_task, stream_task
+from ops.stack import Stack
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.stack import auth, start_stack
+from testkit.waits import wait_until
 
 SLOW = Turn(content="这是第一次回答，它会在 Redis 重启时中断。" * 3, chunks=30, chunk_delay_s=0.2)
 RESUMED = "Redis 重启之后，任务从检查点继续并回答了。"

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from conduit.ops.infra import free_port
+from ops.infra import free_port
 from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.scripted_rerank import ScriptedReranker
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.scripted_rerank import ScriptedReranker
 from services.retriever.assist import SearchAssist
 from services.retriever.embeddings import UseEmbedder
 from services.retriever.ingest import ingest_law_db

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer
 
 from conduit.runtime import bus
 from conduit.runtime.liveness import alive_key
-from conduit.ops.services import ServiceProcess, settings_env
+from ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure
 from contracts import topics

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from conduit.ops.stack import Stack
+from ops.stack import Stack
 from conduit.records import memory as records
 from conduit.records import replies
 from conduit.runtime import bus
@@ -33,8 +33,8 @@ from contracts import topics
 from contracts.envelope import utcnow
 from contracts.memory import (MemoryIndexPayload, MemoryIndexRequested, MemoryItem, MemoryRecallPayload,
                               MemoryRecallRequested, RecallReply)
-from conduit.testing.stack import admin_client, start_stack
-from conduit.testing.waits import wait_until
+from testkit.stack import admin_client, start_stack
+from testkit.waits import wait_until
 from services.retriever.replicas import mark_applied
 
 VAT_LAW = "中华人民共和国增值税法"

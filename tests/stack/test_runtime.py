@@ -20,14 +20,14 @@ import httpx
 import pytest
 import redis as redis_lib
 
-from conduit.ops.client import SseEvent, create_task, stream_task
-from conduit.ops.stack import Stack
+from ops.client import SseEvent, create_task, stream_task
+from ops.stack import Stack
 from conduit.runtime.liveness import alive_key
 from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
-from conduit.testing.bus import agent_events_of, await_tool_result
-from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import FAULT, HOOKS, add_replica, auth, orchestrator_crashing_once, restart, start_stack
-from conduit.testing.waits import wait_until
+from testkit.bus import agent_events_of, await_tool_result
+from testkit.scripted_model import Turn
+from testkit.stack import FAULT, HOOKS, add_replica, auth, orchestrator_crashing_once, restart, start_stack
+from testkit.waits import wait_until
 from contracts import topics
 from contracts.evidence import EvidenceItem
 from services.sandbox import isolation, watchdog

@@ -17,9 +17,9 @@ import pytest
 from aiokafka.partitioner import murmur2
 
 from conduit.runtime import bus
-from conduit.testing.bus import await_tool_result
-from conduit.testing.waits import until
-from conduit.ops.services import ServiceProcess, settings_env
+from testkit.bus import await_tool_result
+from testkit.waits import until
+from ops.services import ServiceProcess, settings_env
 from conduit.runtime.settings import Settings
 from contracts import topics
 from contracts.events import ToolRequested, ToolRequestPayload
@@ -233,7 +233,7 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
 async def test_readiness_reports_why_isolation_is_missing(infra_stack, settings: Settings) -> None:
     """The probe's sandbox readiness reads the status key: refused (with bubblewrap's reason) unless unsafe."""
     from conduit.runtime import liveness
-    from conduit.ops import probe
+    from ops import probe
     from conduit.records import keys
     from services.sandbox.main import publish_status, status_field
 

@@ -16,10 +16,10 @@ import httpx
 import pytest
 import uvicorn
 
-from conduit.ops import infra
+from ops import infra
 from conduit.runtime.settings import Settings
 from contracts.events import ToolRequested, ToolRequestPayload
-from conduit.testing.stack import auth, make_key
+from testkit.stack import auth, make_key
 from services.gateway.app import create_app
 from services.sandbox import isolation
 from services.sandbox.main import build_service, format_output

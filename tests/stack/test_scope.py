@@ -25,11 +25,11 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from conduit.ops.client import SseEvent, create_task, stream_task
-from conduit.ops.stack import Stack
-from conduit.testing.page_fixtures import fresh_script  # noqa: F401 - autouse fixture: an empty script per test
-from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import admin_client, auth, model_env, start_stack
+from ops.client import SseEvent, create_task, stream_task
+from ops.stack import Stack
+from testkit.page_fixtures import fresh_script  # noqa: F401 - autouse fixture: an empty script per test
+from testkit.scripted_model import Turn
+from testkit.stack import admin_client, auth, model_env, start_stack
 from services.orchestrator.agent import finalizer, team
 
 VAT_LAW = "中华人民共和国增值税法"

@@ -1,5 +1,5 @@
 """SIGTERM while work is in flight: each service finishes what it runs inside its stop budget
-(``conduit.ops.services.shutdown_budget_s``), exits cleanly (status 0, not the stopper's
+(``ops.services.shutdown_budget_s``), exits cleanly (status 0, not the stopper's
 SIGKILL), and the task completes exactly once.
 
 - web: SIGTERM while a ``web_fetch`` waits on the page (a local site holds the response);
@@ -18,13 +18,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psutil
 import pytest
 
-from conduit.ops import infra
-from conduit.ops.client import create_task, stream_task
-from conduit.ops.services import STOP_MARGIN_S, shutdown_budget_s
-from conduit.ops.stack import Stack
+from ops import infra
+from ops.client import create_task, stream_task
+from ops.services import STOP_MARGIN_S, shutdown_budget_s
+from ops.stack import Stack
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.site import reply
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.site import reply
 from services.sandbox.isolation import sandbox_status
 
 ANSWER = "收到工具结果后的完整答案。"

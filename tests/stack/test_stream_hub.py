@@ -15,11 +15,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from conduit.ops import infra
+from ops import infra
 from conduit.records.taskstream import TaskEventLog
 from contracts.stream import AnswerDelta, TaskCompleted
 from conduit.runtime.allocator import release_memory
-from conduit.testing.waits import until
+from testkit.waits import until
 from services.gateway.hub import StreamHub, Subscription
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conduit.ops import infra
-from conduit.ops.client import create_task, stream_task
-from conduit.ops.stack import Stack
-from conduit.ops.supervisor import CrashLoop, Supervisor
+from ops import infra
+from ops.client import create_task, stream_task
+from ops.stack import Stack
+from ops.supervisor import CrashLoop, Supervisor
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import ScriptedModel, Turn
+from testkit.scripted_model import ScriptedModel, Turn
 
 
 class Running:
@@ -116,7 +116,7 @@ def test_killed_redis_and_broker_come_back_on_their_ports_with_data_and_topics(t
 
     import redis as redis_sync
 
-    from conduit.ops import probe
+    from ops import probe
     from contracts import topics
 
     s = Settings(data_dir=tmp_path / "data", embedded_kafka_port=infra.free_port(),

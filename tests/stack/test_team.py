@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from conduit.ops import infra
-from conduit.ops.client import SseEvent, create_task, stream_task
-from conduit.ops.stack import Stack
-from conduit.testing.bus import agent_events_of
-from conduit.testing.scripted_model import Turn
-from conduit.testing.stack import add_replica, auth, new_key, restart, start_stack
+from ops import infra
+from ops.client import SseEvent, create_task, stream_task
+from ops.stack import Stack
+from testkit.bus import agent_events_of
+from testkit.scripted_model import Turn
+from testkit.stack import add_replica, auth, new_key, restart, start_stack
 from services.orchestrator.agent import finalizer, team
 
 QUESTION = "个人所得税和增值税对小规模纳税人分别有什么规定？"
@@ -219,7 +219,7 @@ def test_the_page_asks_in_team_mode_and_shows_each_worker_in_the_record(stack):
     pytest.importorskip("playwright")
     from playwright.sync_api import expect
 
-    from conduit.testing.page import CHROMIUM, ask as ask_on_page, chromium, last_turn, open_page, shot
+    from testkit.page import CHROMIUM, ask as ask_on_page, chromium, last_turn, open_page, shot
 
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")

@@ -5,7 +5,7 @@ answer does not."""
 from __future__ import annotations
 
 from conduit.runtime.settings import Settings
-from conduit.testing.scripted_model import ScriptedModel, Turn
+from testkit.scripted_model import ScriptedModel, Turn
 from services.orchestrator.openai_model import ModelClient
 
 

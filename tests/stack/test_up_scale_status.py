@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conduit.testing.upcli import UpFactory, wait_no_processes
+from testkit.upcli import UpFactory, wait_no_processes
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conduit.ops import infra
-from conduit.testing.upcli import UpFactory, stack_processes, wait_no_processes
+from ops import infra
+from testkit.upcli import UpFactory, stack_processes, wait_no_processes
 
 @pytest.fixture
 def up_factory(tmp_path: Path):

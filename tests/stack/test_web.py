@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from conduit.runtime import bus
-from conduit.testing.bus import await_tool_result
+from testkit.bus import await_tool_result
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolFailure
 from contracts import topics

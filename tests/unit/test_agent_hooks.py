@@ -3,7 +3,7 @@ fault points do nothing; with it, the named module's hooks are installed (in pro
 
 from __future__ import annotations
 
-from conduit.testing import faults
+from testkit import faults
 from services.orchestrator.hooks import HOOKS_ENV, NoHooks, load_hooks
 
 
@@ -15,7 +15,7 @@ async def test_fault_points_do_nothing_unless_a_test_names_a_hook_module(monkeyp
 
 
 async def test_the_named_hook_module_is_installed_with_its_point(monkeypatch):
-    monkeypatch.setenv(HOOKS_ENV, "conduit.testing.faults")
+    monkeypatch.setenv(HOOKS_ENV, "testkit.faults")
     monkeypatch.setenv(faults.CRASH_ENV, "tool_result")
     hooks = load_hooks(redis=None)  # type: ignore[arg-type]
     assert isinstance(hooks, faults.CrashOnce) and hooks.point == "tool_result"

@@ -1,6 +1,6 @@
 """The public event contract: docs/asyncapi.yaml (AsyncAPI 3.0) and docs/events.md.
 
-- ``faststream docs gen conduit.ops.asyncapi:app --yaml`` is run into a temporary file and
+- ``faststream docs gen ops.asyncapi:app --yaml`` is run into a temporary file and
   must equal the committed ``docs/asyncapi.yaml`` byte for byte (regenerate with that
   command, ``--out docs/asyncapi.yaml``, after changing ``contracts``).
 - The document has a channel for every topic of ``contracts.topics.ALL_TOPICS`` and
@@ -21,7 +21,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="PyYAML (a dev dependency) is needed to read the YAML document")
 
-from conduit.ops.asyncapi import TITLE  # noqa: E402
+from ops.asyncapi import TITLE  # noqa: E402
 from contracts.channels import CHANNELS  # noqa: E402
 from contracts import topics  # noqa: E402
 from contracts.events import AgentEvent, AgentEventPayload  # noqa: E402
@@ -34,7 +34,7 @@ COMMITTED = ROOT / "docs" / "asyncapi.yaml"
 def generated(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("asyncapi") / "asyncapi.yaml"
     done = subprocess.run(
-        [sys.executable, "-m", "faststream", "docs", "gen", "conduit.ops.asyncapi:app", "--yaml", "--out", str(out)],
+        [sys.executable, "-m", "faststream", "docs", "gen", "ops.asyncapi:app", "--yaml", "--out", str(out)],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -44,7 +44,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_committed_document_is_up_to_date(generated: str) -> None:
     assert COMMITTED.read_text(encoding="utf-8") == generated, (
         "docs/asyncapi.yaml is stale: run "
-        "`faststream docs gen conduit.ops.asyncapi:app --yaml --out docs/asyncapi.yaml`"
+        "`faststream docs gen ops.asyncapi:app --yaml --out docs/asyncapi.yaml`"
     )
 
 

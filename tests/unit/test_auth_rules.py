@@ -14,7 +14,7 @@ import pytest
 import typer
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from conduit.ops.keyscli import parse_duration
+from ops.keyscli import parse_duration
 from conduit.records import apikeys
 from conduit.runtime.settings import Settings
 from conduit.runtime.tenants import narrow_tools, policy

@@ -1,6 +1,6 @@
 """The code keeps its shape and stands on its own (project rules, README "Layout").
 
-- No module under ``services/``, ``conduit/`` or ``contracts/`` is longer than ``MODULE_MAX``
+- No module under ``services/``, ``conduit/``, ``contracts/``, ``ops/`` or ``testkit/`` is longer than ``MODULE_MAX``
   lines and no function (or method) longer than ``FUNCTION_MAX`` lines: the rule is "about
   400 and about 60", these are its hard edges. Run this file to list the offenders.
 - The code does not refer to documents outside the repository: neither ``seed`` (the
@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("services", "conduit", "contracts")
+PACKAGES = ("services", "conduit", "contracts", "ops", "testkit")
 MODULE_MAX = 420
 """Longest module in lines (the rule says about 400)."""
 FUNCTION_MAX = 70

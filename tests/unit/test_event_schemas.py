@@ -1,4 +1,4 @@
-"""The JSON Schema files of the public agent events (``docs/schemas/``, ``conduit.ops.eventschemas``)
+"""The JSON Schema files of the public agent events (``docs/schemas/``, ``ops.eventschemas``)
 are current, and real events and the guide's examples validate against them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jsonschema
 
-from conduit.ops import eventschemas
+from ops import eventschemas
 from contracts import cloudevents
 from contracts.events import AgentEvent, AgentEventPayload
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_committed_schemas_are_current() -> None:
     files = eventschemas.render()
     committed = {p.name: p.read_text("utf-8") for p in (ROOT / "docs" / "schemas").glob("*.json")}
-    assert committed == files, "docs/schemas/ is stale: run `python -m conduit.ops.eventschemas`"
+    assert committed == files, "docs/schemas/ is stale: run `python -m ops.eventschemas`"
     assert len(files) == len(eventschemas.kinds())
 
 

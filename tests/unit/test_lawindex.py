@@ -122,7 +122,7 @@ def test_law_index_for_follows_the_setting_and_refuses_a_stale_file(tmp_path: Pa
 
 
 def test_index_build_leaves_a_current_file_alone(tmp_path: Path) -> None:
-    from conduit.ops.indexcli import _current  # noqa: PLC0415
+    from ops.indexcli import _current  # noqa: PLC0415
 
     chunks = _vat_chunks()
     assert not _current(lawindex, lawindex.SPARSE_MODEL, chunks, tmp_path)  # no file yet: build it

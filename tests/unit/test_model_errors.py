@@ -108,7 +108,7 @@ async def test_a_configuration_error_is_traced_and_counted_as_one_and_the_call_g
 
 
 def test_conduit_status_names_the_model_configuration_error():
-    from conduit.ops.status import render
+    from ops.status import render
 
     report = {"rows": [], "gateway_url": "http://127.0.0.1:8000", "redis_bytes": 0,
               "model": {"code": "model_not_found", "message": "404 no such model (check CONDUIT_MODEL)", "status": 404,

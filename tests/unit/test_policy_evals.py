@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conduit.ops import evals
+from ops import evals
 
 
 def test_offline_suites_pass_without_a_stack():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conduit.runtime.settings import Settings
-from conduit.testing import scripted_model
+from testkit import scripted_model
 from services.retriever import modelhelp
 from services.retriever.assist import Breaker
 from services.retriever.modelhelp import parse_order, parse_rewrite, rerank_prompt

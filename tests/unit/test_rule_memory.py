@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from agentsim import T0, Reply, Sim, TestModel, kb, ok, passage, question, settings
-from conduit.testing.scripted_model import SUMMARY_MARK
+from testkit.scripted_model import SUMMARY_MARK
 from contracts.api import SessionContext
 from contracts.evidence import Citation, NumberedEvidence
 from contracts.memory import CacheEntry, MemoryItem, RecallCandidate

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conduit.ops.stack import Stack, StackError, retriever_replicas_refusal
+from ops.stack import Stack, StackError, retriever_replicas_refusal
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolservice import ToolService
 from contracts import channels, topics

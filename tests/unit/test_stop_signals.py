@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from conduit.ops import stopsignals
+from ops import stopsignals
 
 
 @pytest.fixture

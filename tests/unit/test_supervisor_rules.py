@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from conduit.ops.services import STOP_MARGIN_S, shutdown_budget_s
-from conduit.ops.stack import parse_scale
-from conduit.ops.supervisor import backoff_s, describe_exit
+from ops.services import STOP_MARGIN_S, shutdown_budget_s
+from ops.stack import parse_scale
+from ops.supervisor import backoff_s, describe_exit
 from conduit.runtime.settings import Settings
 
 

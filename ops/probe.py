@@ -7,10 +7,10 @@ second; ``corpus`` imports the retriever's ingest module.
 
 Usage (exit status 0 = healthy)::
 
-    python -m conduit.ops.probe ready SERVICE    # readiness
-    python -m conduit.ops.probe live SERVICE     # liveness
-    python -m conduit.ops.probe topics [--timeout SECONDS]   # init container
-    python -m conduit.ops.probe corpus [--timeout SECONDS]   # init container of the retriever
+    python -m ops.probe ready SERVICE    # readiness
+    python -m ops.probe live SERVICE     # liveness
+    python -m ops.probe topics [--timeout SECONDS]   # init container
+    python -m ops.probe corpus [--timeout SECONDS]   # init container of the retriever
 
 - ``ready``: 0 when Redis (``REDIS_URL``) answers and a liveness key of this pod
   ``conduit:alive:SERVICE:HOST:*`` exists (HOST is this container's host name, the pod
@@ -169,7 +169,7 @@ def wait_corpus(settings: Settings, timeout_s: float, every_s: float = 10.0) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the check, print its reason, return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m conduit.ops.probe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.probe", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="kind", required=True)
     for kind in ("ready", "live"):
         p = sub.add_parser(kind)

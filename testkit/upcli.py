@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from conduit.ops import infra
+from ops import infra
 
 START_TIMEOUT_S = 120
 

@@ -1,7 +1,7 @@
 """JSON Schema files of the public agent events, one per ``kind``, in ``docs/schemas/``.
 
-    python -m conduit.ops.eventschemas            # rewrite docs/schemas/ from contracts/
-    python -m conduit.ops.eventschemas --check    # exit 1 when a committed file is stale
+    python -m ops.eventschemas            # rewrite docs/schemas/ from contracts/
+    python -m ops.eventschemas --check    # exit 1 when a committed file is stale
 
 Each file ``conduit.agent.<kind>.v<schema_version>.json`` is the JSON Schema (draft 2020-12) of
 the record value (the CloudEvent's data: an ``AgentEvent`` envelope) whose payload ``kind`` is
@@ -23,7 +23,7 @@ from contracts import cloudevents
 from contracts.envelope import SCHEMA_VERSION
 from contracts.events import AgentEvent, AgentEventPayload
 
-OUT = Path(__file__).resolve().parents[2] / "docs" / "schemas"
+OUT = Path(__file__).resolve().parents[1] / "docs" / "schemas"
 """Where the files live (next to ``docs/asyncapi.yaml``)."""
 
 

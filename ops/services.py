@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from conduit.ops import infra
+from ops import infra
 from conduit.runtime.settings import Settings
 
 SERVICES = ("retriever", "web", "sandbox", "mcp", "orchestrator", "gateway")

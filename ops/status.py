@@ -1,6 +1,6 @@
 """``conduit status``: what the running ``conduit up`` supervises, and how each process is doing.
 
-Reads the supervisor's ``<data_dir>/stack.json`` (``conduit.ops.supervisor``), then for
+Reads the supervisor's ``<data_dir>/stack.json`` (``ops.supervisor``), then for
 each process: pid, uptime, restarts, last exit, ready (a service: its own liveness key
 ``conduit:alive:SERVICE:HOST:PID`` is in Redis; tansu or Redis: its process lives and
 its port answers) and the consumer lag of the service's group (messages not yet
@@ -78,8 +78,8 @@ def collect(settings: Settings) -> dict | None:
     """
     import redis  # noqa: PLC0415
 
-    from conduit.ops import infra  # noqa: PLC0415
-    from conduit.ops.supervisor import read_state  # noqa: PLC0415
+    from ops import infra  # noqa: PLC0415
+    from ops.supervisor import read_state  # noqa: PLC0415
 
     state = read_state(Path(settings.data_dir).resolve())
     if state is None:

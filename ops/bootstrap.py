@@ -7,7 +7,7 @@
   revoked key is replaced by a new one (the file is rewritten).
 - ``login_link(settings, base_url)``: ``{base_url}/#login=<token>``, a single-use token for
   that admin valid ``login_token_ttl_s`` seconds, traded for a key by ``POST /v1/login``.
-- ``read_admin_key(data_dir)``: the key in the file, or None; what ``conduit.ops.client``
+- ``read_admin_key(data_dir)``: the key in the file, or None; what ``ops.client``
   and every CLI command use when no key is given.
 Needs Redis up (called by the start path once the stack's Redis runs).
 """

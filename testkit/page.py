@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from conduit.ops.stack import Stack
-from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.stack import start_stack
+from ops.stack import Stack
+from testkit.scripted_model import ScriptedModel, Turn
+from testkit.stack import start_stack
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Locator, Page
@@ -30,7 +30,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 WAIT_MS = 60_000
 """Longest wait of a browser expectation (ms): a whole answer on a busy 2-core machine."""
 VAT_LAW = "中华人民共和国增值税法"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def output_dir() -> Path:
@@ -87,8 +87,8 @@ def make_identity(stack: Stack) -> Identity | None:
     """Keys and a login link from the identity layer's helpers; None when it is not there.
     Call before ``chromium()`` (the helpers run their own event loop)."""
     try:
-        from conduit.ops.bootstrap import login_link  # type: ignore[attr-defined]
-        from conduit.testing.stack import new_key  # type: ignore[attr-defined]
+        from ops.bootstrap import login_link  # type: ignore[attr-defined]
+        from testkit.stack import new_key  # type: ignore[attr-defined]
     except ImportError:
         return None
     redis_url = stack.settings.redis()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conduit.ops.evals import EVALS_DIR, Gate
+from ops.gates import EVALS_DIR, Gate
 
 
 def _jsonl(name: str) -> list[dict]:

@@ -1,6 +1,6 @@
 """A small MCP server for the tests (stdio), written with the official ``mcp`` SDK.
 
-Run as ``python -m conduit.testing.mcp_server [--notes FILE]``. Tools:
+Run as ``python -m testkit.mcp_server [--notes FILE]``. Tools:
 
 - ``lookup_rate`` (read-only): the VAT rate of a goods category, from a fixed table;
 - ``file_note`` (not read-only): appends ``{"title", "text"}`` as one JSON line to the notes

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from conduit.ops.infra import free_port, wait_port
+from ops.infra import free_port, wait_port
 
 KAFKA_IMAGE = "apache/kafka:3.9.1"
 QDRANT_IMAGE = "qdrant/qdrant:v1.16.2"

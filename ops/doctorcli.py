@@ -8,7 +8,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from conduit.ops.doctor import Endpoint, probe, render
+from ops.doctor import Endpoint, probe, render
 from conduit.runtime import models
 from conduit.runtime.settings import get_settings
 

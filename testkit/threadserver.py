@@ -9,7 +9,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from conduit.ops.infra import free_port, wait_port
+from ops.infra import free_port, wait_port
 
 
 class ThreadedServer:

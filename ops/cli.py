@@ -18,12 +18,12 @@ import httpx
 import typer
 from rich.console import Console
 
-from conduit.ops import doctorcli, indexcli, keyscli, stopsignals
-from conduit.ops.stopsignals import Interrupted
+from ops import doctorcli, indexcli, keyscli, stopsignals
+from ops.stopsignals import Interrupted
 from conduit.runtime.settings import Settings, get_settings
 
 if TYPE_CHECKING:
-    from conduit.ops.stack import Stack
+    from ops.stack import Stack
 
 app = typer.Typer(help="Conduit: event-driven agentic question answering over Kafka and Redis.", no_args_is_help=True,
                   add_completion=False)
@@ -65,7 +65,7 @@ def _say_if_code_exec_is_off(stack: "Stack") -> None:
     """Print the sandbox's one line (why, and the command that turns it on) when it cannot isolate code."""
     if "sandbox" not in stack.procs:
         return
-    from conduit.ops.probe import sandbox_isolation
+    from ops.probe import sandbox_isolation
 
     status, reason = sandbox_isolation(stack.settings.redis())
     if status != 0 and reason.startswith("sandbox_not_isolated: "):
@@ -80,8 +80,8 @@ def _run_stack(settings: Settings, ingest: bool, scale: dict[str, int], then: "C
     stack was ready, 0 when interrupted after, 1 when it could not start or a process
     crash-looped, else what ``then`` returned.
     """
-    from conduit.ops.stack import Stack, StackError
-    from conduit.ops.supervisor import CrashLoop
+    from ops.stack import Stack, StackError
+    from ops.supervisor import CrashLoop
 
     stack: Stack | None = None
     ready = False
@@ -108,7 +108,7 @@ def _run_stack(settings: Settings, ingest: bool, scale: dict[str, int], then: "C
 
 def _supervise(stack: "Stack") -> int:
     """Restart what exits until a signal (``Interrupted``) or a crash loop (``CrashLoop``)."""
-    from conduit.ops.supervisor import Supervisor
+    from ops.supervisor import Supervisor
 
     Supervisor(stack, log=lambda line: console.print(f"[yellow]supervisor:[/yellow] {line}")).run(
         should_stop=lambda: stopsignals.check() or False)  # raises a signal that a callback swallowed
@@ -119,7 +119,7 @@ def _supervise(stack: "Stack") -> int:
 def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | mcp | orchestrator | gateway")) -> None:
     """Run one service in the foreground until SIGTERM (what each process of the stack runs)."""
     from conduit.runtime.logs import configure_logging
-    from conduit.ops.services import SERVICES
+    from ops.services import SERVICES
 
     if name not in SERVICES:
         raise typer.BadParameter(f"unknown service {name!r}; expected one of {', '.join(SERVICES)}")
@@ -157,7 +157,7 @@ def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if th
        scale: str = typer.Option(None, help="replicas per service, e.g. orchestrator=2,retriever=2")) -> None:
     """Start the whole stack in the foreground and supervise it (restart what exits); Ctrl-C stops it."""
     _stop_on_signals()  # before anything starts
-    from conduit.ops.stack import parse_scale
+    from ops.stack import parse_scale
 
     try:
         replicas = parse_scale(scale)
@@ -165,7 +165,7 @@ def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if th
         raise typer.BadParameter(str(exc)) from None
 
     def banner_then_supervise(stack: "Stack") -> int:
-        from conduit.ops.bootstrap import admin_key_path, login_link
+        from ops.bootstrap import admin_key_path, login_link
 
         settings = stack.settings
         console.print(f"[green]Conduit is up[/green] at {stack.gateway_url}", soft_wrap=True)
@@ -184,7 +184,7 @@ def up(ingest: bool = typer.Option(True, help="ingest the law corpus first if th
 @app.command()
 def status() -> None:
     """Show each process of the running `conduit up`: pid, uptime, restarts, ready, consumer lag, Redis file size."""
-    from conduit.ops.status import collect, render
+    from ops.status import collect, render
 
     report = collect(get_settings())
     if report is None:
@@ -208,7 +208,7 @@ def _error_sentence(response: httpx.Response) -> str:
 
 def _ask(base_url: str, question: str, session_id: str | None, show_events: bool, key: str | None = None,
          mode: str | None = None, scope: dict[str, list[str]] | None = None) -> int:
-    from conduit.ops.client import create_task, default_key, stream_task
+    from ops.client import create_task, default_key, stream_task
 
     key = key or default_key()
     try:
@@ -268,7 +268,7 @@ def _approve_interactively(base_url: str, task_id: str, d: dict, key: str | None
     console.print(d["arguments"].get("code") or d["arguments"])
     url = f"{base_url}/v1/tasks/{task_id}/approvals/{d['call_id']}"
     if not sys.stdin.isatty():
-        from conduit.ops.bootstrap import admin_key_path
+        from ops.bootstrap import admin_key_path
 
         key_file = admin_key_path(get_settings().data_dir)
         console.print(f"decide with: curl -X POST {url} -H \"Authorization: Bearer $(cat {key_file})\" "
@@ -277,7 +277,7 @@ def _approve_interactively(base_url: str, task_id: str, d: dict, key: str | None
         return
     yes = typer.confirm("run it?", default=False)
     body = {"decision": "approve", "arguments_digest": d["arguments_digest"]} if yes else {"decision": "reject"}
-    from conduit.ops.client import bearer
+    from ops.client import bearer
 
     resp = httpx.post(url, json=body, headers=bearer(key), timeout=10)
     if resp.status_code != 202:
@@ -303,7 +303,7 @@ def ask(question: str = typer.Argument(..., help="the question"),
 def mcp_stdio(url: str = typer.Option(None, help="gateway base URL (default from settings)"),
               key: str = typer.Option(None, help="API key (default: CONDUIT_API_KEY, else <data_dir>/admin.key)")) -> None:
     """Serve Conduit as an MCP server over stdio (tools search, ask, documents) for a running gateway."""
-    from conduit.ops.client import default_key
+    from ops.client import default_key
     from services.gateway.mcp_out import run_stdio
 
     run_stdio(url or _gateway(get_settings()), key or default_key())
@@ -333,8 +333,8 @@ def demo(question: str = typer.Argument(SAMPLE_QUESTION, help="question to ask")
 def login() -> None:
     """Print a fresh one-time login link for the page of the running ``conduit up`` (as it prints at
     start; the link is valid ``login_token_ttl_s`` seconds and works once). Exits 1 when no stack runs."""
-    from conduit.ops.bootstrap import login_link
-    from conduit.ops.supervisor import read_state
+    from ops.bootstrap import login_link
+    from ops.supervisor import read_state
 
     settings = get_settings()
     data_dir = Path(settings.data_dir).resolve()
@@ -372,7 +372,7 @@ def eval_(fast: bool = typer.Option(False, "--fast", help="only the rows marked 
           suite: list[str] = typer.Option(None, help="guardrails | routing | golden | fault | security (repeatable; default all)")) -> None:
     """Run the eval suites (guardrail corpus, routing set, golden questions, fault injection, security);
     exit 1 when a gate fails."""
-    from conduit.ops.evals import SUITES, run
+    from ops.evals import SUITES, run
 
     gates = run(url, fast, tuple(suite) if suite else SUITES)
     for g in gates:

@@ -1,7 +1,7 @@
 """``conduit eval``: quality, fault-injection and security gates (README "Evals and benchmarks").
 
 Suites (data in ``evals/``):
-- ``guardrails`` and ``routing``: offline, no stack (``conduit.ops.policy_evals``).
+- ``guardrails`` and ``routing``: offline, no stack (``ops.policy_evals``).
 - ``golden`` (``golden.jsonl``: question, expected ``law`` and ``article``): each
   question goes through the gateway; the gate passes when the terminal
   ``task.completed`` cites the expected law and article.
@@ -29,22 +29,11 @@ import json
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-EVALS_DIR = Path(__file__).resolve().parents[2] / "evals"
-
-
-@dataclass
-class Gate:
-    """One checked gate: ``suite``, ``name``, ``passed`` and a human ``detail``."""
-
-    suite: str
-    name: str
-    passed: bool
-    detail: str = ""
+from ops.gates import EVALS_DIR, Gate
 
 
 def _rows(name: str, fast: bool) -> list[dict]:
@@ -54,7 +43,7 @@ def _rows(name: str, fast: bool) -> list[dict]:
 
 def _ask(base: str, key: str | None, question: str, timeout_s: float = 90.0) -> tuple[int, dict | None, str]:
     """POST a question and follow its stream: ``(status, terminal event data or None, terminal type)``."""
-    from conduit.ops.client import bearer, stream_task
+    from ops.client import bearer, stream_task
 
     r = httpx.post(f"{base}/v1/tasks", json={"question": question}, headers=bearer(key), timeout=30)
     if r.status_code != 202:
@@ -117,7 +106,7 @@ async def _dead_letter_gate(bootstrap: str) -> Gate:
 def security(base: str, fast: bool, max_chars: int, key: str | None = None) -> list[Gate]:
     """Injection corpus, oversized input and SSRF URL gates."""
     gates = []
-    from conduit.ops.client import bearer
+    from ops.client import bearer
 
     for row in _rows("security.jsonl", fast):
         r = httpx.post(f"{base}/v1/tasks", json={"question": row["text"]}, headers=bearer(key), timeout=30)
@@ -163,7 +152,7 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = SUITES,
     ``infra_settings`` (a ``Settings`` with broker and Redis addresses) makes the
     private stack reuse that broker and Redis instead of starting its own (tests).
     """
-    from conduit.ops import policy_evals
+    from ops import policy_evals
     from conduit.runtime.settings import Settings, get_settings
 
     offline: list[Gate] = []
@@ -184,8 +173,8 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = SUITES,
         if "security" in suites:
             gates += security(url, fast, s.max_question_chars)
         return offline + gates
-    from conduit.ops import infra
-    from conduit.ops.stack import Stack
+    from ops import infra
+    from ops.stack import Stack
     from services.retriever.ingest import ingest_law_db
 
     laws = sorted({r["law"] for r in _rows("golden.jsonl", fast)})

@@ -9,7 +9,7 @@ answers while a service it depends on has not checked in. Logs go to ``<data_dir
 
 Each process is registered the moment it is spawned, so ``stop()`` (run on any
 failure or signal during ``start()``) reaches everything; and every child dies with
-this process anyway (``infra.die_with_parent``). ``conduit.ops.supervisor`` restarts
+this process anyway (``infra.die_with_parent``). ``ops.supervisor`` restarts
 children that exit.
 """
 
@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import redis as redis_sync
 
-from conduit.ops import bootstrap, infra, stopsignals
-from conduit.ops.services import SERVICES, STOP_MARGIN_S, ChildProcess, ServiceProcess, settings_env, shutdown_budget_s
+from ops import bootstrap, infra, stopsignals
+from ops.services import SERVICES, STOP_MARGIN_S, ChildProcess, ServiceProcess, settings_env, shutdown_budget_s
 from conduit.runtime import bus
 from conduit.runtime.liveness import alive_key
 from conduit.runtime.settings import Settings

@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 from redis.asyncio import Redis
 
-from conduit.ops import infra
+from ops import infra
 from conduit.records import apikeys
-from conduit.ops.services import ServiceProcess
+from ops.services import ServiceProcess
 from conduit.runtime.settings import Settings
-from conduit.ops.stack import Stack
+from ops.stack import Stack
 
 
 def start_stack(bootstrap: str | None, redis_url: str | None, data_dir: Path, services: tuple[str, ...],
@@ -79,20 +79,20 @@ def add_replica(stack: Stack, name: str, key: str, **env: str) -> ServiceProcess
 
 
 FAULT = "CONDUIT_FAULT_CRASH_ONCE"
-"""Names the fault point ``conduit.testing.faults`` crashes the orchestrator at."""
+"""Names the fault point ``testkit.faults`` crashes the orchestrator at."""
 HOOKS = "CONDUIT_TEST_HOOKS"
 """Names the orchestrator's test hook module (``services.orchestrator.hooks``)."""
 
 
 def crash_env(point: str) -> dict[str, str]:
     """Environment of an orchestrator that exits at fault point ``point`` once per task."""
-    return {HOOKS: "conduit.testing.faults", FAULT: point}
+    return {HOOKS: "testkit.faults", FAULT: point}
 
 
 @contextmanager
 def orchestrator_crashing_once(stack: Stack, point: str) -> Iterator[ServiceProcess]:
     """Run the body against an orchestrator that exits at fault point ``point`` once per task
-    (``conduit.testing.faults``); yields that process. The body replaces it with
+    (``testkit.faults``); yields that process. The body replaces it with
     ``restart(stack, "orchestrator", drop=(FAULT,))``; if it did not, that happens on exit.
     """
     proc = restart(stack, "orchestrator", **crash_env(point))

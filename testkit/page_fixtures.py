@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from conduit.ops.stack import Stack
-from conduit.testing.page import page_stack
-from conduit.testing.scripted_model import ScriptedModel, Turn
+from ops.stack import Stack
+from testkit.page import page_stack
+from testkit.scripted_model import ScriptedModel, Turn
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,17 @@ Every call sends ``Authorization: Bearer <key>``: the ``api_key`` given, else
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from conduit.ops.bootstrap import read_admin_key
+from ops.bootstrap import read_admin_key
 from conduit.runtime.settings import get_settings
+from conduit.runtime.sseread import SseEvent, iter_sse  # noqa: F401  (SseEvent: the tests' type of an event)
 from contracts.stream import TERMINAL_TYPES
 
 
@@ -32,40 +31,6 @@ def bearer(api_key: str | None = None) -> dict[str, str]:
     """``{"Authorization": "Bearer <key>"}`` for ``api_key`` (or ``default_key()``); {} when there is none."""
     key = api_key or default_key()
     return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-@dataclass
-class SseEvent:
-    """One SSE message: ``id`` (per-task seq), ``event`` (type) and parsed JSON ``data``."""
-
-    id: int | None
-    event: str
-    data: dict[str, Any]
-
-
-def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
-    """Parse SSE lines into events (comments such as heartbeats are skipped)."""
-    eid: int | None = None
-    etype = "message"
-    data: list[str] = []
-    for line in lines:
-        if line == "":
-            if data:
-                yield SseEvent(eid, etype, json.loads("\n".join(data)))
-            eid, etype, data = None, "message", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "id":
-            eid = int(value)
-        elif name == "event":
-            etype = value
-        elif name == "data":
-            data.append(value)
-    if data:
-        yield SseEvent(eid, etype, json.loads("\n".join(data)))
 
 
 def create_task(base_url: str, question: str, session_id: str | None = None, timeout_s: float = 10.0,

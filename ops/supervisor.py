@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conduit.ops.stack import Stack
+from ops.stack import Stack
 
 TICK_S = 0.2
 """How often the supervisor looks at its processes (seconds)."""

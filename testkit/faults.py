@@ -1,6 +1,6 @@
 """Fault injection for crash tests: a test hook module for the orchestrator.
 
-Loaded only when ``CONDUIT_TEST_HOOKS=conduit.testing.faults`` is set (see
+Loaded only when ``CONDUIT_TEST_HOOKS=testkit.faults`` is set (see
 ``services.orchestrator.hooks``). With ``CONDUIT_FAULT_CRASH_ONCE`` naming a fault
 point (``question``, ``started``, ``tool_result``, ``cancel``), the process exits with code 70 the
 first time each task reaches that point (once per task: a Redis flag, 600 s).
@@ -31,7 +31,7 @@ class CrashOnce:
     async def reached(self, point: str, task_id: str) -> None:
         """Exit with ``EXIT_CODE`` if ``point`` is the configured one and this task has not crashed yet."""
         if point == self.point and await self.redis.set(keys.fault(task_id), "1", nx=True, ex=600):
-            logging.getLogger("conduit.testing.faults").error("fault injection: exiting at %s", point)
+            logging.getLogger("testkit.faults").error("fault injection: exiting at %s", point)
             os._exit(EXIT_CODE)
 
 

@@ -1,16 +1,75 @@
 """What ``conduit doctor`` saw in an endpoint's streams (rule A17's shapes): pure, no I/O.
 
-``shape_rows(report)`` reads both probe exchanges' chunks (``doctor.chunks``) and returns the rows
+``shape_rows(report)`` reads both probe exchanges' chunks (``chunks``) and returns the rows
 of the doctor's table: ``(feature, what this endpoint does, whether Conduit handles it)``. The third
 column starts with ``yes`` or ``no`` (or is ``-`` for a fact with no verdict).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from conduit.ops.doctor import Exchange, Report
+from services.orchestrator.model import ModelError, ModelResponse, parse_arguments
+from services.orchestrator.sse import DONE, SseDecoder, parse_body
+
+
+@dataclass
+class Endpoint:
+    """Where to probe: ``base_url`` (ending in ``/v1`` for most servers), ``api_key`` (None: none sent),
+    ``model`` (the name sent) and ``name`` (the configured name shown, or ``ad hoc``)."""
+
+    base_url: str
+    api_key: str | None
+    model: str
+    name: str = "ad hoc"
+
+
+@dataclass
+class Exchange:
+    """One probe request's outcome: HTTP ``status`` (None: no answer), seconds to the first body byte,
+    the raw ``body``, what the reader assembled (``resp``) or the failure's ``code`` and ``error``."""
+
+    status: int | None = None
+    first_byte_s: float | None = None
+    body: bytes = b""
+    resp: ModelResponse | None = None
+    code: str | None = None
+    error: str = ""
+    thought: str = ""
+
+
+@dataclass
+class Report:
+    """Both exchanges of a probe (``tools``, ``plain``) and the endpoint probed."""
+
+    endpoint: Endpoint
+    tools: Exchange
+    plain: Exchange
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def usable(self) -> bool:
+        """The agent can use it: the tool request came back as a ``kb_search`` call with JSON arguments."""
+        resp = self.tools.resp
+        return bool(resp and resp.tool_calls and resp.tool_calls[0].name == "kb_search"
+                    and parse_arguments(resp.tool_calls[0].arguments) is not None)
+
+
+def chunks(body: bytes) -> list[dict[str, Any]]:
+    """The parsed chunks of a body (a whole JSON reply is one); those that do not parse are left out."""
+    if body.lstrip()[:1] in (b"{", b"["):
+        try:
+            value = parse_body(body)
+        except ModelError:
+            return []
+        return [value] if isinstance(value, dict) else []
+    decoder, out = SseDecoder(), []
+    try:
+        out = decoder.feed(body) + decoder.close()
+    except ModelError:
+        pass
+    return [c for c in out if c is not DONE and isinstance(c, dict)]
 
 
 def _choice(chunk: dict[str, Any]) -> dict[str, Any]:
@@ -77,21 +136,19 @@ def _usage(chunks: list[dict[str, Any]], streamed: bool) -> str:
     return "none"
 
 
-def _head(name: str, ex: "Exchange") -> tuple[str, str, str]:
+def _head(name: str, ex: Exchange) -> tuple[str, str, str]:
     if ex.status is None:
         return (name, f"no answer: {ex.code}", "no")
     first = f", first byte {ex.first_byte_s * 1000:.0f} ms" if ex.first_byte_s is not None else ""
     return (name, f"HTTP {ex.status}{first}", "yes" if ex.code is None else f"no: {ex.code}")
 
 
-def _verdict(ex: "Exchange") -> str:
+def _verdict(ex: Exchange) -> str:
     return "yes" if ex.code is None else f"no: {ex.code}"
 
 
-def shape_rows(report: "Report") -> list[tuple[str, str, str]]:
+def shape_rows(report: Report) -> list[tuple[str, str, str]]:
     """The doctor table's rows for ``report`` (see the module doc)."""
-    from conduit.ops.doctor import chunks
-
     tools, plain = report.tools, report.plain
     rows = [_head("tool request", tools)]
     if tools.status is None or tools.status >= 400:

@@ -10,7 +10,7 @@ Turn fields: ``content`` (text streamed in ``chunks`` pieces), ``tool_calls``
 ``chunk_delay_s`` between chunks, ``status`` (answer with that HTTP error instead; ``error``: its
 JSON body's ``error`` object, ``retry_after_s``: its ``Retry-After``), ``reasoning`` (streamed first
 as ``reasoning_content`` deltas, as DeepSeek, Qwen and vLLM send them), ``shape``: the provider
-wire shape to play (``conduit.testing.provider_shapes``; default: the server's, ``openai``).
+wire shape to play (``testkit.provider_shapes``; default: the server's, ``openai``).
 
 A session's rolling-summary call (rule M7; its system prompt starts with ``SUMMARY_MARK``) runs
 beside the tasks at no fixed point of a script, so it never takes a turn of it: ``summary`` answers
@@ -39,8 +39,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from conduit.testing.threadserver import ThreadedServer
-from conduit.testing import provider_shapes as shapes
+from testkit.threadserver import ThreadedServer
+from testkit import provider_shapes as shapes
 
 
 @dataclass

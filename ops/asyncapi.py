@@ -2,7 +2,7 @@
 
 Nothing here runs or connects: the app exists so that
 
-    faststream docs gen conduit.ops.asyncapi:app --yaml --out docs/asyncapi.yaml
+    faststream docs gen ops.asyncapi:app --yaml --out docs/asyncapi.yaml
 
 can write the public event contract from the channel table the services use
 (``contracts.channels.CHANNELS``: topic, event types, partition key, consumer groups).

@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import orjson
 from rich.table import Table
 
+from ops.doctorshapes import Endpoint, Exchange, Report, shape_rows
 from services.orchestrator import providererrors
 from services.orchestrator.assembler import StreamError
-from services.orchestrator.model import MODEL_TIMEOUT, MODEL_UNAVAILABLE, ModelError, ModelResponse, parse_arguments
+from services.orchestrator.model import MODEL_TIMEOUT, MODEL_UNAVAILABLE, ModelError
 from services.orchestrator.reader import Reading, read
-from services.orchestrator.sse import DONE, SseDecoder, parse_body
 
 TOOL = {"type": "function", "function": {
     "name": "kb_search", "description": "Search the law knowledge base. Always call it before answering.",
@@ -38,48 +37,6 @@ TOOL_MESSAGES = [
     {"role": "system", "content": "You answer questions about Chinese tax law. Call the kb_search tool first."},
     {"role": "user", "content": "小规模纳税人的增值税征收率是多少？请先用 kb_search 检索。"}]
 PLAIN_MESSAGES = [{"role": "user", "content": "Reply with the single word OK."}]
-
-
-@dataclass
-class Endpoint:
-    """Where to probe: ``base_url`` (ending in ``/v1`` for most servers), ``api_key`` (None: none sent),
-    ``model`` (the name sent) and ``name`` (the configured name shown, or ``ad hoc``)."""
-
-    base_url: str
-    api_key: str | None
-    model: str
-    name: str = "ad hoc"
-
-
-@dataclass
-class Exchange:
-    """One probe request's outcome: HTTP ``status`` (None: no answer), seconds to the first body byte,
-    the raw ``body``, what the reader assembled (``resp``) or the failure's ``code`` and ``error``."""
-
-    status: int | None = None
-    first_byte_s: float | None = None
-    body: bytes = b""
-    resp: ModelResponse | None = None
-    code: str | None = None
-    error: str = ""
-    thought: str = ""
-
-
-@dataclass
-class Report:
-    """Both exchanges of a probe (``tools``, ``plain``) and the endpoint probed."""
-
-    endpoint: Endpoint
-    tools: Exchange
-    plain: Exchange
-    rows: list[tuple[str, str, str]] = field(default_factory=list)
-
-    @property
-    def usable(self) -> bool:
-        """The agent can use it: the tool request came back as a ``kb_search`` call with JSON arguments."""
-        resp = self.tools.resp
-        return bool(resp and resp.tool_calls and resp.tool_calls[0].name == "kb_search"
-                    and parse_arguments(resp.tool_calls[0].arguments) is not None)
 
 
 def request_body(model: str, tools: bool) -> bytes:
@@ -158,30 +115,12 @@ async def _read(out: Exchange) -> None:
     out.thought = "".join(thoughts)
 
 
-def chunks(body: bytes) -> list[dict[str, Any]]:
-    """The parsed chunks of a body (a whole JSON reply is one); those that do not parse are left out."""
-    if body.lstrip()[:1] in (b"{", b"["):
-        try:
-            value = parse_body(body)
-        except ModelError:
-            return []
-        return [value] if isinstance(value, dict) else []
-    decoder, out = SseDecoder(), []
-    try:
-        out = decoder.feed(body) + decoder.close()
-    except ModelError:
-        pass
-    return [c for c in out if c is not DONE and isinstance(c, dict)]
-
-
 async def probe(endpoint: Endpoint, timeout_s: float = 30.0) -> Report:
     """Probe ``endpoint`` (see the module doc); ``timeout_s``: the longest wait for each request (seconds)."""
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
     async with httpx.AsyncClient(timeout=timeout) as client:
         tools = await exchange(client, endpoint, tools=True)
         plain = await exchange(client, endpoint, tools=False)
-    from conduit.ops.doctorshapes import shape_rows
-
     report = Report(endpoint, tools, plain)
     report.rows = shape_rows(report)
     return report

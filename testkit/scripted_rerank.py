@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from conduit.testing.threadserver import ThreadedServer
+from testkit.threadserver import ThreadedServer
 
 
 def _bigrams(text: str) -> set[str]:
