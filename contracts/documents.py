@@ -1,6 +1,6 @@
 """Search and documents through the gateway: API bodies, bus events and Redis keys.
 
-HTTP (gateway, ``services/gateway/documents.py``):
+HTTP (gateway, ``services/gateway/documents/routes.py``):
 
 - ``POST /v1/search`` ``SearchRequest`` -> 200 ``SearchResponse`` (the evidence items
   ``kb_search`` gives the agent, from the retriever over the bus);

@@ -1,6 +1,6 @@
 """Long-term memory and the semantic cache: items, API bodies, bus events and replies.
 
-HTTP (gateway, ``services/gateway/memory.py``): ``GET /v1/memory`` -> ``MemoryList`` (the
+HTTP (gateway, ``services/gateway/api/memory.py``): ``GET /v1/memory`` -> ``MemoryList`` (the
 caller's items); ``DELETE /v1/memory/{id}`` and ``DELETE /v1/memory`` -> ``MemoryDeleted``.
 
 Records live in Redis (``conduit.records.memory``: the source of truth, read and deleted by id);

@@ -18,7 +18,7 @@ A passage is in scope when its document is one of ``document_ids`` OR it belongs
 documents and the law corpus). The tenant filter always applies on top (rules Q1-Q4, docs/rules.md).
 
 The gateway resolves what a client asked (ids as ``POST /v1/documents`` returned them or store
-ids, ``EvidenceItem.document_id``) into a ``Scope`` of store ids (``services.gateway.scope``) and
+ids, ``EvidenceItem.document_id``) into a ``Scope`` of store ids (``services.gateway.documents.scope``) and
 refuses: more than ``MAX_SCOPE_DOCUMENTS`` ids or ``MAX_SCOPE_COLLECTIONS`` collections (422
 ``scope_too_large``), an id the tenant has no document for (404 ``document_not_found``), an unknown
 collection (404 ``collection_not_found``). The orchestrator holds the ``Scope`` in the task's checkpoint

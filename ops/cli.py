@@ -304,7 +304,7 @@ def mcp_stdio(url: str = typer.Option(None, help="gateway base URL (default from
               key: str = typer.Option(None, help="API key (default: CONDUIT_API_KEY, else <data_dir>/admin.key)")) -> None:
     """Serve Conduit as an MCP server over stdio (tools search, ask, documents) for a running gateway."""
     from ops.client import default_key
-    from services.gateway.mcp_out import run_stdio
+    from services.gateway.mcp.out import run_stdio
 
     run_stdio(url or _gateway(get_settings()), key or default_key())
 

@@ -9,7 +9,7 @@ Caps: the sandbox keeps at most ``sandbox_artifact_max_files`` files and
 
 Ownership rule (``ArtifactRecord.readable_by``): an artifact is served only when the caller
 names the task that produced it (``task_id`` query parameter), is in its tenant, and is the
-task's user or the tenant's admin (the credential says which: ``services.gateway.auth``). Anything else
+task's user or the tenant's admin (the credential says which: ``services.gateway.identity.auth``). Anything else
 is answered exactly like an unknown id (404), so existence is never revealed.
 
 Media types come from the file extension through an allowlist (``MEDIA_TYPES``); everything

@@ -27,13 +27,13 @@ Tasks (orchestrator writes, gateway reads)
 Gateway
 - ``idempotency(tenant, digest)``: string, the task id an ``Idempotency-Key`` created.
 - ``chat_conversation(digest)``: string, the session an OpenAI-style conversation continues
-  (``digest``: SHA-256 of tenant, user and the messages so far; ``services.gateway.chat``).
+  (``digest``: SHA-256 of tenant, user and the messages so far; ``services.gateway.openai_compat.chat``).
 - ``hub_wake(hub_id)``: stream the SSE hub's reader blocks on to be woken.
 - ``reply(request_id)`` / ``document(tenant, id)`` / ``documents(tenant)``: search replies
   and document records (``contracts.documents``); ``document_applied(tenant, id, request_id)``: set
   of the retriever replicas (index K) that indexed that request (rule K10, ``services.retriever.replicas``).
 
-Identity (``conduit.records.apikeys``, ``conduit.records.sessions``, ``services.gateway.ratelimit``)
+Identity (``conduit.records.apikeys``, ``conduit.records.sessions``, ``services.gateway.identity.ratelimit``)
 - ``apikey(key_id)``: hash of one API key's record (hash of the key, tenant, user, role, dates);
   ``APIKEYS``: set of every key id; ``apikey_revoked(key_id)``: marks a revoked id for good.
 - ``login(digest)``: string, a one-time login token's identity (``digest``: SHA-256 of the token).

@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     task_events_maxlen: int = Field(default=20000, description="events kept per task replay log")
     default_tenant: str = Field(default="default", description="tenant of the bootstrap admin key (`conduit up`) and of CONDUIT_AUTH=none")
 
-    # ---- identity (services/gateway/auth.py, docs/security.md)
+    # ---- identity (services/gateway/identity/auth.py, docs/security.md)
     auth: Literal["keys", "jwt", "none"] = Field(default="keys", description="credentials the gateway accepts: keys (API keys), jwt (JWT bearer tokens and API keys) or none (loopback only: everyone is the default tenant's admin)")
     auth_jwt_secret: str | None = Field(default=None, description="shared HMAC secret of JWT bearer tokens (HS256); or set auth_jwt_jwks_url")
     auth_jwt_jwks_url: str | None = Field(default=None, description="JWKS URL of the token issuer (keys cached, fetched again on an unknown kid)")

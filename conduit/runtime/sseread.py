@@ -1,7 +1,7 @@
 """Reading the gateway's ``text/event-stream``: lines in, ``SseEvent`` out.
 
 Shared by the HTTP client of the entry points (``ops.client``) and the gateway's MCP tools
-(``services/gateway/mcp_out.py``), so it lives below both (docs/architecture.md, "Layers").
+(``services/gateway/mcp/out.py``), so it lives below both (docs/architecture.md, "Layers").
 """
 
 from __future__ import annotations

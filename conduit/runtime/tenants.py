@@ -2,8 +2,8 @@
 
 ``CONDUIT_TENANTS`` is a JSON object ``{tenant_id: {...}}`` of ``TenantPolicy`` fields; a
 tenant without an entry (or a field left out) gets the process-wide setting. Enforced by the
-gateway: ``allowed_tools`` (a task's tools are narrowed to them, ``services.gateway.tasks``),
-``rate_limit_per_minute`` and ``running_tasks`` (``services.gateway.ratelimit``). ``model``,
+gateway: ``allowed_tools`` (a task's tools are narrowed to them, ``services.gateway.api.tasks``),
+``rate_limit_per_minute`` and ``running_tasks`` (``services.gateway.identity.ratelimit``). ``model``,
 ``approval_policies``, ``mode`` and ``time_zone`` by the orchestrator (``services.orchestrator.steps`` names the tenant's
 model in each call; ``services.orchestrator.agent.vetting`` applies its approval policies;
 ``services.orchestrator.agent.team`` its mode, rule D1; ``planning.start`` dates its tasks in its

@@ -5,7 +5,7 @@
 2. Conduit's Kafka topics (``conduit.runtime.bus.ensure_topics``) and a FastStream
    ``KafkaBroker`` (``conduit.runtime.bus.make_broker``) with no subscribers, used only
    to publish (``acks=all``);
-3. the shared SSE reader (``services.gateway.hub.StreamHub``) on its own Redis
+3. the shared SSE reader (``services.gateway.streaming.hub.StreamHub``) on its own Redis
    client: one connection whose multi-key ``XREAD`` serves every open stream;
 4. a liveness heartbeat (``conduit.runtime.liveness.alive_key``) for ``/readyz``;
 then it freezes the startup objects (``gc.freeze()``) so full GC passes stay short.
@@ -31,16 +31,18 @@ from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
-from services.gateway import approvals, artifacts, chat, health, identity, routes
-from services.gateway import sessions as sessions_routes
-from services.gateway import memory as memory_routes
-from services.gateway.auth import check_auth_mode
-from services.gateway.mcp_route import install_mcp
+from services.gateway.api import approvals, artifacts, health, routes
+from services.gateway.api import memory as memory_routes
+from services.gateway.api import sessions as sessions_routes
+from services.gateway.documents import routes as documents_routes
+from services.gateway.identity import routes as identity
+from services.gateway.identity.auth import check_auth_mode
+from services.gateway.mcp.route import install_mcp
+from services.gateway.openai_compat import chat
 from services.gateway.page import install_page
-from services.gateway import documents as documents_routes
 from services.gateway.errors import install_error_handlers
 from services.gateway.openapi import install_openapi
-from services.gateway.hub import StreamHub
+from services.gateway.streaming.hub import StreamHub
 from services.gateway.state import GatewayState
 
 log = logging.getLogger("conduit.gateway")
@@ -51,7 +53,7 @@ SERVICE = "gateway"
 def create_app(settings: Settings) -> FastAPI:
     """Return the gateway app for ``settings``; resources live in ``app.state.gateway`` (``GatewayState``).
 
-    Raises RuntimeError for an unsafe ``CONDUIT_AUTH`` (``services.gateway.auth.check_auth_mode``).
+    Raises RuntimeError for an unsafe ``CONDUIT_AUTH`` (``services.gateway.identity.auth.check_auth_mode``).
     """
     check_auth_mode(settings)
 

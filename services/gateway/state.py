@@ -1,20 +1,22 @@
-"""Per-process gateway resources, opened by the app's lifespan and shared by routes."""
+"""Per-process gateway resources, opened by the app's lifespan and shared by routes, and ``publish`` with the
+gateway's timeout (used by the task, document and memory routes)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from faststream.kafka import KafkaBroker
 from fastapi import Request
 from redis.asyncio import Redis
 
+from conduit.runtime import bus
 from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
-
-if TYPE_CHECKING:
-    from services.gateway.hub import StreamHub
+from contracts.envelope import Envelope
+from services.gateway.streaming.hub import StreamHub
 
 
 @dataclass
@@ -31,7 +33,7 @@ class GatewayState:
             tests use it to prove a disconnected client leaves no loop behind).
         hub: the process's shared task-log reader (``StreamHub``) every SSE
             stream subscribes to; set by the app's lifespan.
-        limiter: the Redis-backed rate limiter (``services.gateway.ratelimit``), made on first use.
+        limiter: the Redis-backed rate limiter (``services.gateway.identity.ratelimit``), made on first use.
     """
 
     settings: Settings
@@ -52,3 +54,11 @@ async def get_state(request: Request) -> GatewayState:
     each with its own malloc arena, seen as gateway RSS that never came back).
     """
     return request.app.state.gateway
+
+
+async def publish(state: GatewayState, topic: str, event: Envelope) -> None:
+    """Publish ``event`` on ``topic`` and wait for Kafka's ack at most ``gateway_publish_timeout_s`` seconds.
+
+    Raises ``TimeoutError`` after that wait and the broker's error when the publish fails.
+    """
+    await asyncio.wait_for(bus.publish(state.broker, topic, event), state.settings.gateway_publish_timeout_s)

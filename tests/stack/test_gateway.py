@@ -38,7 +38,7 @@ from contracts.events import QuestionAsked, TaskCancelled
 from contracts.stream import AnswerDelta, TaskCompleted, TaskStreamEvent
 from testkit.stack import auth, new_key
 from contracts.api import TaskCreate
-from services.gateway import tasks
+from services.gateway.api import tasks
 from services.gateway.app import create_app
 
 parse_stream_event = TypeAdapter(TaskStreamEvent).validate_json

@@ -1,7 +1,7 @@
-"""The gateway's shared SSE reader (``services.gateway.hub.StreamHub``) against the session's real Redis.
+"""The gateway's shared SSE reader (``services.gateway.streaming.hub.StreamHub``) against the session's real Redis.
 
 Writers append with the real ``TaskEventLog``; subscribers consume with
-``Subscription.next_batch`` exactly as ``services.gateway.sse`` does.
+``Subscription.next_batch`` exactly as ``services.gateway.streaming.sse`` does.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from conduit.records.taskstream import TaskEventLog
 from contracts.stream import AnswerDelta, TaskCompleted
 from conduit.runtime.allocator import release_memory
 from testkit.waits import until
-from services.gateway.hub import StreamHub, Subscription
+from services.gateway.streaming.hub import StreamHub, Subscription
 
 
 @pytest.fixture
@@ -200,7 +200,7 @@ async def test_redis_error_reaches_subscribers_and_a_stopped_hub_refuses(log):
 
 
 async def test_release_memory_after_the_last_subscriber_leaves(make_hub, monkeypatch):
-    import services.gateway.hub as hub_module
+    import services.gateway.streaming.hub as hub_module
 
     calls: list[int] = []
     monkeypatch.setattr(hub_module, "release_memory", lambda: calls.append(1) or True)

@@ -18,7 +18,7 @@ from ops.keyscli import parse_duration
 from conduit.records import apikeys
 from conduit.runtime.settings import Settings
 from conduit.runtime.tenants import narrow_tools, policy
-from services.gateway.auth import Principal, can_see, check_auth_mode, decode_jwt, is_loopback
+from services.gateway.identity.auth import Principal, can_see, check_auth_mode, decode_jwt, is_loopback
 
 
 class Jwks:

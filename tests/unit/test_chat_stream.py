@@ -1,11 +1,11 @@
-"""The OpenAI-compatible answer built from a task's events (``services.gateway.chatstream``)."""
+"""The OpenAI-compatible answer built from a task's events (``services.gateway.openai_compat.chatstream``)."""
 
 from __future__ import annotations
 
 import json
 
 from conduit.records.taskstream import LoggedEvent
-from services.gateway.chatstream import ChatAnswer, footnote_marks, footnotes
+from services.gateway.openai_compat.chatstream import ChatAnswer, footnote_marks, footnotes
 from contracts.evidence import Citation
 
 CITES = [{"index": 1, "chunk_id": "c1", "title": "《增值税法》", "locator": "第十一条"},

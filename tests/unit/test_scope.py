@@ -19,7 +19,7 @@ from contracts.chat import ChatCompletionRequest
 from contracts.documents import DocumentCreate, SearchFilters
 from contracts.events import QuestionAsked, QuestionPayload
 from contracts.scope import MAX_SCOPE_DOCUMENTS, Scope
-from services.gateway import scope as gateway_scope
+from services.gateway.documents import scope as gateway_scope
 from services.orchestrator.agent import cache, endings
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.testmodel import FunctionModel

@@ -2,7 +2,7 @@
 
 The same server runs two ways (docs/mcp.md):
 
-- on the gateway at ``/mcp`` (streamable HTTP, ``services.gateway.mcp_route``), authenticated
+- on the gateway at ``/mcp`` (streamable HTTP, ``services.gateway.mcp.route``), authenticated
   like every ``/v1`` route (the caller's bearer credential), each call run for that caller;
 - as ``conduit mcp`` over stdio, a client of a gateway (``--url``, ``--api-key``), for desktop
   chat apps and coding assistants that start their MCP servers as commands.

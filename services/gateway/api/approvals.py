@@ -25,8 +25,8 @@ from contracts.api import ApprovalDecisionBody, ErrorBody
 from contracts.events import ApprovalDecided, ApprovalDecisionPayload
 from conduit.records import mcp as mcp_records
 from contracts.tools import TOOL_SPECS, arguments_digest
-from services.gateway import inputs, tasks
-from services.gateway.auth import Principal, authenticate
+from services.gateway.api import inputs, tasks
+from services.gateway.identity.auth import Principal, authenticate
 from services.gateway.openapi import body_doc
 from services.gateway.errors import ApiError, validation_details
 from services.gateway.state import GatewayState, get_state

@@ -5,7 +5,7 @@ Routes (tenant = the caller's, from the credential; writes need the tenant admin
 search hits are its own; the public law corpus is everyone's:
 
 - ``POST /v1/search`` ``{query, top_k?, filters?: {document_ids?, collections?}}`` -> 200 ``SearchResponse``
-  (the filters are resolved and checked as a question's scope, rule Q1: ``services.gateway.scope``): publishes
+  (the filters are resolved and checked as a question's scope, rule Q1: ``services.gateway.documents.scope``): publishes
   ``SearchRequested`` to ``conduit.retriever.requests`` and BLPOPs the retriever's
   ``SearchReply`` from ``conduit:reply:{request_id}`` for at most ``TOOL_TIMEOUT_S`` seconds.
   The items are exactly what ``kb_search`` gives the agent (same ``KbSearcher``).
@@ -67,12 +67,11 @@ from contracts.documents import (
     index_document_id,
 )
 from contracts.envelope import utcnow
-from services.gateway import scope
-from services.gateway.auth import Principal, authenticate, require_admin
+from services.gateway.documents import scope
+from services.gateway.identity.auth import Principal, authenticate, require_admin
 from services.gateway.openapi import body_doc
 from services.gateway.errors import ApiError
-from services.gateway.state import GatewayState, get_state
-from services.gateway.tasks import publish
+from services.gateway.state import GatewayState, get_state, publish
 
 log = logging.getLogger("conduit.gateway.documents")
 

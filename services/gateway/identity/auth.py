@@ -13,7 +13,7 @@
   (allowed only on a loopback listen address, checked by ``check_auth_mode`` at start).
 
 A missing or bad credential is 401 ``unauthenticated`` with ``WWW-Authenticate: Bearer``;
-then the request and tenant rate limits apply (``services.gateway.ratelimit``, 429).
+then the request and tenant rate limits apply (``services.gateway.identity.ratelimit``, 429).
 Scope rules (docs/security.md): ``can_see`` (owner or tenant admin) and ``require_admin`` (403).
 """
 
@@ -32,7 +32,7 @@ from fastapi import Depends, Request
 from conduit.records import apikeys
 from conduit.runtime.settings import Settings
 from services.gateway.errors import ApiError
-from services.gateway.ratelimit import check_rate
+from services.gateway.identity.ratelimit import check_rate
 from services.gateway.state import GatewayState, get_state
 
 log = logging.getLogger("conduit.gateway.auth")

@@ -22,10 +22,10 @@ from contracts import topics
 from contracts.api import ErrorBody
 from contracts.envelope import utcnow
 from contracts.memory import MemoryDeleted, MemoryForgetPayload, MemoryForgetRequested, MemoryList
-from services.gateway.auth import Principal, authenticate
+from services.gateway.identity.auth import Principal, authenticate
 from services.gateway.errors import ApiError
 from services.gateway.state import GatewayState, get_state
-from services.gateway.tasks import publish
+from services.gateway.state import publish
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])
 

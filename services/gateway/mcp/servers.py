@@ -21,8 +21,8 @@ from fastapi.responses import JSONResponse, Response
 from conduit.records import mcp as records
 from contracts.api import ErrorBody
 from contracts.mcp import SERVER_NAME_PATTERN, McpServerConfig
-from services.gateway.auth import Principal, authenticate, require_admin
-from services.gateway.documents import _read_body
+from services.gateway.identity.auth import Principal, authenticate, require_admin
+from services.gateway.documents.routes import _read_body
 from services.gateway.errors import ApiError
 from services.gateway.openapi import body_doc
 from services.gateway.state import GatewayState, get_state

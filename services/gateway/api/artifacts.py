@@ -1,7 +1,7 @@
 """``GET /v1/artifacts/{id}``: files produced by code_exec, served only to the task's owner.
 
 Query ``task_id`` (required) names the task that produced the artifact; the caller must be
-able to see that task (its owner or a tenant admin, ``services.gateway.auth.can_see``) and the
+able to see that task (its owner or a tenant admin, ``services.gateway.identity.auth.can_see``) and the
 artifact must be the task's. Storage: ``conduit.records.artifacts``.
 Answers:
 
@@ -21,7 +21,7 @@ from fastapi.responses import Response
 
 from conduit.records.artifacts import INLINE_TYPES, ArtifactStore
 from contracts.api import ErrorBody
-from services.gateway.auth import Principal, authenticate
+from services.gateway.identity.auth import Principal, authenticate
 from services.gateway.errors import ApiError
 from services.gateway.state import GatewayState, get_state
 

@@ -21,11 +21,11 @@ import logging
 import uuid
 
 from conduit.records import controls, keys, questions, sessions
-from conduit.runtime import bus, models, tracing
+from conduit.runtime import models, tracing
 from conduit.runtime.tenants import narrow_tools, policy
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
-from contracts.envelope import Envelope, utcnow
+from contracts.envelope import utcnow
 from contracts.scope import Scope
 from contracts.events import (
     CancelPayload,
@@ -34,11 +34,11 @@ from contracts.events import (
     TaskCancelled,
 )
 from contracts.stream import TaskAccepted, TaskFailed
-from services.gateway import scope
-from services.gateway.auth import Principal, can_see
+from services.gateway.documents import scope
+from services.gateway.identity.auth import Principal, can_see
 from services.gateway.errors import ApiError
-from services.gateway.ratelimit import admit_task
-from services.gateway.state import GatewayState
+from services.gateway.identity.ratelimit import admit_task
+from services.gateway.state import GatewayState, publish
 
 log = logging.getLogger("conduit.gateway.tasks")
 
@@ -51,11 +51,6 @@ the task; until then a retry gets 409 ``idempotency_key_in_progress``."""
 def events_url(task_id: str) -> str:
     """Relative URL of a task's SSE stream."""
     return f"/v1/tasks/{task_id}/events"
-
-
-async def publish(state: GatewayState, topic: str, event: Envelope) -> None:
-    """Publish and wait for Kafka's ack at most ``gateway_publish_timeout_s`` seconds."""
-    await asyncio.wait_for(bus.publish(state.broker, topic, event), state.settings.gateway_publish_timeout_s)
 
 
 async def create_task(state: GatewayState, who: Principal, body: TaskCreate, traceparent: str | None,
@@ -73,7 +68,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
     (``Cache-Control: no-cache``) keeps the semantic cache from answering it.
 
     The body's ``document_ids`` / ``collections`` are resolved into the task's ``Scope`` first (rule Q1,
-    ``services.gateway.scope``), before anything is written.
+    ``services.gateway.documents.scope``), before anything is written.
 
     Raises:
         ApiError: 403 ``user_mismatch`` (body ``user_id`` is someone else); 404 ``document_not_found`` /
@@ -84,7 +79,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
             the key has not created its task yet (or died before it did: its claim lapses after
             ``PENDING_CLAIM_TTL_S`` seconds, then a retry creates the task); 404 ``unknown_model``
             (the body names a model its tenant does not have, rule A20);
-            429 ``too_many_running_tasks`` (running-task limits, ``services.gateway.ratelimit``);
+            429 ``too_many_running_tasks`` (running-task limits, ``services.gateway.identity.ratelimit``);
             503 ``broker_unavailable`` when Kafka did not ack the publish
             (the task is then recorded ``failed`` and its log sealed).
         redis.RedisError: Redis failed (answered 503 ``store_unavailable``).

@@ -9,7 +9,7 @@
 - ``GET  /v1/tasks/{id}/events``   -> 200 ``text/event-stream``; resume with ``Last-Event-ID``
   header or ``?last_event_id=`` (header wins); 204 when the task ended at or before it
 - ``POST /v1/tasks/{id}/cancel``   -> 202 ``{"task_id", "status": "cancel_requested"}``
-Every route needs a bearer credential (``services.gateway.auth``); a task another user owns
+Every route needs a bearer credential (``services.gateway.identity.auth``); a task another user owns
 answers 404 like a missing one. Errors are ``ErrorBody`` (see ``services.gateway.errors``).
 """
 
@@ -22,10 +22,10 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from contracts.api import ErrorBody, TaskCreate, TaskCreated, TaskView
-from services.gateway import inputs, tasks
-from services.gateway.auth import Principal, authenticate
+from services.gateway.api import inputs, tasks
+from services.gateway.identity.auth import Principal, authenticate
 from services.gateway.openapi import body_doc
-from services.gateway.sse import sse_response
+from services.gateway.streaming.sse import sse_response
 from services.gateway.state import GatewayState, get_state
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)])

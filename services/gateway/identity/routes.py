@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conduit.records import apikeys
 from contracts.api import ErrorBody
-from services.gateway.auth import Principal, authenticate
+from services.gateway.identity.auth import Principal, authenticate
 from services.gateway.errors import ApiError, validation_details
 from services.gateway.openapi import body_doc
 from services.gateway.state import GatewayState, get_state

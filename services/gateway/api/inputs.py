@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from conduit.runtime.settings import Settings
 from conduit.policy import guardrails
 from contracts.api import TaskCreate
-from services.gateway import scope
+from services.gateway.documents import scope
 from services.gateway.errors import ApiError
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")

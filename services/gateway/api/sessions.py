@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from conduit.records import sessions
 from contracts.api import ErrorBody, SessionRename
-from services.gateway.auth import Principal, authenticate, can_see
+from services.gateway.identity.auth import Principal, authenticate, can_see
 from services.gateway.errors import ApiError, validation_details
 from services.gateway.openapi import body_doc
 from services.gateway.state import GatewayState, get_state

@@ -9,7 +9,7 @@ bounded buffers.
 
 Shapes and units:
 
-- a *subscriber* is a ``Subscription`` (``services/gateway/subscription.py``): ``(task_id, last)`` where ``last`` is the seq
+- a *subscriber* is a ``Subscription`` (``services/gateway/streaming/subscription.py``): ``(task_id, last)`` where ``last`` is the seq
   (the SSE ``id:``, an int >= 0) of the last event the stream already delivered.
   ``Subscription.next_batch(timeout_s)`` returns the events with seq > ``last`` in
   seq order as ``list[LoggedEvent]`` (each seq exactly once), ``[]`` after
@@ -66,7 +66,7 @@ from conduit.records import keys
 from conduit.records.taskstream import LoggedEvent, TaskEventLog
 from conduit.runtime.allocator import release_memory
 from conduit.runtime.resp import bulk, read_reply, text
-from services.gateway.subscription import Subscription
+from services.gateway.streaming.subscription import Subscription
 
 log = logging.getLogger("conduit.gateway.hub")
 

@@ -1,4 +1,4 @@
-"""One SSE stream's view of a task log through the gateway's ``StreamHub`` (``services/gateway/hub.py``).
+"""One SSE stream's view of a task log through the gateway's ``StreamHub`` (``services/gateway/streaming/hub.py``).
 
 The hub pushes what its shared ``XREAD`` reads into each subscriber's bounded buffer
 (``_push``); the stream's one coroutine takes it with ``next_batch``. A subscriber whose

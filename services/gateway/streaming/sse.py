@@ -15,7 +15,7 @@ terminal event.
 Events that are ready together are sent as one body chunk (one write).
 
 Lifecycle: the generator subscribes to the gateway's shared ``StreamHub``
-(``services/gateway/hub.py``: one multi-key ``XREAD`` for all streams of the
+(``services/gateway/streaming/hub.py``: one multi-key ``XREAD`` for all streams of the
 process) and waits on its ``Subscription`` up to ``settings.gateway_sse_poll_ms``
 at a time; after an idle wait it checks whether the log is sealed or the task's
 record expired. When the client disconnects, sse-starlette cancels the response's
@@ -31,16 +31,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from conduit.records.taskstore import TaskStore
-from conduit.records.taskstream import LoggedEvent
-from services.gateway.subscription import Subscription
-from services.gateway.state import GatewayState
+from conduit.records.taskstream import LoggedEvent, TaskEventLog
+from conduit.runtime.settings import Settings
+from services.gateway.streaming.hub import StreamHub
+from services.gateway.streaming.subscription import Subscription
 
 log = logging.getLogger("conduit.gateway.sse")
+
+
+class StreamState(Protocol):
+    """What streaming a task reads of the gateway's state (``state.GatewayState`` has it; a protocol, so this
+    package does not import the app's wiring): ``settings``, the task logs (``events``), the process's shared
+    reader (``hub``, None before the lifespan starts it) and the gauge of ``open_streams``."""
+
+    settings: Settings
+    events: TaskEventLog
+    hub: StreamHub | None
+    open_streams: int
+
 
 SEP = "\n"
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -96,7 +110,7 @@ class ShutdownSignal:
         self._sub = None
 
 
-async def follow(state: GatewayState, task_id: str, after: int,
+async def follow(state: StreamState, task_id: str, after: int,
                  shutdown: ShutdownSignal | None = None) -> AsyncIterator[list[LoggedEvent] | None]:
     """Yield batches of the task's events with seq > ``after``, in order, ending after the terminal one.
 
@@ -148,7 +162,7 @@ async def follow(state: GatewayState, task_id: str, after: int,
         state.open_streams -= 1
 
 
-async def task_event_stream(state: GatewayState, task_id: str, after: int,
+async def task_event_stream(state: StreamState, task_id: str, after: int,
                             shutdown: ShutdownSignal | None = None) -> AsyncIterator[ServerSentEvent | bytes]:
     """Yield the task's events with seq > ``after`` in order, ending after the terminal one (``follow``).
 
@@ -192,7 +206,7 @@ def _ping() -> ServerSentEvent:
     return ServerSentEvent(comment="ping", sep=SEP)
 
 
-def sse_response(state: GatewayState, task_id: str, after: int, status_code: int = 200,
+def sse_response(state: StreamState, task_id: str, after: int, status_code: int = 200,
                  headers: dict[str, str] | None = None) -> EventSourceResponse:
     """An ``EventSourceResponse`` streaming ``task_event_stream`` with heartbeats and no-cache headers."""
     shutdown = ShutdownSignal()

@@ -4,7 +4,7 @@
   tenant's configured models (``CONDUIT_MODELS``, rule A20; a chat completion naming one runs the full agent with it).
 - ``POST /v1/chat/completions``  body ``ChatCompletionRequest`` -> 200 ``chat.completion`` JSON, or
   with ``"stream": true`` a ``text/event-stream`` of ``chat.completion.chunk`` s ending with
-  ``data: [DONE]`` (the answer's deltas as the agent writes them; ``services.gateway.chatstream``).
+  ``data: [DONE]`` (the answer's deltas as the agent writes them; ``services.gateway.openai_compat.chatstream``).
   Response headers ``X-Task-Id`` and ``X-Conduit-Session``.
 
 The question is the last ``user`` message. The session: the ``X-Conduit-Session`` header when
@@ -37,12 +37,13 @@ from conduit.records import keys
 from conduit.runtime import models
 from contracts.api import ErrorBody, TaskCreate
 from contracts.chat import MODES, ChatCompletionRequest, ModelCard, ModelList
-from services.gateway import inputs, scope, tasks
-from services.gateway.auth import Principal, authenticate
-from services.gateway.chatstream import ChatAnswer, Chunks
+from services.gateway.api import inputs, tasks
+from services.gateway.documents import scope
+from services.gateway.identity.auth import Principal, authenticate
+from services.gateway.openai_compat.chatstream import ChatAnswer, Chunks
 from services.gateway.errors import ApiError, openai_error, validation_details
 from services.gateway.openapi import body_doc
-from services.gateway.sse import HEADERS, follow
+from services.gateway.streaming.sse import HEADERS, follow
 from services.gateway.state import GatewayState, get_state
 
 log = logging.getLogger("conduit.gateway.chat")

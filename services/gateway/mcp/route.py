@@ -1,4 +1,4 @@
-"""``/mcp`` on the gateway: Conduit as an MCP server over streamable HTTP (``services.gateway.mcp_out``).
+"""``/mcp`` on the gateway: Conduit as an MCP server over streamable HTTP (``services.gateway.mcp.out``).
 
 Authenticated like every ``/v1`` route: the request's bearer credential is checked (401
 ``unauthenticated``, 429 rate limits) before the MCP SDK sees it. The SDK runs stateless (a fresh
@@ -23,10 +23,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 
-from services.gateway import mcp_servers
-from services.gateway.auth import authenticate
+from services.gateway.mcp import servers as mcp_servers
+from services.gateway.identity.auth import authenticate
 from services.gateway.errors import ApiError, error_response
-from services.gateway.mcp_out import Backend, build_server
+from services.gateway.mcp.out import Backend, build_server
 from services.gateway.state import GatewayState, get_state
 
 PATH = "/mcp"
@@ -83,7 +83,7 @@ class McpEndpoint:
 
 def install_mcp(app: FastAPI) -> McpEndpoint:
     """Route ``GET|POST|DELETE /mcp`` to a new ``McpEndpoint`` and add ``/v1/mcp-servers``
-    (``services.gateway.mcp_servers``); the caller runs ``endpoint.manager.run()`` in the app's
+    (``services.gateway.mcp.servers``); the caller runs ``endpoint.manager.run()`` in the app's
     lifespan (the SDK's task group)."""
     app.include_router(mcp_servers.router)
     endpoint = McpEndpoint(app)
