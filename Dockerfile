@@ -9,7 +9,7 @@
 FROM python:3.11-slim
 
 # bubblewrap: the sandbox runs untrusted code in it (user namespaces, no network)
-# libjemalloc2: `conduit serve gateway` runs on it (gateway_allocator=auto; conduit/allocator.py), so its
+# libjemalloc2: `conduit serve gateway` runs on it (gateway_allocator=auto; conduit/runtime/allocator.py), so its
 # memory returns to baseline after a burst of SSE streams
 RUN apt-get update \
     && apt-get install -y --no-install-recommends bubblewrap libjemalloc2 \

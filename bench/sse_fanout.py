@@ -451,7 +451,7 @@ the first's (`{runs[0][0]}`, the default), the comparison below it.
 stream; "back" means within {BASELINE_FRACTION:.0%} of it. The gateway's hub runs `gc.collect()` and glibc `malloc_trim(0)`
 2 s after its last stream ends (after a peak of ≥ 32 streams; skipped off glibc).
 
-**Why the allocator** (conduit/allocator.py): under CPython's own small-object allocator (`pymalloc`) what stays
+**Why the allocator** (conduit/runtime/allocator.py): under CPython's own small-object allocator (`pymalloc`) what stays
 above the baseline is allocator high-water, not live objects. A gateway instrumented for it by hand (`sys._debugmallocstats()`
 before the burst and 17 s after; `tracemalloc` started at the burst for the survivors; not a command here, so no
 figures) showed about as many live small objects after as before, in nearly twice the arenas, most of the growth

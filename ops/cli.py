@@ -136,7 +136,7 @@ def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | mcp 
 
 
 def _apply_allocator(choice: str) -> None:
-    """Re-execute this process with jemalloc preloaded when ``choice`` asks for it (conduit/allocator.py).
+    """Re-execute this process with jemalloc preloaded when ``choice`` asks for it (conduit/runtime/allocator.py).
 
     Returns without change when nothing is to change; exits 2 with a message when
     ``choice`` is ``jemalloc`` and no library is installed.

@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     gateway_ready_timeout_s: float = Field(default=2.0, description="per-check timeout of GET /readyz (Redis ping, Kafka metadata)")
     gateway_sse_poll_ms: int = Field(default=2000, description="block of the gateway's shared XREAD and of each stream's wait (ms); bounds how late an expired task is noticed")
     gateway_shutdown_grace_s: float = Field(default=10.0, description="uvicorn graceful-shutdown timeout on SIGTERM (seconds)")
-    gateway_allocator: Literal["auto", "jemalloc", "pymalloc"] = Field(default="auto", description="memory allocator of `conduit serve gateway`: auto = jemalloc under PYTHONMALLOC=malloc when libjemalloc.so.2 is installed (memory returns to baseline after an SSE burst; conduit/allocator.py), else CPython's pymalloc")
+    gateway_allocator: Literal["auto", "jemalloc", "pymalloc"] = Field(default="auto", description="memory allocator of `conduit serve gateway`: auto = jemalloc under PYTHONMALLOC=malloc when libjemalloc.so.2 is installed (memory returns to baseline after an SSE burst; conduit/runtime/allocator.py), else CPython's pymalloc")
 
     # ---- model
     openai_base_url: str | None = Field(default=None, validation_alias=_alias("openai_base_url", "OPENAI_BASE_URL"),

@@ -583,7 +583,7 @@ def test_keda_scales_each_consumer_group_on_its_topics(base: list[Obj]) -> None:
             assert trigger["type"] == "kafka"
             assert meta["bootstrapServers"] == config["KAFKA_BOOTSTRAP_SERVERS"]
             assert meta["allowIdleConsumers"] == "false"
-            assert meta["offsetResetPolicy"] == "earliest", "conduit/bus.py subscribes with auto_offset_reset=earliest"
+            assert meta["offsetResetPolicy"] == "earliest", "conduit/runtime/bus.py subscribes with auto_offset_reset=earliest"
             assert int(meta["lagThreshold"]) > 0
         assert 1 <= scaled["spec"]["minReplicaCount"] <= scaled["spec"]["maxReplicaCount"] <= PARTITIONS
         seen[group] = scaled

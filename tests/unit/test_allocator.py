@@ -1,4 +1,4 @@
-"""The gateway's allocator choice (conduit/allocator.py): which environment `conduit serve gateway` re-executes with."""
+"""The gateway's allocator choice (conduit/runtime/allocator.py): which environment `conduit serve gateway` re-executes with."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The code keeps its shape and stands on its own (project rules, README "Layout").
+"""The code keeps its shape and stands on its own (project rules, README "How it fits together").
 
 - No module under ``services/``, ``conduit/``, ``contracts/``, ``ops/`` or ``testkit/`` is longer than ``MODULE_MAX``
   lines and no function (or method) longer than ``FUNCTION_MAX`` lines: the rule is "about
