@@ -47,7 +47,7 @@ from conduit.runtime.settings import Settings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
-from services.retriever.rounds import Attempt, plan_rounds  # noqa: F401  (Attempt: also imported from here)
+from services.retriever.rounds import Attempt, plan_rounds
 from services.retriever.packing import hit_text, pack
 from services.retriever.rescoring import Fusion, SecondStage, fuse
 from services.retriever.sparse import SparseEncoder, jieba_tokenizer

@@ -25,7 +25,8 @@ from services.retriever.assist import SearchAssist
 from services.retriever.embeddings import UseEmbedder
 from services.retriever.ingest import ingest_law_db
 from services.retriever.modelhelp import REWRITE_INSTRUCTION, ModelHelp
-from services.retriever.pipeline import Attempt, KbSearcher
+from services.retriever.pipeline import KbSearcher
+from services.retriever.rounds import Attempt
 from services.retriever.store import Hit, open_store
 
 VAT = "中华人民共和国增值税法"
