@@ -1,7 +1,8 @@
-"""What the model steps (``steps.py``) and the sweeper (``sweeper.py``) use of the ``Orchestrator``.
+"""What the sweeper (``sweeper.py``) uses of the ``Orchestrator``.
 
-``runtime.Orchestrator`` builds both and hands itself to them; they see it through this protocol, so
-neither imports ``runtime`` and the three modules form no import cycle (docs/architecture.md, "Layers").
+``runtime.Orchestrator`` hands itself to the sweeper, which sees it through this protocol, so it does
+not import ``runtime`` and the two modules form no import cycle (docs/architecture.md, "Layers"). The
+model steps (``steps.py``) see only the interpreter and its ports.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class StepRunner(Protocol):
 
 
 class OrchestratorView(Protocol):
-    """The parts of ``runtime.Orchestrator`` that ``ModelSteps`` and the sweeper call (same names, same shapes)."""
+    """The parts of ``runtime.Orchestrator`` that the sweeper calls (same names, same shapes)."""
 
     settings: Settings
     redis: Redis

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from types import EllipsisType
 from typing import Any
 from uuid import UUID
@@ -28,40 +29,21 @@ from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
 from conduit.records import controls, sessions
+from conduit.records.modelhealth import ModelHealth
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
 from conduit.records import mcp as mcp_records
 from conduit.runtime.toolcatalog import available_tools, unavailable_tools
+from contracts.api import SessionContext
 from contracts.envelope import utcnow
+from contracts.evidence import Citation
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
 from services.orchestrator import router, sweeper
 from services.orchestrator.agent import approvals, endings, planning, recording, routing, timers
 from services.orchestrator.agent.deps import Deps
-from services.orchestrator.agent.effects import (
-    Announce,
-    CancelChild,
-    ClearWake,
-    DropLease,
-    Effect,
-    Emit,
-    FaultPoint,
-    HoldLease,
-    Metric,
-    Notify,
-    Public,
-    PublishTool,
-    Remember,
-    RunModelStep,
-    SaveContext,
-    Summarise,
-    SaveApproval,
-    Step,
-    UpdateApproval,
-    Wake,
-    WriteView,
-)
+from services.orchestrator.agent.effects import Step, Summarise
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.hooks import Hooks, NoHooks
 from services.orchestrator.agent.cache import Recalled
@@ -70,6 +52,7 @@ from services.orchestrator.model import Model
 from services.orchestrator.outputs import Outputs
 from services.orchestrator.steps import ModelSteps
 from services.orchestrator.summaries import SessionSummaries
+from services.orchestrator.interpreter import Interpreter, Ports
 from services.orchestrator.store import SAVE_RETRIES, StaleState, StateStore, Transition
 
 log = structlog.get_logger("conduit.orchestrator")
@@ -83,9 +66,6 @@ BUS_PING_EVERY_S = 1.0
 """Seconds a broker ping's answer is kept by ``Orchestrator.bus_up``."""
 BUS_PING_TIMEOUT_S = 1.0
 """Seconds a broker ping may take before the broker counts as unreachable (rule A15)."""
-TOGETHER = (DropLease, ClearWake, WriteView)
-"""After-save effects that write distinct keys (the lease, the wake-up, the task record): consecutive ones
-run at once, each done before the next other effect (a step's tool requests leave one round trip sooner)."""
 
 
 def model_from_settings(settings: Settings) -> Model | None:
@@ -135,9 +115,12 @@ class Orchestrator:
         self.deps = Deps.from_settings(settings, model_configured=self.model is not None)
         self.out = Outputs(redis, broker, self.events, self.tasks, self.store)
         self.hooks: Hooks = hooks or NoHooks()
-        self.steps = ModelSteps(self)
         self.memory = MemoryIO(settings, redis, broker)
         self.summaries = SessionSummaries(settings, redis, self.model)
+        replica = Replica(self)
+        self.interpreter = Interpreter(Ports(self.store, self.out, replica, replica, replica), self.deps,
+                                       settings.lease_ttl_s)
+        self.steps = ModelSteps(self.interpreter, self.model, settings, ModelHealth(redis))
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
         self._bus_up, self._bus_checked_at = True, float("-inf")
         self.unavailable: frozenset[str] = frozenset()
@@ -255,107 +238,39 @@ class Orchestrator:
     # ================================================================ one transition
     async def apply(self, task_id: str, fn: Transition, *, loaded: TaskState | None = None,
                     attempts: int = SAVE_RETRIES, new_task: bool = False) -> Step | None:
-        """Apply transition ``fn`` to ``task_id`` (``StateStore.transition``) and carry out its effects.
-
-        Returns the step (None: no task, or nothing to do). With ``attempts=1`` a lost race
-        raises ``StaleState`` (the caller's work cannot be redone); otherwise after
-        ``attempts`` lost races the event is dropped with a warning.
-        """
-        try:
-            step = await self.store.transition(task_id, fn, loaded=loaded, attempts=attempts,
-                                               before_save=self._before_save)
-        except StaleState:
-            if attempts == 1:
-                raise
-            log.warning("transition kept losing races; dropped", task_id=task_id)
-            return None
-        if step is not None:
-            await self.carry_out(step, new_task=new_task)
-        return step
-
-    async def _before_save(self, step: Step) -> None:
-        new_approval = False
-        for e in step.effects:
-            if isinstance(e, SaveApproval):  # the record goes first: if the save loses, it expires unused
-                await self.out.save_approval(e.record)
-                new_approval = True
-        if new_approval:  # a client that reads the task on tool.approval_required sees it waiting
-            await self.out.write_view(step.state)
-
+        """``Interpreter.apply``: apply transition ``fn`` to ``task_id`` and carry out its effects
+        (None: no task, or nothing to do; ``attempts=1``: a lost race raises ``StaleState``)."""
+        return await self.interpreter.apply(task_id, fn, loaded=loaded, attempts=attempts, new_task=new_task)
 
     async def carry_out(self, step: Step, new_task: bool = False) -> None:
-        """Carry out ``step``'s effects in order (consecutive ``TOGETHER`` ones at once); then mark the
-        requests it sent as sent."""
-        state, sent = step.state, []
-        # the step's model step may start from this state when no later save (mark_sent) follows
-        fresh = new_task or (step.save and not any(isinstance(e, PublishTool) for e in step.effects))
-        together: list[Effect] = []  # consecutive effects on distinct keys: carried out at once
-        for e in step.effects:
-            if isinstance(e, TOGETHER):
-                together.append(e)
-                continue
-            if together:
-                await asyncio.gather(*(self._carry_out_one(state, t, step.save, fresh) for t in together))
-                together = []
-            if isinstance(e, PublishTool):
-                try:
-                    await self.out.publish_request(state, e.call)
-                except Exception as exc:  # noqa: BLE001 - the checkpoint holds it unsent; the wake-up sends it again
-                    log.warning("tool request not sent; its wake-up sends it again (rule A14)",
-                                task_id=state.task_id, call_id=e.call.call_id, error=repr(exc)[:200])
-                    continue
-                sent.append(e.call.call_id)
-            else:
-                await self._carry_out_one(state, e, step.save, fresh)
-        if together:
-            await asyncio.gather(*(self._carry_out_one(state, t, step.save, fresh) for t in together))
-        if sent:  # a saved step's state is the stored one (its version too): no reload unless another save came first
-            await self.apply(state.task_id, lambda st: timers.mark_sent(st, sent), loaded=state if step.save else None)
+        """``Interpreter.carry_out``: carry out ``step``'s effects in order."""
+        await self.interpreter.carry_out(step, new_task=new_task)
 
-    async def _carry_out_one(self, state: TaskState, e: Effect, saved: bool, fresh: bool) -> None:
-        task_id = state.task_id
-        if isinstance(e, Wake):  # only when the step wrote no checkpoint (else it was in the save)
-            await self.store.set_tool_deadline(task_id, e.at)
-        elif isinstance(e, ClearWake):
-            await self.store.clear_tool_deadline(task_id)
-        elif isinstance(e, DropLease):
-            await self.store.drop_lease(task_id)
-        elif isinstance(e, HoldLease):
-            await self.store.take_lease(task_id, self.settings.lease_ttl_s)
-        elif isinstance(e, Emit):
-            await self.out.emit(task_id, e.event)
-        elif isinstance(e, SaveApproval) and not saved:
-            await self.out.save_approval(e.record)
-        elif isinstance(e, Notify):
-            await self.out.emit(e.task_id, e.event)
-        elif isinstance(e, UpdateApproval):
-            await self.out.update_approval(task_id, e)
-        elif isinstance(e, Public):  # only when the step wrote no checkpoint (else it was in the save)
-            await self.out.public(state, e.kind, **e.fields)
-        elif isinstance(e, WriteView):
-            await self.out.write_view(state)
-        elif isinstance(e, RunModelStep):
-            # the step starts when this handler next awaits, so the record's write is on the wire first;
-            # it need not load the checkpoint just saved (``fresh``: a new task's, or a saved step's
-            # that sends no tool request, whose mark_sent would save a newer one)
-            self.steps.spawn(task_id, state=state if fresh else None)
-        elif isinstance(e, Announce):
-            await self.out.announce(state, e.citations)
-            if state.child is not None:  # rule D5: the worker's result goes to its supervisor
-                await self.out.report_to_parent(state, self.deps)
-        elif isinstance(e, CancelChild):
-            await self.store.request_cancel(e.task_id)
-            await self.out.cancel_child(state, e.task_id, e.reason)
-        elif isinstance(e, SaveContext):
-            await sessions.save_context(self.redis, e.session_id, e.context, self.settings.task_events_ttl_s)
-        elif isinstance(e, Summarise):
-            self.summaries.spawn(e)
-        elif isinstance(e, Remember):
-            try:
-                await self.memory.remember(state, e.citations)
-            except Exception:  # noqa: BLE001 - the answer is out; a lost memory write must not fail the task
-                log.warning("memory write failed", task_id=task_id, exc_info=True)
-        elif isinstance(e, Metric):
-            getattr(metrics, e.name)(*e.args)
-        elif isinstance(e, FaultPoint):
-            await self.hooks.reached(e.name, task_id)
+
+class Replica:
+    """The orchestrator's own ports: background work, session and memory writes, metrics, fault
+    points and the clock (``ports.Background``, ``ports.Remembering``, ``ports.Signals``)."""
+
+    def __init__(self, orch: Orchestrator) -> None:
+        self.orch = orch
+
+    def spawn_step(self, task_id: str, state: TaskState | None) -> None:
+        self.orch.steps.spawn(task_id, state=state)
+
+    def summarise(self, effect: Summarise) -> None:
+        self.orch.summaries.spawn(effect)
+
+    async def save_context(self, session_id: str, context: SessionContext) -> None:
+        await sessions.save_context(self.orch.redis, session_id, context, self.orch.settings.task_events_ttl_s)
+
+    async def remember(self, state: TaskState, citations: list[Citation]) -> None:
+        await self.orch.memory.remember(state, citations)
+
+    def count(self, name: str, args: tuple[str, ...]) -> None:
+        getattr(metrics, name)(*args)
+
+    async def reached(self, name: str, task_id: str) -> None:
+        await self.orch.hooks.reached(name, task_id)
+
+    def now(self) -> datetime:
+        return utcnow()

@@ -17,24 +17,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 from redis.exceptions import RedisError
 
-from conduit.records.modelhealth import ModelHealth
 from conduit.runtime import metrics
-from contracts.envelope import utcnow
+from conduit.runtime.settings import Settings
 from contracts.stream import AnswerDelta, AnswerReset, ThinkingDelta
 from services.orchestrator.agent import endings, planning
 from services.orchestrator.agent.planning import StepPlan
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.deltas import DeltaWriter
-from services.orchestrator.model import MODEL_TIMEOUT, ModelError, ModelResponse
+from services.orchestrator.interpreter import Interpreter
+from services.orchestrator.model import MODEL_TIMEOUT, Model, ModelError, ModelResponse
 from services.orchestrator.store import StaleState
 
-if TYPE_CHECKING:
-    from services.orchestrator.host import OrchestratorView as Orchestrator
 
 log = structlog.get_logger("conduit.orchestrator")
 
@@ -42,12 +40,29 @@ CANCEL_POLL_S = 0.25
 """Seconds between two checks of the cancel flag while a model streams."""
 
 
-class ModelSteps:
-    """The model steps running on this replica (``running``: task id → asyncio task)."""
+class Health(Protocol):
+    """Where a model call's configuration errors are kept for operators (``records.modelhealth``)."""
 
-    def __init__(self, orch: "Orchestrator") -> None:
-        self.orch = orch
-        self.health = ModelHealth(orch.redis)
+    async def failed(self, exc: ModelError) -> None:
+        """A call failed with ``exc``."""
+
+    async def succeeded(self) -> None:
+        """A call succeeded."""
+
+
+class ModelSteps:
+    """The model steps running on this replica (``running``: task id → asyncio task).
+
+    Args:
+        interp: the interpreter whose ports it reads and writes through and whose ``apply`` it uses.
+        model: the model (None: retrieval-only answers).
+        settings: lease TTL (seconds) and the tenants that see the model's reasoning.
+        health: where configuration errors are kept (production: ``ModelHealth`` in Redis).
+    """
+
+    def __init__(self, interp: Interpreter, model: Model | None, settings: Settings, health: Health) -> None:
+        self.interp, self.model, self.settings, self.health = interp, model, settings, health
+        self.store, self.out, self.clock = interp.ports.store, interp.ports.out, interp.ports.signals.now
         self.running: dict[str, asyncio.Task[None]] = {}
         self.rerun: set[str] = set()
 
@@ -64,34 +79,38 @@ class ModelSteps:
         if current and not current.done():
             self.rerun.add(task_id)
             return
-        t = asyncio.create_task(self._run(task_id, resumed, state))
+        t = asyncio.create_task(self.run(task_id, resumed, state))
         self.running[task_id] = t
         t.add_done_callback(lambda _t: self.running.pop(task_id, None) if self.running.get(task_id) is _t else None)
 
     async def _renew_lease(self, task_id: str) -> None:
-        every = max(0.5, self.orch.settings.lease_ttl_s / 3)
+        every = max(0.5, self.settings.lease_ttl_s / 3)
         while True:
             await asyncio.sleep(every)
             try:
-                await self.orch.store.take_lease(task_id, self.orch.settings.lease_ttl_s)
+                await self.store.take_lease(task_id, self.settings.lease_ttl_s)
             except RedisError as exc:  # Redis restarting: the next renewal may reach it (else the lease lapses)
                 log.warning("lease renewal failed", error=repr(exc))
 
-    async def _run(self, task_id: str, resumed: bool, fresh: TaskState | None) -> None:
+    async def run(self, task_id: str, resumed: bool = False, fresh: TaskState | None = None) -> None:
+        """Run one model step of ``task_id`` now (``spawn`` runs it in the background): from ``fresh``
+        or the loaded checkpoint; ``resumed``: the replica that held the lease died (``answer.reset``
+        first). A step superseded by a newer checkpoint does nothing; one that crashes fails its task
+        with ``internal_error``; one that loses Redis leaves the task to be resumed (rule A16)."""
         structlog.contextvars.bind_contextvars(task_id=task_id)
-        store = self.orch.store
+        store = self.store
         renew = asyncio.create_task(self._renew_lease(task_id))
         try:
             state = fresh if fresh is not None else await store.load(task_id)
             if state is None or not (state.terminal or planning.resumable(state)):
                 await store.drop_lease(task_id)
             elif state.terminal:
-                await self.orch.out.announce(state)
+                await self.out.announce(state)
                 if state.child is not None:  # rule D5: the worker's result may not have reached its supervisor
-                    await self.orch.out.report_to_parent(state, self.orch.deps)
+                    await self.out.report_to_parent(state, self.interp.deps)
             else:
                 if resumed:
-                    await self.orch.out.emit(task_id, AnswerReset(reason="resumed from checkpoint after a replica failure"))
+                    await self.out.emit(task_id, AnswerReset(reason="resumed from checkpoint after a replica failure"))
                 await self._step(state)
         except StaleState:
             log.info("step superseded by a newer checkpoint")
@@ -104,8 +123,8 @@ class ModelSteps:
         except Exception as exc:  # noqa: BLE001 - the task fails visibly, the replica lives on
             log.exception("model step crashed")
             message = f"{type(exc).__name__}: {exc}"[:300]
-            await self.orch.apply(task_id, lambda st: None if st.terminal else endings.fail(
-                st, "internal_error", message, utcnow()))
+            await self.interp.apply(task_id, lambda st: None if st.terminal else endings.fail(
+                st, "internal_error", message, self.clock()))
         finally:
             renew.cancel()
             if task_id in self.rerun:
@@ -114,53 +133,50 @@ class ModelSteps:
                 self.spawn(task_id)
 
     async def _step(self, state: TaskState) -> None:
-        orch, deps, task_id = self.orch, self.orch.deps, state.task_id
-        if await orch.store.cancel_requested(task_id):
-            await orch.apply(task_id, lambda st: endings.cancel(st, "cancelled by user", utcnow()),
-                             loaded=state, attempts=1)
+        deps, task_id, apply, now = self.interp.deps, state.task_id, self.interp.apply, self.clock
+        if await self.store.cancel_requested(task_id):
+            await apply(task_id, lambda st: endings.cancel(st, "cancelled by user", now()), loaded=state, attempts=1)
             return
-        plan = planning.plan_step(deps, state, utcnow())
+        plan = planning.plan_step(deps, state, now())
         if plan.stop is not None:  # rules E2-E4: no call may run; the task ends with a wrap-up
-            await orch.out.emit(task_id, plan.started)
+            await self.out.emit(task_id, plan.started)
             stop = plan.stop
-            await orch.apply(task_id, lambda st: endings.wrap_up(st, stop, utcnow()), loaded=state, attempts=1)
+            await apply(task_id, lambda st: endings.wrap_up(st, stop, now()), loaded=state, attempts=1)
             return
-        if not plan.use_model or orch.model is None:
-            await orch.out.emit(task_id, plan.started)
-            await orch.apply(task_id, lambda st: planning.retrieval_only_step(deps, st, utcnow()),
-                             loaded=state, attempts=1)
+        if not plan.use_model or self.model is None:
+            await self.out.emit(task_id, plan.started)
+            await apply(task_id, lambda st: planning.retrieval_only_step(deps, st, now()), loaded=state, attempts=1)
             return
         reply = await self._call_model(state, plan)
         if isinstance(reply, ModelError):
             error, streamed, code, endpoint = str(reply), reply.streamed, reply.code, plan.endpoint
-            await orch.apply(task_id, lambda st: planning.on_model_failed(deps, st, error, streamed, utcnow(), code,
-                                                                           endpoint),
-                             loaded=state, attempts=1)
+            await apply(task_id, lambda st: planning.on_model_failed(deps, st, error, streamed, now(), code, endpoint),
+                        loaded=state, attempts=1)
             return
-        cancelled = await orch.store.cancel_requested(task_id)
-        await orch.apply(task_id, lambda st: planning.on_reply(deps, st, plan, reply, utcnow(), cancelled),
-                         loaded=state, attempts=1)
+        cancelled = await self.store.cancel_requested(task_id)
+        await apply(task_id, lambda st: planning.on_reply(deps, st, plan, reply, now(), cancelled),
+                    loaded=state, attempts=1)
 
     def _thinking_writer(self, state: TaskState, started: "asyncio.Future[None]") -> DeltaWriter | None:
         """A writer of ``thinking`` events when the task's tenant is in ``thinking_tenants`` (else None)."""
-        if state.tenant_id not in self.orch.settings.thinking_tenants:
+        if state.tenant_id not in self.settings.thinking_tenants:
             return None
-        orch, task_id = self.orch, state.task_id
+        out, task_id = self.out, state.task_id
 
         async def emit_thought(text: str) -> None:
-            await orch.out.emit(task_id, ThinkingDelta(text=text))
+            await out.emit(task_id, ThinkingDelta(text=text))
         return DeltaWriter(emit_thought, after=started)
 
     async def _call_model(self, state: TaskState, plan: StepPlan) -> ModelResponse | ModelError:
         """Stream one model call; feeds the model breaker and metrics. Returns the reply or the error."""
-        orch, task_id = self.orch, state.task_id
-        assert orch.model is not None
+        out, task_id, model = self.out, state.task_id, self.model
+        assert model is not None
         # the step.started append travels while the model request goes out; every later
         # event of this step waits for it, so the log keeps its order
-        started = asyncio.ensure_future(orch.out.emit(task_id, plan.started))
+        started = asyncio.ensure_future(out.emit(task_id, plan.started))
 
         async def emit_delta(text: str) -> None:
-            await orch.out.emit(task_id, AnswerDelta(text=text))
+            await out.emit(task_id, AnswerDelta(text=text))
 
         deltas = DeltaWriter(emit_delta, after=started)  # one append in flight; text arriving meanwhile joins the next
         last_check = [0.0]
@@ -170,7 +186,7 @@ class ModelSteps:
             if now - last_check[0] < CANCEL_POLL_S:
                 return False
             last_check[0] = now
-            return await orch.store.cancel_requested(task_id)
+            return await self.store.cancel_requested(task_id)
 
         streamed = [False]
         thinking = self._thinking_writer(state, started)
@@ -184,11 +200,11 @@ class ModelSteps:
             await deltas.add(text)
 
         async def call() -> ModelResponse:
-            assert orch.model is not None
+            assert model is not None
             try:
-                return await orch.model.stream(plan.messages, plan.tools, on_delta, should_stop, max_tokens=plan.max_tokens,
-                                               on_thinking=thinking.add if thinking is not None else None,
-                                               model=plan.model, timeout_s=plan.timeout_s)
+                return await model.stream(plan.messages, plan.tools, on_delta, should_stop, max_tokens=plan.max_tokens,
+                                          on_thinking=thinking.add if thinking is not None else None,
+                                          model=plan.model, timeout_s=plan.timeout_s)
             finally:
                 if thinking is not None:
                     await thinking.flush()
@@ -203,13 +219,13 @@ class ModelSteps:
                               code=MODEL_TIMEOUT)
         except ModelError as exc:
             await deltas.flush()
-            orch.deps.model_breaker_for(plan.endpoint or "default").failure(utcnow().timestamp())  # rule A21
+            self.interp.deps.model_breaker_for(plan.endpoint or "default").failure(self.clock().timestamp())  # rule A21
             metrics.observe_model_call(None, time.perf_counter() - t0, 0, 0, "error")
             log.warning("model call failed", error=str(exc), code=exc.code, kind=exc.kind, streamed=exc.streamed)
             await self.health.failed(exc)
             return exc
         await deltas.flush()
-        orch.deps.model_breaker_for(plan.endpoint or "default").success()
+        self.interp.deps.model_breaker_for(plan.endpoint or "default").success()
         await self.health.succeeded()
         metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
                                    resp.usage.completion_tokens, "ok")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
@@ -27,6 +28,9 @@ from contracts.events import AgentEvent
 from services.orchestrator.agent.effects import IN_SAVE, Effect, Emit, HoldLease, Public, Step, Wake
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.public import OUTBOX, agent_event
+
+if TYPE_CHECKING:
+    from services.orchestrator.ports import Checkpoints
 
 LEASES = keys.LEASES
 TOOL_DEADLINES = keys.TOOL_DEADLINES
@@ -166,27 +170,8 @@ class StateStore:
         once with ``attempts=1``, for a step whose work cannot be redone) raises ``StaleState``.
         Returns None when the task does not exist.
         """
-        for attempt in range(attempts):
-            state = loaded if attempt == 0 and loaded is not None else await self.load(task_id)
-            if state is None:
-                return None
-            step = fn(state)
-            if step is None or not step.save:
-                return step
-            if before_save is not None:
-                await before_save(step)
-            events = [e.event for e in step.effects if isinstance(e, Emit)]
-            wakes = [e.at for e in step.effects if isinstance(e, Wake)]
-            lease = any(isinstance(e, HoldLease) for e in step.effects)
-            public = [agent_event(step.state, e.kind, e.fields) for e in step.effects if isinstance(e, Public)]
-            try:
-                await self.save(step.state, lease_ttl_s=self.lease_ttl_s if lease else None, events=events,
-                                wake_at=wakes[-1] if wakes else None, public=public)
-            except StaleState:
-                continue
-            step.effects = [e for e in step.effects if not isinstance(e, IN_SAVE)]
-            return step
-        raise StaleState(task_id)
+        return await transition(self, self.lease_ttl_s, task_id, fn, loaded=loaded, attempts=attempts,
+                                before_save=before_save)
 
     async def append_terminal(self, task_id: str, event: StreamEvent, public: AgentEvent | None) -> int:
         """Append the terminal ``event`` to the task's log and, if it sealed the log, ``public`` to the
@@ -257,3 +242,33 @@ class StateStore:
     async def cancel_requested(self, task_id: str) -> bool:
         """True once a cancel was requested."""
         return bool(await self.redis.exists(keys.cancel(task_id)))
+
+
+async def transition(checkpoints: "Checkpoints", lease_ttl_s: float, task_id: str, fn: Transition, *,
+                     loaded: TaskState | None = None, attempts: int = SAVE_RETRIES,
+                     before_save: Callable[[Step], Awaitable[None]] | None = None) -> Step | None:
+    """``StateStore.transition`` over any ``ports.Checkpoints`` (the unit tests' in-memory fake runs
+    this same loop): load, apply ``fn``, save with the step's outbox (``Emit``, ``Wake``,
+    ``HoldLease`` for ``lease_ttl_s`` seconds, ``Public``), return the step without those effects;
+    reload and apply again after a lost race, at most ``attempts`` times, then raise ``StaleState``."""
+    for attempt in range(attempts):
+        state = loaded if attempt == 0 and loaded is not None else await checkpoints.load(task_id)
+        if state is None:
+            return None
+        step = fn(state)
+        if step is None or not step.save:
+            return step
+        if before_save is not None:
+            await before_save(step)
+        events = [e.event for e in step.effects if isinstance(e, Emit)]
+        wakes = [e.at for e in step.effects if isinstance(e, Wake)]
+        lease = any(isinstance(e, HoldLease) for e in step.effects)
+        public = [agent_event(step.state, e.kind, e.fields) for e in step.effects if isinstance(e, Public)]
+        try:
+            await checkpoints.save(step.state, lease_ttl_s=lease_ttl_s if lease else None, events=events,
+                                   wake_at=wakes[-1] if wakes else None, public=public)
+        except StaleState:
+            continue
+        step.effects = [e for e in step.effects if not isinstance(e, IN_SAVE)]
+        return step
+    raise StaleState(task_id)

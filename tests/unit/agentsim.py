@@ -1,10 +1,11 @@
 """An in-memory driver of the agent core for unit tests: no broker, Redis, server or port.
 
-``Sim`` plays the I/O layer's part with lists: it applies transitions to one task's
-state, keeps the client event log (``events``), public events (``publics``), tool
-requests (``requests``) and approval records, runs model steps against an in-process
-``TestModel``, and answers tool requests with ``tools[name](call)`` (a result, or None:
-the tool never answers). Time is ``now`` and moves only when a test moves it.
+``Sim`` runs one task through the production ``Interpreter`` and ``ModelSteps`` wired to the
+in-memory ports of ``fakes``: transitions are saved with compare-and-set and their outbox, effects
+are carried out by the production handlers, model steps call an in-process ``TestModel``, and tool
+requests are answered with ``tools[name](call)`` (a result, or None: the tool never answers). The
+fakes' records are read as ``events`` (the client log), ``publics``, ``requests``, ``approvals``...
+Time is ``now`` and moves only when a test moves it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import itertools
 import random
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,34 +20,21 @@ from conduit.runtime.settings import Settings
 from contracts.events import QuestionAsked, QuestionPayload, ToolResultPayload
 from contracts.evidence import EvidenceItem
 from contracts.mcp import McpTool
-from contracts.stream import AnswerDelta, StreamEvent, ThinkingDelta
-from services.orchestrator.agent import endings, planning, recording, timers
+from contracts.stream import StreamEvent
+from services.orchestrator.agent import planning, recording, timers
 from services.orchestrator.agent.deps import Deps
-from services.orchestrator.agent.effects import (
-    Announce,
-    CancelChild,
-    Emit,
-    Metric,
-    Notify,
-    Public,
-    PublishTool,
-    RunModelStep,
-    Remember,
-    SaveContext,
-    Summarise,
-    SaveApproval,
-    Step,
-    UpdateApproval,
-)
+from services.orchestrator.agent.effects import Step
+from services.orchestrator.interpreter import Interpreter, Ports
+from services.orchestrator.steps import ModelSteps
 from contracts.api import SessionContext
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import PendingCall, TaskState
 from services.orchestrator.model import ModelError
 from services.orchestrator.testmodel import Reply, TestModel
+from fakes import FakeCheckpoints, FakeOutbound, FakeReplica, NoHealth, ToolFn, World
 
 T0 = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
-ToolFn = Callable[[PendingCall], ToolResultPayload | None]
 
 
 def settings(**fields: Any) -> Settings:
@@ -83,32 +70,76 @@ def question(text: str = "问题", occurred_at: datetime = T0) -> QuestionAsked:
                          payload=QuestionPayload(question=text))
 
 
+class _Timed:
+    """The test model as the model steps see it: a call takes ``seconds.pop(0)`` simulated seconds when
+    a test set them (``Sim.model_seconds``), past the step's limit a ``model_timeout``."""
+
+    def __init__(self, sim: "Sim") -> None:
+        self.sim = sim
+
+    async def stream(self, messages, tools, on_delta, should_stop=None, max_tokens=None, on_thinking=None,
+                     model=None, timeout_s=None):
+        sim = self.sim
+        assert sim.model is not None
+        reply = await sim.model.stream(messages, tools, on_delta, should_stop, max_tokens=max_tokens,
+                                       on_thinking=on_thinking, model=model, timeout_s=timeout_s)
+        if sim.model_seconds:  # a slow model: the call takes this long (the step's limit applies)
+            took = sim.model_seconds.pop(0)
+            if timeout_s is not None and took > timeout_s:
+                sim.now += timedelta(seconds=timeout_s)
+                raise ModelError(f"model call exceeded its {timeout_s:.1f} s limit", streamed=bool(reply.content),
+                                 code="model_timeout")
+            sim.now += timedelta(seconds=took)
+        return reply
+
+
 class Sim:
-    """One task driven through the core in memory (see the module docstring)."""
+    """One task driven through the production interpreter and model steps over in-memory ports
+    (``fakes``; see the module docstring)."""
 
     def __init__(self, model: TestModel | None = None, tools: dict[str, ToolFn] | None = None,
                  allowed: list[str] | None = None, mcp_tools: list[McpTool] | None = None, **fields: Any) -> None:
         ids = itertools.count(1)
-        self.deps = Deps.from_settings(settings(**fields), model_configured=model is not None, rng=random.Random(7),
+        s = settings(**fields)
+        self.deps = Deps.from_settings(s, model_configured=model is not None, rng=random.Random(7),
                                        new_call_id=lambda: f"call_own_{next(ids)}")
         self.model = model
-        self.tools: dict[str, ToolFn] = tools if tools is not None else {"kb_search": lambda c: ok(c, passage("p1"))}
         self.allowed = allowed if allowed is not None else ["kb_search", "code_exec"]
         self.mcp_tools = mcp_tools or []  # the tenant's MCP tools offered besides (contracts.mcp)
         self.now = T0
-        self.state: TaskState | None = None
-        self.events: list[StreamEvent] = []
-        self.publics: list[Public] = []
-        self.remembered: list[Remember] = []
-        self.contexts: list[SessionContext] = []
-        self.summaries: list[Summarise] = []  # rule M7: the model summary calls asked for
-        self.requests: list[PendingCall] = []
-        self.approvals: dict[str, dict[str, Any]] = {}
-        self.cancels: list[CancelChild] = []
-        self.notices: list[Notify] = []  # events for other tasks' logs
-        self.metrics: list[Metric] = []  # counts asked of the replica's metrics
-        self.due_steps = 0
+        self.world = World(clock=lambda: self.now,
+                           tools=tools if tools is not None else {"kb_search": lambda c: ok(c, passage("p1"))})
+        replica = FakeReplica(self.world)
+        self.interp = Interpreter(Ports(FakeCheckpoints(self.world), FakeOutbound(self.world), replica, replica,
+                                        replica), self.deps, s.lease_ttl_s)
+        self.steps = ModelSteps(self.interp, _Timed(self) if model is not None else None, s, NoHealth())
         self.model_seconds: list[float] = []  # simulated duration of the next model calls (seconds)
+
+    # what the fakes recorded, by the names the tests read
+    @property
+    def tools(self) -> dict[str, ToolFn]:
+        """How each tool answers a request (a result, or None: it never answers); settable."""
+        return self.world.tools
+
+    @tools.setter
+    def tools(self, tools: dict[str, ToolFn]) -> None:
+        self.world.tools = tools
+
+    events = property(lambda self: self.world.events)
+    publics = property(lambda self: self.world.publics)
+    requests = property(lambda self: self.world.requests)
+    approvals = property(lambda self: self.world.approvals)
+    cancels = property(lambda self: self.world.cancels)
+    notices = property(lambda self: self.world.notices)  # events for other tasks' logs
+    remembered = property(lambda self: self.world.remembered)
+    contexts = property(lambda self: self.world.contexts)
+    summaries = property(lambda self: self.world.summaries)  # rule M7: the model summary calls asked for
+    metrics = property(lambda self: self.world.metrics)  # counts asked of the replica's metrics
+
+    @property
+    def state(self) -> TaskState | None:
+        """The task's stored checkpoint (None before it starts)."""
+        return self.world.states.get(self.world.task_id or "")
 
     # ------------------------------------------------------------------ driving
     async def ask(self, q: QuestionAsked | None = None, turns: list[dict[str, str]] | None = None,
@@ -123,101 +154,37 @@ class Sim:
         return self.state
 
     async def run(self, step: Step | None) -> None:
-        """Carry out ``step`` (and the model steps and tool results it leads to)."""
-        pending = [step]
-        while pending:
-            s = pending.pop(0)
-            if s is None:
+        """Apply ``step`` (computed on ``state``) through the interpreter, then deliver the tool results
+        and run the model steps it leads to, until nothing moves."""
+        if step is None:
+            return
+        new = self.world.task_id is None
+        self.world.task_id = self.world.task_id or step.state.task_id
+        await self.interp.apply(step.state.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=new)
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Deliver the answered tool requests and run the due model steps, until nothing moves."""
+        w = self.world
+        while w.results or w.due:
+            if w.results:
+                r = w.results.pop(0)
+                await self.interp.apply(self._task(), lambda st: recording.record_results(
+                    self.deps, st, [r], self.now))
                 continue
-            self.state = s.state
-            results = self._carry_out(s)
-            pending += [recording.record_results(self.deps, self.state, [r], self.now) for r in results]
-            while self.due_steps:
-                self.due_steps -= 1
-                pending.append(await self.model_step())
+            task_id, fresh = w.due.pop(0)
+            await self.steps.run(task_id, fresh=fresh)
 
-    async def model_step(self) -> Step:
-        """One model step, as ``services.orchestrator.steps`` runs it (streamed text joins the log)."""
-        state = self.state
-        assert state is not None
-        plan = planning.plan_step(self.deps, state, self.now)
-        self.events.append(plan.started)
-        if plan.stop is not None:
-            return endings.wrap_up(state, plan.stop, self.now)
-        if not plan.use_model or self.model is None:
-            return planning.retrieval_only_step(self.deps, state, self.now)
-
-        async def on_delta(text: str) -> None:
-            if plan.stream:
-                self.events.append(AnswerDelta(text=text))
-
-        async def on_thinking(text: str) -> None:
-            self.events.append(ThinkingDelta(text=text))
-
-        try:
-            reply = await self.model.stream(plan.messages, plan.tools, on_delta, max_tokens=plan.max_tokens,
-                                            on_thinking=on_thinking if state.tenant_id in self.deps.settings.thinking_tenants
-                                            else None, model=plan.model, timeout_s=plan.timeout_s)
-            if self.model_seconds:  # a slow model: the call takes this long (the step's limit applies)
-                took = self.model_seconds.pop(0)
-                if plan.timeout_s is not None and took > plan.timeout_s:
-                    self.now += timedelta(seconds=plan.timeout_s)
-                    raise ModelError(f"model call exceeded its {plan.timeout_s:.1f} s limit", streamed=bool(reply.content),
-                                     code="model_timeout")
-                self.now += timedelta(seconds=took)
-        except ModelError as exc:
-            self.deps.model_breaker_for(plan.endpoint or "default").failure(self.now.timestamp())
-            return planning.on_model_failed(self.deps, state, str(exc), exc.streamed, self.now, exc.code, plan.endpoint)
-        self.deps.model_breaker_for(plan.endpoint or "default").success()
-        return planning.on_reply(self.deps, state, plan, reply, self.now)
+    def _task(self) -> str:
+        assert self.world.task_id is not None
+        return self.world.task_id
 
     async def wake(self, after_s: float, bus_up: bool = True) -> None:
         """Move time on by ``after_s`` seconds and fire the task's timers (``bus_up`` False: the
         broker does not answer)."""
         self.now += timedelta(seconds=after_s)
-        assert self.state is not None
-        await self.run(timers.wake(self.deps, self.state, self.now, bus_up))
-
-    def _carry_out(self, step: Step) -> list[ToolResultPayload]:
-        results: list[ToolResultPayload] = []
-        sent: list[str] = []
-        for e in step.effects:
-            if isinstance(e, Emit):
-                self.events.append(e.event)
-            elif isinstance(e, Public):
-                self.publics.append(e)
-            elif isinstance(e, SaveApproval):
-                self.approvals[e.record.call_id] = e.record.model_dump()
-            elif isinstance(e, UpdateApproval):
-                record = self.approvals.get(e.call_id)
-                if record and not (e.only_if_pending and record["status"] != "pending"):
-                    record["status"] = e.status
-            elif isinstance(e, PublishTool):
-                self.requests.append(e.call.model_copy(deep=True))
-                sent.append(e.call.call_id)
-                answer = self.tools.get(e.call.name, lambda c: None)(e.call)
-                if answer is not None:
-                    results.append(answer)
-            elif isinstance(e, RunModelStep):
-                self.due_steps += 1
-            elif isinstance(e, CancelChild):
-                self.cancels.append(e)
-            elif isinstance(e, Notify):
-                self.notices.append(e)
-            elif isinstance(e, Remember):
-                self.remembered.append(e)
-            elif isinstance(e, SaveContext):
-                self.contexts.append(e.context)
-            elif isinstance(e, Summarise):
-                self.summaries.append(e)
-            elif isinstance(e, Metric):
-                self.metrics.append(e)
-            elif isinstance(e, Announce):
-                assert self.state is not None
-                self.events.append(endings.terminal_event(self.state, self.now, e.citations))
-        if sent and (marked := timers.mark_sent(step.state, sent)) is not None:
-            self.events += [e.event for e in marked.effects if isinstance(e, Emit)]
-        return results
+        await self.interp.apply(self._task(), lambda st: timers.wake(self.deps, st, self.now, bus_up))
+        await self.settle()
 
     # ------------------------------------------------------------------ reading
     def types(self) -> list[str]:

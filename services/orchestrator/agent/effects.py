@@ -1,8 +1,8 @@
 """What a transition asks the I/O layer to do: typed values, carried out in order.
 
 A transition of the agent core returns ``Step(state, effects)``. The I/O layer
-(``services.orchestrator.runtime``) saves the state with one compare-and-set and
-carries out the effects by their stage:
+(``services.orchestrator.interpreter``, one handler per effect type) saves the state with one
+compare-and-set and carries out the effects by their stage:
 
 - before the save: ``SaveApproval`` of a new pending approval (if the replica dies
   before the save, the record just expires unused);
@@ -171,7 +171,8 @@ class FaultPoint:
 
 
 Effect = (Emit | Wake | HoldLease | ClearWake | DropLease | SaveApproval | UpdateApproval | PublishTool | Public
-          | WriteView | RunModelStep | Announce | CancelChild | Notify | Remember | SaveContext | Metric | FaultPoint)
+          | WriteView | RunModelStep | Announce | CancelChild | Notify | Remember | SaveContext | Summarise | Metric
+          | FaultPoint)
 """Any effect."""
 
 IN_SAVE = (Emit, Wake, HoldLease, Public)
