@@ -27,6 +27,7 @@ from services.orchestrator.agent.effects import (
     Effect,
     Emit,
     FaultPoint,
+    FeedBreaker,
     HoldLease,
     Metric,
     Notify,
@@ -241,6 +242,12 @@ async def _metric(i: Interpreter, c: Context, e: Metric) -> None:
     i.ports.signals.count(e.name, e.args)
 
 
+async def _feed_breaker(i: Interpreter, c: Context, e: FeedBreaker) -> None:
+    breaker = i.deps.breaker(e.tool)
+    if breaker is not None:
+        breaker.failure(e.at) if e.failed else breaker.success()
+
+
 async def _fault_point(i: Interpreter, c: Context, e: FaultPoint) -> None:
     await i.ports.signals.reached(e.name, c.state.task_id)
 
@@ -250,7 +257,7 @@ HANDLERS: dict[type, Handler] = {
     SaveApproval: _save_approval, Notify: _notify, UpdateApproval: _update_approval, Public: _public,
     WriteView: _write_view, PublishTool: _publish_tool, RunModelStep: _run_model_step, Announce: _announce,
     CancelChild: _cancel_child, SaveContext: _save_context, Summarise: _summarise, Remember: _remember,
-    Metric: _metric, FaultPoint: _fault_point,
+    Metric: _metric, FeedBreaker: _feed_breaker, FaultPoint: _fault_point,
 }
 """Effect type -> its handler: the whole interpreter."""
 

@@ -164,6 +164,17 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class FeedBreaker:
+    """Feed the replica's circuit breaker of ``tool`` with a call's outcome (``failed``: a transient
+    error or a timeout, at ``at`` epoch seconds; else a success), rule A9. An effect, not a change made
+    by the transition, so a transition applied again after a lost race feeds it once."""
+
+    tool: str
+    failed: bool
+    at: float
+
+
+@dataclass(frozen=True)
 class FaultPoint:
     """A named point tests may crash the process at (``services.orchestrator.hooks``)."""
 
@@ -172,7 +183,7 @@ class FaultPoint:
 
 Effect = (Emit | Wake | HoldLease | ClearWake | DropLease | SaveApproval | UpdateApproval | PublishTool | Public
           | WriteView | RunModelStep | Announce | CancelChild | Notify | Remember | SaveContext | Summarise | Metric
-          | FaultPoint)
+          | FeedBreaker | FaultPoint)
 """Any effect."""
 
 IN_SAVE = (Emit, Wake, HoldLease, Public)

@@ -3,8 +3,9 @@
 Rules:
 - A result is attached to its pending call by call id and idempotency key; an unknown
   or duplicate delivery changes nothing.
-- Every result of a call that ran feeds its tool's breaker: a transient error or a
-  timeout is a failure, anything else a success (refusals never ran and do not count).
+- Every result of a call that ran feeds its tool's breaker (a ``FeedBreaker`` effect, applied once
+  after the save): a transient error or a timeout is a failure, anything else a success
+  (refusals never ran and do not count).
 - A transient error is retried instead of being shown to the model, at most
   ``tool_max_retries`` times, after a backoff with full jitter (rule A8, docs/architecture.md):
   uniform(0, ``tool_retry_base_s`` × 2^attempt) seconds.
@@ -35,6 +36,7 @@ from services.orchestrator.agent.effects import (
     CancelChild,
     ClearWake,
     FaultPoint,
+    FeedBreaker,
     HoldLease,
     Public,
     RunModelStep,
@@ -60,14 +62,11 @@ def backoff_s(deps: Deps, attempt: int) -> float:
     return deps.rng.uniform(0, deps.settings.tool_retry_base_s * 2 ** attempt)
 
 
-def _feed_breaker(deps: Deps, call: PendingCall, result: ToolResultPayload | Refusal, now: datetime) -> None:
-    breaker = deps.breaker(call.name)
-    if breaker is None or isinstance(result, Refusal):
-        return
-    if transient(result):
-        breaker.failure(now.timestamp())
-    else:
-        breaker.success()
+def _feed(deps: Deps, call: PendingCall, result: ToolResultPayload | Refusal, now: datetime) -> FeedBreaker | None:
+    """Rule A9: what a call that ran tells its tool's breaker (None: a refusal, or a tool without one)."""
+    if deps.breaker(call.name) is None or isinstance(result, Refusal):
+        return None
+    return FeedBreaker(call.name, transient(result), now.timestamp())
 
 
 def _match(state: TaskState, result: ToolResultPayload) -> PendingCall | None:
@@ -77,9 +76,8 @@ def _match(state: TaskState, result: ToolResultPayload) -> PendingCall | None:
 
 def _attach(deps: Deps, state: TaskState, call: PendingCall, r: ToolResultPayload | Refusal,
             now: datetime) -> dict[str, Any] | None:
-    """Feed the breaker, then schedule a retry (returns None) or attach ``r`` (returns its trace)."""
+    """Schedule a retry (returns None) or attach ``r`` (returns its trace)."""
     s = deps.settings
-    _feed_breaker(deps, call, r, now)
     retry = call.tool != "delegate"  # a worker's task is never started twice (rule D5)
     if retry and r.outcome == "error" and transient(r) and not isinstance(r, Refusal) and call.attempts < s.tool_max_retries:
         call.attempts += 1
@@ -111,10 +109,12 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
     fresh: list[tuple[PendingCall, ToolResultPayload | Refusal]] = []
     retried = False
     traces: list[dict[str, Any]] = []
+    feeds: list[FeedBreaker] = []
     for item in results:
         call, r = (state.call(item[0]), item[1]) if isinstance(item, tuple) else (_match(state, item), item)
         if call is None or call.result is not None:
             continue  # unknown or duplicate delivery
+        feeds += [f for f in [_feed(deps, call, r, now)] if f is not None]
         trace = _attach(deps, state, call, r, now)
         if trace is None:
             retried = True
@@ -128,6 +128,7 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
     state.trace.extend({"phase": "tool", **t} for t in traces)
     step = Step(state).emit(*(_completed(c, r, now) for c, r in fresh))
     step.emit(*(TraceEvent(phase="tool", data=t) for t in traces))
+    step.effects += feeds  # applied once, after the save
     step.effects += [CancelChild(team.child_task_id(c.idempotency_key), "the supervisor stopped waiting")  # rule D8
                      for c, r in fresh if c.child is not None and (r.outcome == "timeout" or c in stopped)]
     done = state.all_results_in()
