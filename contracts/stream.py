@@ -53,11 +53,12 @@ class TaskAccepted(StreamEvent):
 
 
 class StepStarted(StreamEvent):
-    """A ReAct step began: ``phase`` is ``model`` (thinking/writing) or ``tools``."""
+    """A ReAct step began: ``phase`` is ``model`` (thinking/writing), ``tools``, ``final`` (a last call
+    without tools, or the team's finalizer) or ``review`` (the reviewer checks the answer, rule A22)."""
 
     type: Literal["step.started"] = "step.started"
     step: int
-    phase: Literal["model", "tools", "final"] = "model"
+    phase: Literal["model", "tools", "final", "review"] = "model"
 
 
 class AnswerDelta(StreamEvent):
@@ -201,7 +202,8 @@ class TaskCompleted(StreamEvent):
     still the measured time), ``miss``/``bypass`` (``Cache-Control: no-cache``) on a new session's
     first turn, ``off`` otherwise. ``memory``: the long-term memory items the model was given.
     ``model``: the configured model whose reply is the answer (rules A20, A21: a fallback's name when
-    the primary failed; None when no model wrote it).
+    the primary failed; None when no model wrote it). ``review``: the reviewer pass (rule A22):
+    ``{checked, unsupported, contradicted, revised, marked}`` or ``{error}``; None when none ran.
     """
 
     type: Literal["task.completed"] = "task.completed"
@@ -216,6 +218,7 @@ class TaskCompleted(StreamEvent):
     cache: Literal["hit", "miss", "bypass", "off"] | None = None
     memory: list[MemoryNote] = Field(default_factory=list)
     model: str | None = None
+    review: dict[str, Any] | None = None
 
 
 class TaskFailed(StreamEvent):

@@ -34,6 +34,7 @@ class TenantPolicy(BaseModel):
     running_tasks: int | None = Field(default=None, ge=0, description="tasks running at once, all its users")
     mode: Literal["agent", "team", "auto"] | None = Field(default=None, description="default mode of its questions (team: rule D1)")
     time_zone: TimeZoneName | None = Field(default=None, description="IANA zone of the day its questions are asked (rule V1)")
+    review: bool | None = Field(default=None, description="the reviewer pass on its answers (rule A22; None = CONDUIT_REVIEW_ENABLED)")
 
 
 def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
@@ -53,6 +54,7 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
         running_tasks=own.running_tasks if own.running_tasks is not None else settings.running_tasks_per_tenant,
         mode=own.mode,
         time_zone=own.time_zone or settings.time_zone,
+        review=own.review,
     )
 
 

@@ -15,6 +15,7 @@ Rules (docs/agent-rules.md):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from contracts.evidence import NumberedEvidence
 from services.orchestrator.agent.routing import is_chinese
@@ -38,13 +39,12 @@ def _is_claim(sentence: str) -> bool:
     return len(_WORD.findall(sentence)) >= CLAIM_MIN_CHARS and not sentence.lstrip().startswith(("#", "|", ">"))
 
 
-def mark_uncited(answer: str, question: str) -> tuple[str, float | None]:
-    """Rules O1 and O2: ``(answer with uncited claims marked, confidence or None)``.
-    Code blocks are left alone."""
-    mark = MARK_ZH if is_chinese(question or answer) else MARK_EN
-    claims = backed = 0
+def _walk(answer: str, change: Callable[[int, str], str]) -> str:
+    """``answer`` with each claim sentence replaced by ``change(claim_number, sentence)`` (0-based, in
+    reading order); code blocks are left alone."""
     out: list[str] = []
     fenced = False
+    n = 0
     for line in answer.split("\n"):
         if line.strip().startswith("```"):
             fenced = not fenced
@@ -54,14 +54,34 @@ def mark_uncited(answer: str, question: str) -> tuple[str, float | None]:
         parts = []
         for sentence in _sentences(line):
             if _is_claim(sentence):
-                claims += 1
-                if _CITED.search(sentence):
-                    backed += 1
-                elif mark not in sentence:
-                    sentence = _marked(sentence, mark)
+                sentence = change(n, sentence)
+                n += 1
             parts.append(sentence)
         out.append("".join(parts))
-    return "\n".join(out), (round(backed / claims, 3) if claims else None)
+    return "\n".join(out)
+
+
+def claims(answer: str) -> list[str]:
+    """The answer's claim sentences in reading order (what rule O1 counts)."""
+    found: list[str] = []
+    _walk(answer, lambda _n, sentence: found.append(sentence) or sentence)
+    return found
+
+
+def mark_claims(answer: str, numbers: set[int], mark: str) -> str:
+    """``answer`` with ``mark`` at the end of the claims numbered ``numbers`` (``claims`` order)."""
+    return _walk(answer, lambda n, sentence: _marked(sentence, mark) if n in numbers and mark not in sentence
+                 else sentence)
+
+
+def mark_uncited(answer: str, question: str) -> tuple[str, float | None]:
+    """Rules O1 and O2: ``(answer with uncited claims marked, confidence or None)``.
+    Code blocks are left alone."""
+    mark = MARK_ZH if is_chinese(question or answer) else MARK_EN
+    found = claims(answer)
+    uncited = {n for n, sentence in enumerate(found) if not _CITED.search(sentence)}
+    backed = len(found) - len(uncited)
+    return mark_claims(answer, uncited, mark), (round(backed / len(found), 3) if found else None)
 
 
 def _marked(sentence: str, mark: str) -> str:

@@ -115,7 +115,8 @@ def terminal_event(state: TaskState, now: datetime, citations: list[Citation] | 
                              usage=state.usage, latency_ms=latency_ms(state, now), mode=state.mode,
                              fallback_reason=state.fallback_reason, stop_reason=state.stop_reason or "answered",
                              confidence=state.confidence, cache=state.cache, memory=state.memory,
-                             model=state.answered_by if state.mode in ("agent", "chitchat") else None)
+                             model=state.answered_by if state.mode in ("agent", "chitchat") else None,
+                             review=state.review)
     if state.status == "needs_input":
         return TaskNeedsInput(question=state.answer or "", evidence=len(state.evidence))
     if state.status == "cancelled":

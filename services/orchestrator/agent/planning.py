@@ -37,7 +37,7 @@ from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import KB_QUERY_MAX_CHARS, openai_tool_schema
 from services.orchestrator.agent import (cache, dates, endings, fallback, finalizer, modelchain, modelfailures, prompt,
-                                         routing, team, vetting, workers)
+                                         review, routing, team, vetting, workers)
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
@@ -223,6 +223,12 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     or none calls tools). Time ``now`` is UTC. The call's time limit is ``model_call_cap_s`` (rule
     E1) or the time left before the deadline (rule E2).
     """
+    if state.reviewing is not None:  # rule A22: the reviewer's call, no tools, not streamed
+        choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
+        timeout = min(deps.settings.review_timeout_s, max(0.0, time_left_s(deps, state, now)))
+        return StepPlan(review.plan_started(state), True, isinstance(choice, Candidate),
+                        review.messages(state), None, deps.settings.review_max_tokens, timeout, stream=False,
+                        **_on(choice))
     if state.draft is not None:  # rule D9: the finalizer's call, no tools
         choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
         use = isinstance(choice, Candidate)
@@ -291,6 +297,8 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
         return step.then(endings.cancel(state, "cancelled by user", now))
     if state.draft is not None:  # the finalizer's rewrite (rule D9)
         return step.then(finalizer.finish(deps, state, reply.content, plan.stream and bool(reply.content), now))
+    if state.reviewing is not None:  # the reviewer's verdicts (rule A22)
+        return step.then(review.finish(state, reply.content, now))
     if reply.tool_calls and not plan.final:
         unknown = modelfailures.unknown_names(state, reply.tool_calls)
         if unknown:  # rule A19: a model-protocol error, not a refusal
@@ -321,6 +329,8 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
         return step.then(endings.wrap_up(state, state.stop_reason or "empty_answer", now))
     if finalizer.wanted(state):
         return step.then(finalizer.begin(state, reply.content))
+    if review.wanted(deps, state, reply.content):
+        return step.then(review.begin(state, reply.content))
     return step.then(endings.complete(state, reply.content, now))
 
 
@@ -338,6 +348,8 @@ def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, no
     if streamed:
         step.emit(AnswerReset(reason="the model call failed; answering from the knowledge base"))
     step.then(modelfailures.record(state, code, error, model))
+    if state.reviewing is not None:  # rule A22: the reviewer fails open
+        return step.then(review.failed(state, code, now))
     rerun = Step(state, [HoldLease(), RunModelStep(), WriteView()])
     if time_left_s(deps, state, now) > 0 and modelfailures.retry_after_fold(deps, state, code, streamed):
         return step.then(rerun)
@@ -369,6 +381,8 @@ def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
     (the chit-chat agent's fixed reply for a chit-chat task; a supervisor's draft without a finalizer)."""
     if state.draft is not None:
         return finalizer.finish(deps, state, "", False, now)
+    if state.reviewing is not None:  # no model for the reviewer (rule A22): the answer stands
+        return review.failed(state, "model_unavailable", now)
     if state.mode == "chitchat":
         reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
         return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))

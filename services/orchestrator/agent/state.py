@@ -173,6 +173,8 @@ class TaskState(BaseModel):
     tree_tools: list[str] = Field(default_factory=list)  # tools the task's workers may use: its own allowed ones (rule D6)
     child: ChildSpec | None = None  # a worker's task: its parent, kind, depth and share of the tree's budget (rule D4)
     draft: str | None = None  # the supervisor's answer while the finalizer rewrites it (rule D9)
+    reviewing: str | None = None  # the answer while the reviewer checks it (rule A22)
+    review: dict[str, Any] | None = None  # the reviewer's outcome: checked, unsupported, contradicted, revised, marked | error
     memory_on: bool = False  # long-term memory is on for this task's tenant and user (rules M1-M5)
     memory: list[MemoryNote] = Field(default_factory=list)  # items recalled for the model (rule M4)
     turn_no: int = 0  # this task's 1-based turn number in its session (rule M7)

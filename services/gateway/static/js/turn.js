@@ -29,6 +29,17 @@ function retrievalNotice(done) {
 }
 
 /**
+ * The short note of the reviewer pass (rule A22) under an answer, or null when none ran or it failed
+ * (a failed review leaves the answer as it was; the execution record says why).
+ */
+function reviewNote(review) {
+  if (!review || review.error) return null;
+  if (review.revised) return t("review.revised", { n: review.checked });
+  if (review.marked) return t("review.marked", { n: review.marked, total: review.checked });
+  return t("review.checked", { n: review.checked });
+}
+
+/**
  * A retrieval-only answer's text without its first paragraph, the notice that no model answered
  * (services/orchestrator/agent/fallback.py writes it for API clients); the page shows that notice as
  * its banner instead, so it is not said twice.
@@ -129,7 +140,7 @@ export class Turn {
   handle(type, d) {
     this.record.add(type, d);
     switch (type) {
-      case "step.started": this.setPhase(d.phase === "final" ? "phase.final" : "phase.model"); break;
+      case "step.started": this.setPhase(d.phase === "final" ? "phase.final" : d.phase === "review" ? "phase.review" : "phase.model"); break;
       case "answer.delta":
         this.text += d.text;
         this.setPhase("phase.writing");
@@ -156,7 +167,7 @@ export class Turn {
         if (d.memory && d.memory.length) this.showMemory(d.memory);
         if (d.cache === "hit") this.showCached();
         if (retrievalNotice(d)) { this.banner.textContent = retrievalNotice(d); this.banner.hidden = false; }
-        this.finish("completed", null, d.latency_ms);
+        this.finish("completed", reviewNote(d.review), d.latency_ms);
         break;
       case "task.failed": this.finish("failed", t("err.failed", { message: d.message || d.code })); break;
       case "task.cancelled": this.finish("cancelled", t("notice.cancelled")); break;
