@@ -222,6 +222,10 @@ class Orchestrator:
         deps, bus_up = self.deps, await self.bus_up()
         await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up))
 
+    async def rescue(self, task_id: str, idempotency_key: str, owner: str) -> None:
+        """Rule A21: send call ``idempotency_key`` again now; the process running it (``owner``) is gone."""
+        await self.apply(task_id, lambda st: timers.rescue(st, idempotency_key, owner, utcnow()))
+
     async def bus_up(self) -> bool:
         """Whether the broker answered a cluster description within ``BUS_PING_TIMEOUT_S`` (the
         answer is kept ``BUS_PING_EVERY_S`` seconds, so a sweep with many wake-ups asks once)."""
@@ -299,7 +303,7 @@ class Orchestrator:
                 together = []
             if isinstance(e, PublishTool):
                 try:
-                    await self.out.publish_request(state, e.call)
+                    await self.out.publish_request(state, e.call, e.rescue)
                 except Exception as exc:  # noqa: BLE001 - the checkpoint holds it unsent; the wake-up sends it again
                     log.warning("tool request not sent; its wake-up sends it again (rule A14)",
                                 task_id=state.task_id, call_id=e.call.call_id, error=repr(exc)[:200])

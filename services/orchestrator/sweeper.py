@@ -6,6 +6,11 @@
 - A question the gateway recorded that has no checkpoint ``QUESTION_RESEND_S`` after it was
   published (the broker lost it, rule G4) is claimed and started here; one with a checkpoint
   (or a sealed log) is forgotten.
+- A tool call whose run's process is gone (rule T8: no Redis connection carries its owner's
+  name; ``keys.TOOL_RUNS`` lists the runs and their owners) is sent again at once, to a live
+  replica (rule A21): the orchestrator's view of a call running elsewhere is "running" while its
+  owner lives and "owner gone" after, instead of waiting for its claim to lapse (10 s) and the next
+  re-send (every 10 s). Exactly one replica removes the run's entry and re-sends it.
 - A task whose tool wake-up is due (approval expiry, retry time, result deadline,
   unsent request) is claimed and its timers fired (``agent.timers.wake``). For
   ``TIMER_GRACE_S`` after start, timers wait: results that arrived while no replica
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from conduit.records import controls, keys, questions
+from conduit.runtime import owners
 from services.orchestrator.store import LEASES, TOOL_DEADLINES
 
 if TYPE_CHECKING:
@@ -32,6 +38,8 @@ TIMER_GRACE_S = 3.0
 """Seconds after start before tool deadlines fire."""
 CLAIM_HOLD_S = 5.0
 """Seconds a claimed wake-up is pushed ahead (a replica dying mid-wake is retried then)."""
+RUNS_KEPT_S = 3600.0
+"""Seconds a ``keys.TOOL_RUNS`` entry is kept at most (one whose release was lost is dropped then)."""
 
 
 async def sweep(orch: "Orchestrator") -> None:
@@ -46,11 +54,37 @@ async def sweep(orch: "Orchestrator") -> None:
             orch.steps.spawn(task_id, resumed=True)
     await _start_lost_questions(orch)
     await _handle_lost_controls(orch)
+    try:
+        await rescue_orphans(orch)
+    except Exception:  # noqa: BLE001 - e.g. CLIENT LIST refused: the claims' TTL and A14 re-sends remain
+        log.warning("looking for orphaned tool calls failed", exc_info=True)
     if time.monotonic() < orch.timers_from:
         return  # just started: consume results waiting in the topic before declaring anything late
     for task_id in await store.due_tool_deadlines():
         if await store.claim(TOOL_DEADLINES, task_id, CLAIM_HOLD_S):
             await orch.wake(task_id)
+
+
+async def rescue_orphans(orch: "Orchestrator") -> list[str]:
+    """Rule A21: re-send each running tool call whose owner is gone (rule T8); return the
+    idempotency keys this replica re-sent. A replica takes a run by removing its entry."""
+    redis = orch.store.redis
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zremrangebyscore(keys.TOOL_RUNS, "-inf", time.time() - RUNS_KEPT_S)
+        pipe.zrange(keys.TOOL_RUNS, 0, -1)
+        _, members = await pipe.execute()
+    runs = {m: run for m in members if (run := owners.parse_run(m)) is not None}
+    if not runs:
+        return []
+    dead = await owners.gone(redis, {owner for owner, _, _ in runs.values()})
+    rescued = []
+    for member, (owner, task_id, idempotency_key) in runs.items():
+        if owner in dead and await redis.zrem(keys.TOOL_RUNS, member):
+            log.warning("re-sending a tool call whose owner is gone (rule A21)", task_id=task_id,
+                        idempotency_key=idempotency_key, owner=owner)
+            await orch.rescue(task_id, idempotency_key, owner)
+            rescued.append(idempotency_key)
+    return rescued
 
 
 async def _start_lost_questions(orch: "Orchestrator") -> None:
