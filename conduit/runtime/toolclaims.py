@@ -79,7 +79,7 @@ class Claims:
         if stored is not None or holder is None:
             return False, stored  # holder None: released just now without a result (transient): a re-send runs it
         holder = holder.decode()
-        if holder == self.owner or not await self._gone(holder):
+        if holder == self.owner or not await self._gone(holder, task_id, idempotency_key):
             return False, None
         taken = await self._take_over(keys=[claim, keys.TOOL_RUNS], args=[
             holder, self.owner, CLAIM_TTL_S, owners.run_member(holder, task_id, idempotency_key), member, time.time()])
@@ -87,9 +87,13 @@ class Claims:
             log.warning("call %s: its owner %s is gone; taken over (rule T8)", idempotency_key, holder)
         return bool(taken), None
 
-    async def _gone(self, holder: str) -> bool:
-        """Rule T8 for ``holder`` (False when Redis cannot tell: the claim's TTL decides)."""
+    async def _gone(self, holder: str, task_id: str, idempotency_key: str) -> bool:
+        """Rule T8 for ``holder`` (False when Redis cannot tell: the claim's TTL decides). One look
+        suffices when the run's ``TOOL_RUNS`` entry is gone too: an orchestrator saw the owner gone
+        twice and took it (rule A21, the usual way here); otherwise ``owners.gone`` looks twice."""
         try:
+            if await self.redis.zscore(keys.TOOL_RUNS, owners.run_member(holder, task_id, idempotency_key)) is None:
+                return owners.is_gone(holder, await owners.sight(self.redis))
             return holder in await owners.gone(self.redis, {holder})
         except Exception as exc:  # noqa: BLE001 - e.g. CLIENT LIST not allowed: the TTL backstop
             log.warning("cannot tell whether %s lives: %r", holder, exc)
