@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import redis as redis_sync
+from test_sigterm_in_flight import Site, site  # noqa: F401 - a page held until ``release``, counting ``hits``
 
 from conduit.ops import infra
 from conduit.ops.client import create_task, stream_task
@@ -25,46 +25,6 @@ from conduit.runtime import owners
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolclaims import CLAIM_TTL_S
 from conduit.testing.scripted_model import ScriptedModel, Turn
-from conduit.testing.site import reply
-
-
-class Site(ThreadingHTTPServer):
-    """A page whose first request is held until ``release``; ``hits`` holds each request's monotonic time."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Page)
-        self.base = f"http://127.0.0.1:{self.server_address[1]}"
-        self.arrived, self.release = threading.Event(), threading.Event()
-        self.hits: list[float] = []
-
-
-class _Page(BaseHTTPRequestHandler):
-    server: Site
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802
-        self.server.hits.append(time.monotonic())
-        if len(self.server.hits) == 1:
-            self.server.arrived.set()
-            self.server.release.wait(60)
-        try:
-            reply(self, ("<html><body><article><h1>征收率</h1>" + "<p>小规模纳税人征收率为百分之三。</p>" * 5
-                         + "</article></body></html>").encode())
-        except BrokenPipeError:  # the first request's replica was SIGKILLed
-            pass
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Site]:
-    server = Site()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.release.set()
-    server.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +68,12 @@ def test_a_call_whose_replica_is_sigkilled_is_sent_again_at_once_and_answered(st
     stack.procs[victim].proc.kill()
     killed_at = time.monotonic()
     deadline = killed_at + 60
-    while len(site.hits) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while site.hits < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    resent_after_s = time.monotonic() - killed_at
     site.release.set()
     thread.join(90)
-    assert len(site.hits) == 2, "the call was not run again after its replica died"
-    resent_after_s = site.hits[1] - killed_at
+    assert site.hits == 2, "the call was not run again after its replica died"
     assert resent_after_s < CLAIM_TTL_S, f"re-run {resent_after_s:.1f} s after the kill: the claim's TTL, not rule T8"
     events = result["events"]
     assert [e.event for e in events if e.event.startswith("task.") and e.event != "task.accepted"][-1] == "task.completed"
