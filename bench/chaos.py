@@ -257,7 +257,7 @@ class Chaos:
         env = {"OPENAI_BASE_URL": self.model.base_url, "OPENAI_API_KEY": "chaos", "CONDUIT_MODEL": "scripted",
                "CONDUIT_SEARXNG_URL": self.site.base, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
                "CONDUIT_APPROVAL_POLICIES": '{"web_fetch": "if:url~approve", "code_exec": "always"}',
-               "CONDUIT_LEASE_TTL_S": "5", "CONDUIT_LOG_LEVEL": "INFO", "CONDUIT_TOOL_TIMEOUT_S": str(tool_timeout_s)}
+               "CONDUIT_LOG_LEVEL": "INFO", "CONDUIT_TOOL_TIMEOUT_S": str(tool_timeout_s)}
         self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
                            scale={"orchestrator": 2, "web": 2})
         self.recoveries: list[float] = []  # seconds from each SIGKILL to the new process checking in
@@ -575,7 +575,7 @@ def report(f: dict) -> str:
 {f['tasks']} tasks ({f['approvals']} needing approval, {SESSIONS} sessions), each one `web_fetch` and a streamed
 scripted answer, through a supervised embedded stack (2 orchestrator replicas, 2 web replicas, gateway, tansu, Redis
 with its AOF). {_what_was_done(f)}.
-Clients reconnect with `Last-Event-ID`. Lease TTL 5 s; tool deadline {f['tool_timeout_s']:.0f} s; supervisor crash-loop
+Clients reconnect with `Last-Event-ID`. Default settings (lease TTL {Settings().lease_ttl_s:.0f} s, rule A22 resumes a dead replica's steps at once) but the tool deadline, {f['tool_timeout_s']:.0f} s; supervisor crash-loop
 limit raised to 1000 for the run. Machine: {machine()}; load average at the end: {f['load']}.
 
 | figure | value |

@@ -58,6 +58,8 @@ Tool services and the bus
 - ``TOOL_RUNS``: sorted set, member ``owner|task_id|idempotency_key`` of each call a tool service runs now,
   score = when its run took the claim (epoch s); the orchestrator's sweeper re-sends the calls of an
   owner that is gone (rules T8, A21).
+- ``STEPS``: hash, an orchestrator's owner name -> JSON list of the task ids whose model steps it runs
+  (rewritten by its sweeper every pass); a gone owner's tasks have their leases lapsed at once (rule A22).
 - ``members(service)``: hash, owner -> JSON ``{"parts": {topic: [partition, ...]}, "at": epoch s}``: the
   partitions each live tool service process holds (``conduit.runtime.owners``; a rescue re-send goes to one).
 - ``attempts(consumer, event_id)``: counter of an event's failed deliveries.
@@ -244,6 +246,8 @@ def tool_claim(idempotency_key: str) -> str:
     return f"{PREFIX}:toolclaim:{idempotency_key}"
 
 
+STEPS = f"{PREFIX}:steps"
+"""Hash of the model steps each orchestrator process runs now, owner -> JSON task ids (rule A22)."""
 TOOL_RUNS = f"{PREFIX}:toolruns"
 """Sorted set of the tool calls running now, ``owner|task_id|idempotency_key`` by claim time (rule T8)."""
 

@@ -140,6 +140,9 @@ class Orchestrator:
         self.summaries = SessionSummaries(settings, redis, self.model)
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
         self._bus_up, self._bus_checked_at = True, float("-inf")
+        self.owner: str | None = None
+        """This process's owner name (``conduit.runtime.owners``), set by ``main``: its sweeper lists its
+        model steps under it, so another replica resumes them at once when it is gone (rule A22)."""
         self.unavailable: frozenset[str] = frozenset()
         """Tools that cannot run now (e.g. ``code_exec`` without isolation), refreshed by
         ``watch_tool_availability``; left out of every new task's tool list (rule T2)."""

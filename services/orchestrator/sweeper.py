@@ -11,6 +11,9 @@
   replica (rule A21): the orchestrator's view of a call running elsewhere is "running" while its
   owner lives and "owner gone" after, instead of waiting for its claim to lapse (10 s) and the next
   re-send (every 10 s). Exactly one replica removes the run's entry and re-sends it.
+- A model step whose orchestrator is gone (rule A22: each replica lists its running steps under its
+  owner name in ``keys.STEPS`` every pass) has its lease lapsed at once, so it resumes on the next
+  pass instead of after ``lease_ttl_s`` (15 s).
 - A task whose tool wake-up is due (approval expiry, retry time, result deadline,
   unsent request) is claimed and its timers fired (``agent.timers.wake``). For
   ``TIMER_GRACE_S`` after start, timers wait: results that arrived while no replica
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +42,8 @@ TIMER_GRACE_S = 3.0
 """Seconds after start before tool deadlines fire."""
 CLAIM_HOLD_S = 5.0
 """Seconds a claimed wake-up is pushed ahead (a replica dying mid-wake is retried then)."""
+STEPS_KEPT_S = 60.0
+"""Seconds after which a ``keys.STEPS`` field not rewritten (every pass, 0.5 s, by a live replica) is dropped."""
 RUNS_KEPT_S = 3600.0
 """Seconds a ``keys.TOOL_RUNS`` entry is kept at most (one whose release was lost is dropped then)."""
 
@@ -65,18 +71,40 @@ async def sweep(orch: "Orchestrator") -> None:
             await orch.wake(task_id)
 
 
+def steps_of_others(fields: dict, me: str | None, now: float) -> tuple[dict[str, list[str]], list[str]]:
+    """Pure: from ``keys.STEPS`` (owner -> ``{"tasks", "at"}`` JSON), the other replicas' running
+    steps ``{owner: task ids}`` (those running any) and the owners whose field is stale (not
+    rewritten for ``STEPS_KEPT_S`` seconds: drop it)."""
+    listed = {o.decode() if isinstance(o, bytes) else o: json.loads(v) for o, v in fields.items()}
+    stale = [o for o, v in listed.items() if now - v.get("at", 0) > STEPS_KEPT_S]
+    return {o: v["tasks"] for o, v in listed.items() if v.get("tasks") and o != me and o not in stale}, stale
+
+
 async def rescue_orphans(orch: "Orchestrator") -> list[str]:
-    """Rule A21: re-send each running tool call whose owner is gone (rule T8); return the
-    idempotency keys this replica re-sent. A replica takes a run by removing its entry."""
+    """Rules A21 and A22: re-send each running tool call whose owner is gone (rule T8), and lapse
+    the leases of the model steps a gone orchestrator ran (the lease loop resumes them next pass);
+    list this replica's own steps. Return the idempotency keys this replica re-sent. A replica
+    takes a run by removing its entry, a gone orchestrator's steps by removing its field."""
     redis = orch.store.redis
     async with redis.pipeline(transaction=False) as pipe:
+        if orch.owner is not None:
+            pipe.hset(keys.STEPS, orch.owner, json.dumps({"tasks": sorted(orch.running), "at": time.time()}))
         pipe.zremrangebyscore(keys.TOOL_RUNS, "-inf", time.time() - RUNS_KEPT_S)
         pipe.zrange(keys.TOOL_RUNS, 0, -1)
-        _, members = await pipe.execute()
+        pipe.hgetall(keys.STEPS)
+        *_, members, steps = await pipe.execute()
     runs = {m: run for m in members if (run := owners.parse_run(m)) is not None}
-    if not runs:
+    stepping, stale = steps_of_others(steps, orch.owner, time.time())
+    if stale:  # not rewritten for a minute: its replica is long gone (its leases lapsed by their TTL)
+        await redis.hdel(keys.STEPS, *stale)
+    if not runs and not stepping:
         return []
-    dead = await owners.gone(redis, {owner for owner, _, _ in runs.values()})
+    dead = await owners.gone(redis, {owner for owner, _, _ in runs.values()} | set(stepping))
+    for owner in dead & set(stepping):
+        if await redis.hdel(keys.STEPS, owner):
+            for task_id in stepping[owner]:
+                log.warning("resuming a model step whose replica is gone (rule A22)", task_id=task_id, owner=owner)
+                await orch.store.expire_lease(task_id)
     rescued = []
     for member, (owner, task_id, idempotency_key) in runs.items():
         if owner in dead and await redis.zrem(keys.TOOL_RUNS, member):

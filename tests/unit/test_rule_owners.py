@@ -3,6 +3,7 @@ and sent again at once to a live replica (pure rules, in process: no broker, no 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from datetime import timedelta
@@ -11,6 +12,7 @@ from agentsim import Reply, Sim, TestModel, kb, ok
 from conduit.runtime import owners
 from services.orchestrator.agent import recording, timers
 from services.orchestrator.agent.effects import PublishTool
+from services.orchestrator.sweeper import STEPS_KEPT_S, steps_of_others
 
 WEB = "web:host-a:41:0a1b2c3d"
 OTHER = "web:host-b:42:ffee0011"
@@ -95,3 +97,16 @@ async def test_a_rescue_leaves_answered_unsent_and_ended_calls_alone():
     call.approval = None
     await sim.run(recording.record_results(sim.deps, sim.state, [ok(call)], sim.now))
     assert timers.rescue(sim.state, call.idempotency_key, WEB, sim.now) is None  # answered (the task moved on)
+
+
+def test_the_steps_of_other_orchestrators_are_read_and_stale_fields_dropped():
+    """Rule A22: each replica lists its running model steps every pass; a field nobody rewrote
+    for STEPS_KEPT_S belongs to a replica long gone (its leases lapsed by their TTL)."""
+    now = 5000.0
+    me, other, idle, old = "orchestrator:h:1:aa", "orchestrator:h:2:bb", "orchestrator:h:3:cc", "orchestrator:h:4:dd"
+    fields = {me.encode(): json.dumps({"tasks": ["t1"], "at": now}),
+              other.encode(): json.dumps({"tasks": ["t2", "t3"], "at": now - 0.4}),
+              idle: json.dumps({"tasks": [], "at": now}),
+              old: json.dumps({"tasks": ["t9"], "at": now - STEPS_KEPT_S - 1})}
+    stepping, stale = steps_of_others(fields, me, now)
+    assert stepping == {other: ["t2", "t3"]} and stale == [old]
