@@ -53,12 +53,20 @@ Memory and the semantic cache (``conduit.records.memory``; orchestrator and retr
 
 Tool services and the bus
 - ``tool_result(idempotency_key)``: string, a stored ``ToolResultPayload`` (idempotent tools);
-  ``tool_claim(idempotency_key)``: string, the owner of the delivery running it now (expires).
+  ``tool_claim(idempotency_key)``: string, the owner of the delivery running it now (expires; an owner
+  is ``service:host:pid:nonce``, ``conduit.runtime.owners``).
+- ``TOOL_RUNS``: sorted set, member ``owner|task_id|idempotency_key`` of each call a tool service runs now,
+  score = when its run took the claim (epoch s); the orchestrator's sweeper re-sends the calls of an
+  owner that is gone (rules T8, A23).
+- ``STEPS``: hash, an orchestrator's owner name -> JSON list of the task ids whose model steps it runs
+  (rewritten by its sweeper every pass); a gone owner's tasks have their leases lapsed at once (rule A24).
+- ``members(service)``: hash, owner -> JSON ``{"parts": {topic: [partition, ...]}, "at": epoch s}``: the
+  partitions each live tool service process holds (``conduit.runtime.owners``; a rescue re-send goes to one).
 - ``attempts(consumer, event_id)``: counter of an event's failed deliveries.
 - ``doorbell(topic)``: pub/sub channel (not a key) rung after a publish to ``topic``; it wakes the
   topic's idle consumers (``conduit.runtime.idlefetch``).
 - ``artifact(artifact_id)``: hash ``{meta, data}`` of a stored tool output file.
-- ``alive(service, host, pid)`` / ``alive_pattern(service)``: liveness marks.
+- ``alive(service, host, pid)`` / ``alive_pattern(service)``: liveness marks (value: the process's nonce).
 - ``SANDBOX_STATUSES``: hash, ``{host}:{pid}`` -> a sandbox process's isolation status
   (``conduit.records.sandboxstatus``).
 - ``MODEL_HEALTH``: string, the model endpoint's last configuration error (``conduit.records.modelhealth``,
@@ -236,6 +244,17 @@ def document_applied(tenant_id: str, document_id: str, request_id: str) -> str:
 def tool_claim(idempotency_key: str) -> str:
     """The claim of the one delivery running the tool call ``idempotency_key`` (value: its owner)."""
     return f"{PREFIX}:toolclaim:{idempotency_key}"
+
+
+STEPS = f"{PREFIX}:steps"
+"""Hash of the model steps each orchestrator process runs now, owner -> JSON task ids (rule A24)."""
+TOOL_RUNS = f"{PREFIX}:toolruns"
+"""Sorted set of the tool calls running now, ``owner|task_id|idempotency_key`` by claim time (rule T8)."""
+
+
+def members(service: str) -> str:
+    """Hash of the live processes of tool service ``service``: owner -> the partitions it holds."""
+    return f"{PREFIX}:members:{service}"
 
 
 def tool_result(idempotency_key: str) -> str:

@@ -38,7 +38,7 @@ log = logging.getLogger("conduit.runtime.bus")
 
 Handler = Callable[[Any], Awaitable[None]]
 
-__all__ = ["MAX_ATTEMPTS", "ensure_topics", "make_broker", "fetch_gates", "publish", "start_idle_fetch", "subscribe"]
+__all__ = ["MAX_ATTEMPTS", "assigned", "ensure_topics", "make_broker", "fetch_gates", "publish", "start_idle_fetch", "subscribe"]
 
 _ringers: weakref.WeakKeyDictionary[KafkaBroker, idlefetch.Ringer] = weakref.WeakKeyDictionary()
 """The doorbell ringer of each broker that publishes with idle fetching on (``make_broker``)."""
@@ -95,10 +95,12 @@ async def ensure_topics(settings: Settings, names: tuple[str, ...] = topics.ALL_
         await admin.close()
 
 
-async def publish(broker: KafkaBroker, topic: str, event: Envelope, headers: dict[str, str] | None = None) -> None:
+async def publish(broker: KafkaBroker, topic: str, event: Envelope, headers: dict[str, str] | None = None,
+                  partition: int | None = None) -> None:
     """Publish ``event`` to ``topic`` keyed by its ``task_id`` and wait for the broker's ack.
 
     ``headers``: more record headers (the public topic's CloudEvents ``ce_*`` attributes).
+    ``partition``: send there instead of the key's partition (a rescue re-send to a live member, rule A23).
 
     Raises ``contracts.channels.UnknownChannel`` (a ``ValueError``) before sending when
     ``topic`` does not carry ``event.type`` in ``contracts.channels.CHANNELS``. Headers carry ``type`` and ``traceparent`` so consumers and tracing can route
@@ -109,23 +111,24 @@ async def publish(broker: KafkaBroker, topic: str, event: Envelope, headers: dic
     channels.check(topic, event.type)
     ringer = _ringers.get(broker)
     if ringer is None:
-        await _publish(broker, topic, event, headers)
+        await _publish(broker, topic, event, headers, partition)
     else:  # the bell may land before the record: a rung consumer polls for idle_after_s (rule B1)
-        await asyncio.gather(_publish(broker, topic, event, headers), ringer.ring(topic))
+        await asyncio.gather(_publish(broker, topic, event, headers, partition), ringer.ring(topic))
 
 
-async def _publish(broker: KafkaBroker, topic: str, event: Envelope, extra: dict[str, str] | None) -> None:
+async def _publish(broker: KafkaBroker, topic: str, event: Envelope, extra: dict[str, str] | None,
+                   partition: int | None = None) -> None:
     headers = {"type": event.type, "content-type": "application/json", **(extra or {})}
     parent = tracing.current_traceparent(event.traceparent)
     body = event.model_dump_json().encode("utf-8")
     if parent is None:
-        await broker.publish(body, topic, key=channels.partition_key(event), headers=headers)
+        await broker.publish(body, topic, key=channels.partition_key(event), headers=headers, partition=partition)
         return
     with tracing.span(f"{topic} publish", parent, kind=tracing.SpanKind.PRODUCER, task_id=event.task_id,
                       **{"messaging.system": "kafka", "messaging.destination.name": topic,
                          "conduit.event_type": event.type}) as tp:
         headers["traceparent"] = tp
-        await broker.publish(body, topic, key=channels.partition_key(event), headers=headers)
+        await broker.publish(body, topic, key=channels.partition_key(event), headers=headers, partition=partition)
 
 
 def subscribe(
@@ -198,6 +201,18 @@ def subscribe(
     if gate is not None:
         gate.subscriber = subscriber
     broker.include_router(router)
+
+
+def assigned(broker: KafkaBroker, topic: str) -> list[int]:
+    """The partitions of ``topic`` this process's consumers hold now (sorted; empty during a rebalance)."""
+    held: set[int] = set()
+    for sub in broker.subscribers:
+        for consumer in getattr(sub, "consumer_subgroup", None) or [getattr(sub, "consumer", None)]:
+            try:
+                held.update(tp.partition for tp in consumer.assignment() if tp.topic == topic)
+            except Exception:  # noqa: BLE001 - not started, stopping, or rebalancing: nothing held now
+                continue
+    return sorted(held)
 
 
 def fetch_gates(broker: KafkaBroker) -> list[idlefetch.FetchGate]:

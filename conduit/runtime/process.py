@@ -5,7 +5,7 @@
 1. create missing topics, start the broker (its subscribers join their groups);
 2. start the liveness heartbeat (``conduit.runtime.liveness``) and the ``background`` coroutines;
 3. call ``ready()``, then wait for SIGTERM / SIGINT (or ``stop``);
-4. stop announcing liveness, then stop every subscriber: no new messages are taken, and a
+4. stop announcing liveness (and a tool service's partitions), then stop every subscriber: no new messages are taken, and a
    handler already running finishes and commits its offset;
 5. cancel the background tasks, then await ``drain()`` (the orchestrator hands its running
    model steps over there);
@@ -44,6 +44,7 @@ async def serve_process(
     ready: Callable[[], Awaitable[None]] | None = None,
     drain: Callable[[], Awaitable[None]] | None = None,
     stop: asyncio.Event | None = None,
+    announce: Callable[[], Coroutine[Any, Any, Any]] | None = None,
 ) -> None:
     """Run ``service`` until SIGTERM/SIGINT (or until ``stop`` is set), then shut down in order.
 
@@ -56,6 +57,8 @@ async def serve_process(
         ready: awaited once the broker and heartbeat run (e.g. a readiness announcement).
         drain: awaited after the subscribers stopped, before the broker stops.
         stop: set it to stop without a signal (tests); a fresh event by default.
+        announce: run like the heartbeat and cancelled with it, first (a tool service's partitions,
+            ``conduit.runtime.owners.announce``: a stopping process is no rescue's target).
     """
     stop = stop or asyncio.Event()
     await bus.ensure_topics(settings)
@@ -66,6 +69,7 @@ async def serve_process(
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     heartbeat = asyncio.create_task(liveness.heartbeat(redis, service))
+    announcing = [asyncio.create_task(announce())] if announce else []
     tasks = [asyncio.create_task(fn()) for fn in background]
     try:
         if ready:
@@ -76,6 +80,9 @@ async def serve_process(
         for sig in signals:
             loop.remove_signal_handler(sig)
         heartbeat.cancel()  # stop announcing liveness first
+        for t in announcing:
+            t.cancel()
+        await asyncio.gather(*announcing, return_exceptions=True)
         for t in idle:
             t.cancel()
         await asyncio.gather(*idle, return_exceptions=True)  # consumers left resumed

@@ -43,8 +43,11 @@ class InlineSendConnection(Connection):
             self.socket_timeout = timeout
 
 
-def make_redis(settings: Settings) -> Redis:
+def make_redis(settings: Settings, client_name: str | None = None) -> Redis:
     """Return an asyncio Redis client for ``settings.redis()`` (bytes responses).
+
+    ``client_name``: the ``CLIENT SETNAME`` of every connection of the pool (a tool service's
+    owner name: its connections are its liveness, rule T8, ``conduit.runtime.owners``).
 
     The pool is bounded (``redis_max_connections``) and blocking: when every connection
     is busy a command waits for one (up to ``redis_socket_timeout_s`` seconds) instead of
@@ -59,6 +62,7 @@ def make_redis(settings: Settings) -> Redis:
     inline: dict[str, Any] = {"connection_class": InlineSendConnection} if url.startswith("redis://") else {}
     pool = BlockingConnectionPool.from_url(url, decode_responses=False, health_check_interval=30, **inline,
                                            max_connections=settings.redis_max_connections,
+                                           **({"client_name": client_name} if client_name else {}),
                                            timeout=settings.redis_socket_timeout_s,
                                            socket_timeout=settings.redis_socket_timeout_s)
     return Redis.from_pool(pool)  # closing the client closes its pool

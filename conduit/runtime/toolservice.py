@@ -7,7 +7,8 @@ A tool service (retriever, web, sandbox) registers tool functions with
    (rule T3, docs/rules.md: idempotent tools; results kept ``RESULT_TTL_S`` seconds; transient
    failures and timeouts are not stored, so a retry runs the tool again); a delivery runs the
    tool only while it holds the key's claim, and a second delivery of a call that is running
-   (a redelivery after a rebalance, a re-send) leaves it to that run (rule T6);
+   (a redelivery after a rebalance, a re-send) leaves it to that run (rule T6), unless the run's
+   process is gone (rule T8: it takes the call over; ``conduit.runtime.toolclaims``);
 2. validates the arguments with the tool's contract model (``bad_arguments`` error);
 3. runs the tool under its deadline (``timeout`` outcome);
 4. publishes a ``ToolResult`` to ``conduit.tools.results`` keyed by task id.
@@ -20,17 +21,14 @@ commits its offset after it. With ``concurrency`` = N > 1 the one consumer hands
 job and takes the next while fewer than N jobs run (it waits for a free slot otherwise, so the rest
 stay in the topic); jobs of the same partition key (task id) run one after the other, in order.
 Such an offset is committed when the job starts: a process that dies loses its running calls,
-which the orchestrator sends again (rule A14), and the stop waits for the running jobs.
+which the orchestrator sends again at once (rules T8, A23), and the stop waits for the running jobs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,9 +37,10 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from conduit.runtime import bus, metrics
+from conduit.runtime import bus, metrics, owners
 from conduit.runtime.process import serve_process
 from conduit.runtime.redis_client import make_redis
+from conduit.runtime.toolclaims import CLAIM_TTL_S, Claims
 from conduit.runtime.settings import Settings
 from conduit.records import keys
 from contracts import channels, topics
@@ -61,13 +60,7 @@ RESULT_TTL_S = 3600
 """Seconds a tool result is kept under its idempotency key."""
 CANCEL_POLL_S = 0.5
 """Seconds between checks of a running call's task cancel flag (a cancel stops the call within this)."""
-CLAIM_TTL_S = 10
-"""Seconds a call's claim lives unless its run renews it (every ``CANCEL_POLL_S``): a delivery
-waiting behind a run whose process died takes the call over within this (rule T6)."""
-_RENEW_CLAIM = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end
-return 0
-"""
+__all__ = ["CLAIM_TTL_S", "ToolFailure", "ToolOutput", "ToolService", "TaskCancelled"]
 
 
 class TaskCancelled(Exception):
@@ -122,10 +115,11 @@ class ToolService:
         self._lanes: dict[str, asyncio.Task] = {}
         """The last job of each partition key (task id): the next one of that key waits for it."""
         self._jobs: set[asyncio.Task] = set()
-        self.redis: Redis = make_redis(settings)
+        self._owner = owners.owner_id(name)
+        """This process's name on the tool claims it takes and on its Redis connections (rules T6, T8)."""
+        self.redis: Redis = make_redis(settings, client_name=owners.connection_name(self._owner))
+        self.claims = Claims(self.redis, self._owner)
         self.broker = bus.make_broker(settings, client_id=name, redis=self.redis)
-        self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        """This process's name on the tool claims it takes (rule T6)."""
         self.extra: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
         """Other (topic, handler) read by the same consumer; see ``consume``."""
         self.apart: list[tuple[str, str, Callable[[Any], Awaitable[None]], int | None]] = []
@@ -241,7 +235,7 @@ class ToolService:
                 try:
                     async with self.redis.pipeline(transaction=False) as pipe:
                         pipe.exists(keys.cancel(task_id))
-                        pipe.eval(_RENEW_CLAIM, 1, keys.tool_claim(idempotency_key), self._owner, CLAIM_TTL_S)
+                        self.claims.renew(pipe, idempotency_key)
                         exists, _renewed = await pipe.execute()
                     cancelled = bool(exists)
                 except RedisError as exc:
@@ -270,7 +264,7 @@ class ToolService:
                                 kind="forbidden"))))
             return
         if not cached:
-            taken, cached = await self._claim(request.payload.idempotency_key)
+            taken, cached = await self.claims.take(request.payload.idempotency_key, request.task_id)
             if not taken and not cached:
                 log.info("call %s runs elsewhere; this delivery leaves it to that run",
                          request.payload.idempotency_key)
@@ -280,6 +274,7 @@ class ToolService:
             payload = ToolResultPayload.model_validate_json(cached)
         else:
             log.info("call %s: runs here (%s)", request.payload.idempotency_key, self._owner)
+            handed_back = False
             try:
                 payload = await self.execute(request)
                 log.info("call %s: ran (%s), %s in %.0f ms", request.payload.idempotency_key, self._owner,
@@ -292,34 +287,13 @@ class ToolService:
                         self.redis.set(key, payload.model_dump_json(), ex=RESULT_TTL_S),
                         bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload)))
                     return
+            except asyncio.CancelledError:  # a stop past its budget: the claim stays for a rescue (rule T8)
+                handed_back = True
+                raise
             finally:  # after the store: a waiting delivery finds the result, or (transient) runs it again
-                await self._release(request.payload.idempotency_key)
+                if not handed_back:
+                    await self.claims.release(request.payload.idempotency_key, request.task_id)
         await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload))
-
-    async def _claim(self, idempotency_key: str) -> tuple[bool, bytes | None]:
-        """Take the call's claim: ``(True, None)`` to run it, ``(False, stored)`` when its result
-        is stored, ``(False, None)`` when another live run holds it.
-
-        Rule T6: one run per idempotency key at a time. A delivery that finds the call running
-        elsewhere (a redelivery after a rebalance, a re-send) leaves it to that run, which publishes
-        the result; it never waits, so it holds up no later request of its partition. The claim
-        lives ``CLAIM_TTL_S`` seconds and its run renews it while the tool works, so when the runner
-        died the orchestrator's next re-send (rule A14) finds it lapsed and runs the call (the
-        at-least-once floor: a side effect the dead run already caused may happen twice).
-        """
-        claim, result = keys.tool_claim(idempotency_key), keys.tool_result(idempotency_key)
-        if await self.redis.set(claim, self._owner, nx=True, ex=CLAIM_TTL_S):
-            if (stored := await self.redis.get(result)) is not None:  # stored just before the claim
-                await self.redis.delete(claim)
-                return False, stored
-            return True, None
-        return False, await self.redis.get(result)
-
-    async def _release(self, idempotency_key: str) -> None:
-        """Drop the call's claim if this delivery still holds it."""
-        claim = keys.tool_claim(idempotency_key)
-        if await self.redis.get(claim) == self._owner.encode():
-            await self.redis.delete(claim)
 
     def _concurrent(self, handler: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
         """``handler`` itself for ``concurrency`` 1, else a bus handler that starts it as a job (rule T7)."""
@@ -391,4 +365,9 @@ class ToolService:
         self.subscribe()
         log.info("%s serves %s (%d at once)", self.name, ", ".join(self.tools), self.concurrency)
         await serve_process(self.name, self.settings, self.broker, self.redis, background=background,
-                            ready=ready, drain=self._drain, stop=stop)
+                            ready=ready, drain=self._drain, stop=stop, announce=self._announce)
+
+    async def _announce(self) -> None:
+        """Keep this process's partitions of its request topic in ``keys.members`` (a rescue's target, rule A23)."""
+        await owners.announce(self.redis, self.name, self._owner,
+                              lambda: {self.topic: bus.assigned(self.broker, self.topic)})

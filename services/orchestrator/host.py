@@ -45,6 +45,8 @@ class OrchestratorView(Protocol):
     steps: StepRunner
     timers_from: float
     """``time.monotonic()`` seconds before which the sweeper fires no tool deadline."""
+    owner: str | None
+    """This process's owner name (``conduit.runtime.owners``; rule A24)."""
 
     @property
     def running(self) -> dict[str, asyncio.Task[None]]:
@@ -62,3 +64,6 @@ class OrchestratorView(Protocol):
 
     async def wake(self, task_id: str) -> None:
         """Fire a task's due timers."""
+
+    async def rescue(self, task_id: str, idempotency_key: str, owner: str) -> None:
+        """Rule A23: send a call again now; the process running it (``owner``) is gone."""

@@ -147,7 +147,7 @@ class Interpreter:
 
     async def _publish(self, ctx: Context, e: PublishTool) -> bool:
         try:
-            await self.ports.out.publish_request(ctx.state, e.call)
+            await self.ports.out.publish_request(ctx.state, e.call, e.rescue)
         except Exception as exc:  # noqa: BLE001 - the checkpoint holds it unsent; the wake-up sends it again
             log.warning("tool request not sent; its wake-up sends it again (rule A14)",
                         task_id=ctx.state.task_id, call_id=e.call.call_id, error=repr(exc)[:200])

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from conduit.runtime import bus
+from conduit.runtime import bus, owners
 from conduit.runtime.lanes import KeyedLanes
 from conduit.runtime.process import serve_process
 from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
+from conduit.records import keys
 from contracts import topics
 from contracts.events import QuestionAsked, ToolResult
 from services.orchestrator.hooks import load_hooks
@@ -29,9 +30,11 @@ from services.orchestrator.runtime import Orchestrator
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Run the orchestrator until SIGTERM/SIGINT (or ``stop``); running steps are checkpointed,
     so stopping loses nothing (``conduit.runtime.process.serve_process`` orders the shutdown)."""
-    redis = make_redis(settings)
+    owner = owners.owner_id("orchestrator")  # its connections' name: its liveness (rules T8, A24)
+    redis = make_redis(settings, client_name=owners.connection_name(owner))
     broker = bus.make_broker(settings, client_id="orchestrator", redis=redis)
     orch = Orchestrator(settings, redis, broker, hooks=load_hooks(redis))
+    orch.owner = owner
 
     lanes = KeyedLanes(settings.orchestrator_concurrency, "orchestrator")
 
@@ -67,6 +70,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             if t.cancelled():  # checkpointed before the model call: another replica resumes it now, not after the lease
                 await orch.store.expire_lease(task_id)
         await orch.summaries.close()  # a summary call lost here is asked again at the session's next fold
+        await redis.hdel(keys.STEPS, owner)  # nothing runs here any more (rule A24)
 
     # topics and message model: what contracts.channels says the orchestrator's group reads
     bus.subscribe(broker, settings, redis, handler=dispatch, group_id=topics.GROUP_ORCHESTRATOR,

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from conduit.records import approvals
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
-from conduit.runtime import bus, metrics
+from conduit.runtime import bus, metrics, owners
 from contracts import topics
 from contracts.api import ApprovalRecord, TaskView
 from contracts.envelope import utcnow
@@ -79,9 +79,11 @@ class Outputs:
         record.arguments_digest = u.arguments_digest or record.arguments_digest
         await approvals.save(self.redis, record)
 
-    async def publish_request(self, state: TaskState, call: PendingCall) -> None:
+    async def publish_request(self, state: TaskState, call: PendingCall, rescue: str | None = None) -> None:
         """Send one ``ToolRequested`` to its tool's topic (idempotency key ``task:step:call``); a
-        delegate call's is the ``question.asked`` of its worker's task (team mode, rule D2)."""
+        delegate call's is the ``question.asked`` of its worker's task (team mode, rule D2).
+        ``rescue``: the gone owner of the call's run; the request goes to a partition a live process
+        of that service holds (rule A23), or by key when none is known."""
         assert call.tool is not None  # refused calls (unknown names) are never requested
         if call.tool == "delegate":
             asked = team.child_question(state, call)
@@ -92,7 +94,14 @@ class Outputs:
             call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason, step=call.step,
             idempotency_key=call.idempotency_key, deadline_at=call.deadline_at,
             scope=state.scope_of(call.tool)))  # rule Q2: the task's scope, not the model's arguments
-        await bus.publish(self.broker, request_topic(call.tool), request)
+        topic, partition = request_topic(call.tool), None
+        parsed = owners.parse(rescue) if rescue else None
+        if parsed is not None and rescue is not None:
+            try:
+                partition = await owners.live_partition(self.redis, parsed[0], topic, {rescue}, state.task_id)
+            except Exception:  # noqa: BLE001 - no member list (e.g. CLIENT LIST refused): by key, as any request
+                log.warning("no live partition known for a rescue of %s; sent by key", state.task_id)
+        await bus.publish(self.broker, topic, request, partition=partition)
 
     async def accept_child(self, asked: QuestionAsked) -> None:
         """Rule D2: a worker's task exists from its delegate call on, as a task the gateway accepted

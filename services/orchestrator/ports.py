@@ -68,8 +68,9 @@ class Outbound(Protocol):
     async def update_approval(self, task_id: str, u: UpdateApproval) -> None:
         """Apply ``u`` to the stored approval record."""
 
-    async def publish_request(self, state: TaskState, call: PendingCall) -> None:
-        """Send one tool request (a delegate call's worker question); raises when the bus refuses."""
+    async def publish_request(self, state: TaskState, call: PendingCall, rescue: str | None = None) -> None:
+        """Send one tool request (a delegate call's worker question); ``rescue``: the gone owner of the
+        call's run (the request goes to a partition a live process holds); raises when the bus refuses."""
 
     async def public(self, state: TaskState, kind: str, **fields: object) -> None:
         """Put a public agent event in the outbox for a step that saved no checkpoint."""

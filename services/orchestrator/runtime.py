@@ -123,6 +123,9 @@ class Orchestrator:
         self.steps = ModelSteps(self.interpreter, self.model, settings, ModelHealth(redis))
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
         self._bus_up, self._bus_checked_at = True, float("-inf")
+        self.owner: str | None = None
+        """This process's owner name (``conduit.runtime.owners``), set by ``main``: its sweeper lists its
+        model steps under it, so another replica resumes them at once when it is gone (rule A24)."""
         self.unavailable: frozenset[str] = frozenset()
         """Tools that cannot run now (e.g. ``code_exec`` without isolation), refreshed by
         ``watch_tool_availability``; left out of every new task's tool list (rule T2)."""
@@ -204,6 +207,10 @@ class Orchestrator:
         while the broker does not answer (rule A15)."""
         deps, bus_up = self.deps, await self.bus_up()
         await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up))
+
+    async def rescue(self, task_id: str, idempotency_key: str, owner: str) -> None:
+        """Rule A23: send call ``idempotency_key`` again now; the process running it (``owner``) is gone."""
+        await self.apply(task_id, lambda st: timers.rescue(st, idempotency_key, owner, utcnow()))
 
     async def bus_up(self) -> bool:
         """Whether the broker answered a cluster description within ``BUS_PING_TIMEOUT_S`` (the

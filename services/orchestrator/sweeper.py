@@ -6,6 +6,14 @@
 - A question the gateway recorded that has no checkpoint ``QUESTION_RESEND_S`` after it was
   published (the broker lost it, rule G4) is claimed and started here; one with a checkpoint
   (or a sealed log) is forgotten.
+- A tool call whose run's process is gone (rule T8: no Redis connection carries its owner's
+  name; ``keys.TOOL_RUNS`` lists the runs and their owners) is sent again at once, to a live
+  replica (rule A23): the orchestrator's view of a call running elsewhere is "running" while its
+  owner lives and "owner gone" after, instead of waiting for its claim to lapse (10 s) and the next
+  re-send (every 10 s). Exactly one replica removes the run's entry and re-sends it.
+- A model step whose orchestrator is gone (rule A24: each replica lists its running steps under its
+  owner name in ``keys.STEPS`` every pass) has its lease lapsed at once, so it resumes on the next
+  pass instead of after ``lease_ttl_s`` (15 s).
 - A task whose tool wake-up is due (approval expiry, retry time, result deadline,
   unsent request) is claimed and its timers fired (``agent.timers.wake``). For
   ``TIMER_GRACE_S`` after start, timers wait: results that arrived while no replica
@@ -15,12 +23,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from conduit.records import controls, keys, questions
+from conduit.runtime import owners
 from services.orchestrator.store import LEASES, TOOL_DEADLINES
 
 if TYPE_CHECKING:
@@ -32,6 +42,10 @@ TIMER_GRACE_S = 3.0
 """Seconds after start before tool deadlines fire."""
 CLAIM_HOLD_S = 5.0
 """Seconds a claimed wake-up is pushed ahead (a replica dying mid-wake is retried then)."""
+STEPS_KEPT_S = 60.0
+"""Seconds after which a ``keys.STEPS`` field not rewritten (every pass, 0.5 s, by a live replica) is dropped."""
+RUNS_KEPT_S = 3600.0
+"""Seconds a ``keys.TOOL_RUNS`` entry is kept at most (one whose release was lost is dropped then)."""
 
 
 async def sweep(orch: "Orchestrator") -> None:
@@ -46,11 +60,59 @@ async def sweep(orch: "Orchestrator") -> None:
             orch.steps.spawn(task_id, resumed=True)
     await _start_lost_questions(orch)
     await _handle_lost_controls(orch)
+    try:
+        await rescue_orphans(orch)
+    except Exception:  # noqa: BLE001 - e.g. CLIENT LIST refused: the claims' TTL and A14 re-sends remain
+        log.warning("looking for orphaned tool calls failed", exc_info=True)
     if time.monotonic() < orch.timers_from:
         return  # just started: consume results waiting in the topic before declaring anything late
     for task_id in await store.due_tool_deadlines():
         if await store.claim(TOOL_DEADLINES, task_id, CLAIM_HOLD_S):
             await orch.wake(task_id)
+
+
+def steps_of_others(fields: dict, me: str | None, now: float) -> tuple[dict[str, list[str]], list[str]]:
+    """Pure: from ``keys.STEPS`` (owner -> ``{"tasks", "at"}`` JSON), the other replicas' running
+    steps ``{owner: task ids}`` (those running any) and the owners whose field is stale (not
+    rewritten for ``STEPS_KEPT_S`` seconds: drop it)."""
+    listed = {o.decode() if isinstance(o, bytes) else o: json.loads(v) for o, v in fields.items()}
+    stale = [o for o, v in listed.items() if now - v.get("at", 0) > STEPS_KEPT_S]
+    return {o: v["tasks"] for o, v in listed.items() if v.get("tasks") and o != me and o not in stale}, stale
+
+
+async def rescue_orphans(orch: "Orchestrator") -> list[str]:
+    """Rules A23 and A24: re-send each running tool call whose owner is gone (rule T8), and lapse
+    the leases of the model steps a gone orchestrator ran (the lease loop resumes them next pass);
+    list this replica's own steps. Return the idempotency keys this replica re-sent. A replica
+    takes a run by removing its entry, a gone orchestrator's steps by removing its field."""
+    redis = orch.store.redis
+    async with redis.pipeline(transaction=False) as pipe:
+        if orch.owner is not None:
+            pipe.hset(keys.STEPS, orch.owner, json.dumps({"tasks": sorted(orch.running), "at": time.time()}))
+        pipe.zremrangebyscore(keys.TOOL_RUNS, "-inf", time.time() - RUNS_KEPT_S)
+        pipe.zrange(keys.TOOL_RUNS, 0, -1)
+        pipe.hgetall(keys.STEPS)
+        *_, members, steps = await pipe.execute()
+    runs = {m: run for m in members if (run := owners.parse_run(m)) is not None}
+    stepping, stale = steps_of_others(steps, orch.owner, time.time())
+    if stale:  # not rewritten for a minute: its replica is long gone (its leases lapsed by their TTL)
+        await redis.hdel(keys.STEPS, *stale)
+    if not runs and not stepping:
+        return []
+    dead = await owners.gone(redis, {owner for owner, _, _ in runs.values()} | set(stepping))
+    for owner in dead & set(stepping):
+        if await redis.hdel(keys.STEPS, owner):
+            for task_id in stepping[owner]:
+                log.warning("resuming a model step whose replica is gone (rule A24)", task_id=task_id, owner=owner)
+                await orch.store.expire_lease(task_id)
+    rescued = []
+    for member, (owner, task_id, idempotency_key) in runs.items():
+        if owner in dead and await redis.zrem(keys.TOOL_RUNS, member):
+            log.warning("re-sending a tool call whose owner is gone (rule A23)", task_id=task_id,
+                        idempotency_key=idempotency_key, owner=owner)
+            await orch.rescue(task_id, idempotency_key, owner)
+            rescued.append(idempotency_key)
+    return rescued
 
 
 async def _start_lost_questions(orch: "Orchestrator") -> None:

@@ -186,12 +186,12 @@ async def test_a_claim_lapses_when_its_run_dies_and_is_renewed_while_it_runs(set
     import uuid
 
     from conduit.records import keys
-    from conduit.runtime import toolservice
+    from conduit.runtime import toolclaims
     from conduit.runtime.toolservice import ToolOutput, ToolService
     from contracts import topics
     from contracts.events import ToolRequested, ToolRequestPayload
 
-    monkeypatch.setattr(toolservice, "CLAIM_TTL_S", 1)
+    monkeypatch.setattr(toolclaims, "CLAIM_TTL_S", 1)
     ran: list[str] = []
 
     async def tool(args, request) -> ToolOutput:

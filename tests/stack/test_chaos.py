@@ -1,4 +1,4 @@
-"""The chaos suite's short form (bench/chaos.py): 20 tasks, 10 SIGKILLs over the orchestrator
+"""The chaos suite's short forms (bench/chaos.py). Kills: 20 tasks, 10 SIGKILLs over the orchestrator
 replicas, the web service and the gateway, plus one Redis kill, through a supervised embedded
 stack. Zero loss: one terminal event per task, one tool execution per idempotency key (a run
 SIGKILLed mid-call excepted: its side effect may happen again, the at-least-once floor), the
@@ -30,3 +30,18 @@ def test_chaos_short_form_loses_nothing():
     assert f["executions_not_one"] == [], (f, log)
     assert f["wrong_answers"] == [], (f, log)
     assert f["replayed_duplicates"] == 0 and f["restarts"] >= f["kills"], (f, log)
+
+
+@pytest.mark.slow
+def test_rollout_short_form_loses_nothing():
+    """``--mode rollout``, one round (issue 34): each replica of each service SIGTERMed in turn under
+    load, as ``kubectl rollout restart`` does. Every service drains (a web call in flight finishes,
+    a model step is handed over, SSE streams end with a ``retry:`` hint), so nothing is lost and
+    nothing runs twice; the default 30 s tool deadline holds."""
+    chaos = Chaos(tasks=10, kills=0, seed=14, mode="rollout", rounds=1, tool_timeout_s=30.0)
+    f = chaos.run()
+    log = "\n".join(chaos.log[-40:])
+    assert sum(f["terminated"].values()) == 5 and f["kills"] == 0, f
+    assert f["not_one_terminal"] == [] and f["not_completed"] == [], (f, log)
+    assert f["executions_not_one"] == [] and f["repeated_after_kill_mid_call"] == [], (f, log)
+    assert f["wrong_answers"] == [] and f["replayed_duplicates"] == 0, (f, log)

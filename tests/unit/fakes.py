@@ -150,7 +150,7 @@ class FakeOutbound:
         if record and not (u.only_if_pending and record["status"] != "pending"):
             record["status"] = u.status
 
-    async def publish_request(self, state: TaskState, call: PendingCall) -> None:
+    async def publish_request(self, state: TaskState, call: PendingCall, rescue: str | None = None) -> None:
         self.w.requests.append(call.model_copy(deep=True))
         answer = self.w.tools.get(call.name, lambda c: None)(call)
         if answer is not None:

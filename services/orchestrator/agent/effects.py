@@ -75,9 +75,13 @@ class UpdateApproval:
 @dataclass(frozen=True)
 class PublishTool:
     """Send one ``ToolRequested`` for ``call`` to its tool's topic (idempotent by key), then
-    mark the calls sent (``timers.mark_sent``) once all of a transition's requests are out."""
+    mark the calls sent (``timers.mark_sent``) once all of a transition's requests are out.
+
+    ``rescue``: the owner (``conduit.runtime.owners``) of the call's run, which is gone: the request
+    goes to a partition a live process of its service holds, not the task's (rule A23)."""
 
     call: PendingCall
+    rescue: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ For each call still without a result at ``now``:
   tool could have answered; the deadline moves to ``tool_timeout_s`` from now, never past the
   task's deadline, so the call gets its full time once a broker is back).
 Otherwise the wake-up is moved to the task's next due time.
+
+``rescue`` (rule A23): a call whose run's process is gone (rule T8, found by the sweeper) is sent
+again at once, to a live replica, instead of waiting for its claim to lapse and the next re-send.
 """
 
 from __future__ import annotations
@@ -100,6 +103,20 @@ def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True) -> St
         # claim (pushed a few seconds ahead) stands, so a replica dying before that re-sends them
         step.effects = [e for e in step.effects if not isinstance(e, Wake)]
     return step
+
+
+def rescue(state: TaskState, idempotency_key: str, owner: str, now: datetime) -> Step | None:
+    """Rule A23: the run of call ``idempotency_key`` died with its process ``owner``: send the
+    request again now (``PublishTool`` with ``rescue``; ``mark_sent`` sets the next wake-up, and
+    the A14 re-send counts from now). None when the call is not waiting for a sent request's
+    result any more (answered, unsent, awaiting approval, or the task moved on)."""
+    if state.terminal or state.phase != Phase.TOOLS:
+        return None
+    call = next((c for c in state.pending if c.idempotency_key == idempotency_key), None)
+    if call is None or call.result is not None or not call.sent or call.approval == "pending":
+        return None
+    call.retry_at, call.sent, call.sent_at = None, False, now
+    return Step(state, [PublishTool(call, rescue=owner)])
 
 
 def mark_sent(state: TaskState, call_ids: list[str]) -> Step | None:
