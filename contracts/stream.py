@@ -54,11 +54,12 @@ class TaskAccepted(StreamEvent):
 
 class StepStarted(StreamEvent):
     """A ReAct step began: ``phase`` is ``model`` (thinking/writing), ``tools``, ``final`` (a last call
-    without tools, or the team's finalizer) or ``review`` (the reviewer checks the answer, rule A22)."""
+    without tools, or the team's finalizer), ``review`` (the reviewer checks the answer, rule A22) or
+    ``plan`` (the model writes or revises its plan, rule A25)."""
 
     type: Literal["step.started"] = "step.started"
     step: int
-    phase: Literal["model", "tools", "final", "review"] = "model"
+    phase: Literal["model", "tools", "final", "review", "plan"] = "model"
 
 
 class AnswerDelta(StreamEvent):
@@ -142,6 +143,37 @@ class WorkerCompleted(StreamEvent):
     summary: str = ""
     duration_ms: float
     error_code: str | None = None
+
+
+class PlanItem(BaseModel):
+    """One step of a task's plan (rule A25): its ``goal``, the ``tool`` it expects (``none``: reasoning
+    only) and its ``status`` (``pending``, ``done``, ``failed``: its tools found nothing)."""
+
+    goal: str = Field(max_length=200)
+    tool: str = "none"
+    status: Literal["pending", "done", "failed"] = "pending"
+
+
+class PlanCreated(StreamEvent):
+    """The model's plan for a multi-step question (rule A25): at most 5 steps, in order."""
+
+    type: Literal["plan.created"] = "plan.created"
+    steps: list[PlanItem]
+
+
+class PlanStepDone(StreamEvent):
+    """Step ``index`` (0-based) of the plan ended: ``status`` ``done`` or ``failed`` (its tools found nothing)."""
+
+    type: Literal["plan.step_done"] = "plan.step_done"
+    index: int = Field(ge=0)
+    status: Literal["done", "failed"]
+
+
+class PlanRevised(StreamEvent):
+    """The plan after a failed step (rule A25, once per task): the steps done so far, then the new ones."""
+
+    type: Literal["plan.revised"] = "plan.revised"
+    steps: list[PlanItem]
 
 
 class EvidenceEvent(StreamEvent):
@@ -259,6 +291,9 @@ TaskStreamEvent = Annotated[
         ToolCompletedEvent,
         WorkerStarted,
         WorkerCompleted,
+        PlanCreated,
+        PlanStepDone,
+        PlanRevised,
         EvidenceEvent,
         ApprovalRequiredEvent,
         TraceEvent,

@@ -235,6 +235,10 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
                           f" [dim]{d.get('reason', '')}[/dim]")
         elif ev.event == "tool.completed":
             console.print(f"[cyan]← {d['tool']}[/cyan] {d['outcome']} in {d['duration_ms']:.0f} ms")
+        elif ev.event in ("plan.created", "plan.revised"):
+            console.print("[blue]plan[/blue] " + " · ".join(f"{i + 1}. {s['goal']}" for i, s in enumerate(d["steps"])))
+        elif ev.event == "plan.step_done":
+            console.print(f"[blue]plan step {d['index'] + 1}[/blue] {d['status']}")
         elif ev.event == "worker.started":
             console.print(f"[magenta]→ {d['worker']}[/magenta] {d['task']} [dim]task {d['task_id']}[/dim]")
         elif ev.event == "worker.completed":

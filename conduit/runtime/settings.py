@@ -127,6 +127,7 @@ class Settings(BaseSettings):
     review_enabled: bool = Field(default=False, description="rule A22: one model call checks each claim of an answer against its cited evidence before it completes (per tenant: `review` in CONDUIT_TENANTS)")
     review_timeout_s: float = Field(default=20.0, gt=0, description="rule A22: longest wait for the reviewer's call (seconds); past it the answer stands")
     review_max_tokens: int = Field(default=1200, ge=64, description="rule A22: max_tokens of the reviewer's call (its verdicts and a revision)")
+    plan_mode: Literal["off", "auto", "always"] = Field(default="off", description="rule A25: plan a question before working on it: always, auto (it names two or more team topics, or needs a calculation) or off; per tenant: `plan` in CONDUIT_TENANTS")
     max_failed_steps: int = Field(default=3, description="consecutive failed steps (every tool call of a step failed or was refused) that stop the task (rule E3)")
     tool_quotas: dict[str, int] = Field(default={}, description="per tool: calls allowed for one question (JSON object, e.g. {\"kb_search\": 1}); more are refused with TOOL_CALL_LIMIT_REACHED (rule E5)")
     max_bad_arguments: int = Field(default=2, description="retries of a call rejected for bad arguments before the task stops (rule E6)")

@@ -35,6 +35,7 @@ class TenantPolicy(BaseModel):
     mode: Literal["agent", "team", "auto"] | None = Field(default=None, description="default mode of its questions (team: rule D1)")
     time_zone: TimeZoneName | None = Field(default=None, description="IANA zone of the day its questions are asked (rule V1)")
     review: bool | None = Field(default=None, description="the reviewer pass on its answers (rule A22; None = CONDUIT_REVIEW_ENABLED)")
+    plan: Literal["off", "auto", "always"] | None = Field(default=None, description="plan and replan (rule A25; None = CONDUIT_PLAN_MODE)")
 
 
 def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
@@ -55,6 +56,7 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
         mode=own.mode,
         time_zone=own.time_zone or settings.time_zone,
         review=own.review,
+        plan=own.plan,
     )
 
 

@@ -26,7 +26,7 @@ from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
 from contracts.stream import AnswerDelta, AnswerReset, ThinkingDelta
 from services.orchestrator.agent import endings, planning
-from services.orchestrator.agent.planning import StepPlan
+from services.orchestrator.agent.stepplan import StepPlan
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.deltas import DeltaWriter
 from services.orchestrator.interpreter import Interpreter

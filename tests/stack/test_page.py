@@ -8,6 +8,7 @@ Each scenario keeps a screenshot under ``test-output/page/`` (``CONDUIT_TEST_OUT
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from testkit.page import (
     shot,
 )
 from testkit.page_fixtures import fresh_script, stack  # noqa: F401 - fixtures
-from testkit.scripted_model import Turn
+from testkit.scripted_model import Turn, evidence_number
 from testkit.stack import restart
 
 pytest.importorskip("playwright")
@@ -335,3 +336,30 @@ def test_an_error_is_a_readable_sentence_and_the_question_is_kept(browser, stack
     assert page.locator("#question").input_value() == too_long
     expect(page.locator(".turn")).to_have_count(0)
     page.context.close()
+
+
+def test_a_planned_and_reviewed_answer_shows_its_checklist_and_the_check(browser, stack, model):
+    """Rules A25 and A22 on the page: the plan as a checklist (✓ per step done) and a note that the answer
+    was checked against its sources (an orchestrator with both turned on, then back)."""
+    restart(stack, "orchestrator", CONDUIT_PLAN_MODE="always", CONDUIT_REVIEW_ENABLED="true")
+    try:
+        def answer(body: dict) -> Turn:
+            n = evidence_number(body["messages"], "增值税法", "第十一条") or 1
+            return Turn(content=f"小规模纳税人适用简易计税方法的征收率为百分之三[{n}]。")
+
+        plan = {"steps": [{"goal": "查找增值税法中的征收率", "tool": "kb_search"}, {"goal": "据原文作答", "tool": "none"}]}
+        model.push(Turn(content=json.dumps(plan, ensure_ascii=False)), Turn(tool_calls=[kb()]), answer,
+                   Turn(content=json.dumps({"verdicts": ["supported"]})))
+        page = open_page(browser, stack)
+        ask(page, "小规模纳税人适用简易计税方法的征收率是多少？")
+        turn = last_turn(page)
+        expect(turn).to_have_attribute("data-state", "completed")
+        steps = turn.locator(".plan .plan-step")
+        expect(steps).to_have_count(2)
+        expect(steps.first).to_have_attribute("data-status", "done")
+        expect(steps.first).to_contain_text("✓")
+        expect(turn.locator(".notice")).to_contain_text("已对照来源核对")
+        shot(page, "14-plan-and-review")
+        page.context.close()
+    finally:
+        restart(stack, "orchestrator", drop=("CONDUIT_PLAN_MODE", "CONDUIT_REVIEW_ENABLED"))

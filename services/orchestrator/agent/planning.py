@@ -24,7 +24,6 @@ Rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -35,13 +34,14 @@ from contracts.events import QuestionAsked
 from contracts.evidence import NumberedEvidence
 from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
-from contracts.tools import KB_QUERY_MAX_CHARS, openai_tool_schema
+from contracts.tools import KB_QUERY_MAX_CHARS
 from services.orchestrator.agent import (cache, dates, endings, fallback, finalizer, modelchain, modelfailures, prompt,
-                                         review, routing, team, vetting, workers)
+                                         planner, review, routing, team, vetting, workers)
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.modelchain import Candidate
+from services.orchestrator.agent.stepplan import StepPlan, model_fields, tool_schema  # noqa: F401 - planning's public names too
 from services.orchestrator.agent.limits import (  # noqa: F401 - planning's public names too
     COMPLETION_RESERVE_TOKENS, SOFT_LIMIT_MARGIN, estimate_tokens, hard_limit, soft_limit, stop_before, time_left_s)
 from services.orchestrator.agent.effects import (
@@ -85,8 +85,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         messages=[{"role": "system", "content": prompt.SYSTEM_PROMPT}, *prompt.history_messages(turns),
                   {"role": "user", "content": event.payload.question}],
     )
-    state.turn_no = turn_no
-    state.model = event.payload.model  # rule A20: the request's model, kept for every call of the task
+    state.turn_no, state.model = turn_no, event.payload.model  # rule A20: the request's model, kept for every call
     state.time_zone = tenants.policy(s, event.tenant_id).time_zone or dates.DEFAULT_ZONE
     state.asked_on = dates.local_date(event.occurred_at, state.time_zone)  # rule V1: the day asked, kept on resume
     _continue_with_earlier_evidence(state, turns)
@@ -121,6 +120,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
         routed = _routed(deps, state, route, turns, event.occurred_at)
         if routed is not None:
             return step.then(routed)
+    state.plan_due = planner.wanted(deps, state, bool(route and route.calc_hint))  # rule A25
     return step.then(Step(state, [HoldLease(), RunModelStep(), WriteView()]))
 
 
@@ -188,33 +188,6 @@ def _routed(deps: Deps, state: TaskState, route: RouteDecision, turns: list[dict
     return None
 
 
-@dataclass
-class StepPlan:
-    """One model step as planned: its ``step.started`` event, whether it is the final call
-    (a hard limit hit), whether the model is called at all, what it is sent, its completion
-    cap (tokens, None: the endpoint's), its time limit (seconds) and ``stop``: a reason to end
-    with a wrap-up instead of calling the model (rule E2-E4)."""
-
-    started: StepStarted
-    final: bool
-    use_model: bool
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None
-    max_tokens: int | None = None
-    timeout_s: float | None = None
-    stop: str | None = None
-    model: str | None = None
-    """The model name the client is given (``modelchain.Candidate.sent``; rules A20, A21)."""
-    endpoint: str | None = None
-    """The configured model the call goes to (its breaker's key; named in the trace)."""
-    stream: bool = True  # False: the reply's text is not sent to the client as it comes (a supervisor's draft, rule D9)
-
-
-def _on(choice: Candidate | str | None) -> dict[str, str | None]:
-    """``StepPlan``'s ``model`` and ``endpoint`` for the chosen candidate (none: no model)."""
-    return {"model": choice.sent, "endpoint": choice.endpoint} if isinstance(choice, Candidate) else {}
-
-
 def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     """Count the step (``state.step``, ``state.rounds``), apply the limits and choose the mode.
 
@@ -223,18 +196,23 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     or none calls tools). Time ``now`` is UTC. The call's time limit is ``model_call_cap_s`` (rule
     E1) or the time left before the deadline (rule E2).
     """
+    if state.plan_due:  # rule A25: the planner's call, no tools, not streamed
+        choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
+        timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
+        return StepPlan(planner.plan_started(state), True, isinstance(choice, Candidate), planner.messages(state), None,
+                        planner.PLAN_MAX_TOKENS, timeout, stream=False, **model_fields(choice))
     if state.reviewing is not None:  # rule A22: the reviewer's call, no tools, not streamed
         choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
         timeout = min(deps.settings.review_timeout_s, max(0.0, time_left_s(deps, state, now)))
         return StepPlan(review.plan_started(state), True, isinstance(choice, Candidate),
                         review.messages(state), None, deps.settings.review_max_tokens, timeout, stream=False,
-                        **_on(choice))
+                        **model_fields(choice))
     if state.draft is not None:  # rule D9: the finalizer's call, no tools
         choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
         use = isinstance(choice, Candidate)
         timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
         return StepPlan(finalizer.plan_started(state), True, use, finalizer.messages(state) if use else [], None,
-                        timeout_s=timeout, **_on(choice))
+                        timeout_s=timeout, **model_fields(choice))
     hit = None if state.mode == "chitchat" else (hard_limit(deps, state, now) or ("empty_answer" if state.forced_final else None))
     soft = hit is None and soft_limit(deps, state)
     state.step += 1
@@ -250,7 +228,7 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
     if state.mode == "chitchat":  # rule R1: its own prompt and history, no tools, a small cap
         return StepPlan(started, True, True, prompt.dated(state.messages, state.asked(), rules=False), None,
-                        routing.CHITCHAT_MAX_TOKENS, timeout, **_on(choice))
+                        routing.CHITCHAT_MAX_TOKENS, timeout, **model_fields(choice))
     messages = window(prompt.dated(state.messages, state.asked()),  # rule V1
                       modelchain.window_chars(deps, state, choice.endpoint))  # rules A4, A18, A21
     stop = stop_before(deps, state, messages, now)
@@ -259,23 +237,15 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         return StepPlan(started, True, False, [], None, stop=stop)
     if hit is not None and hit != "empty_answer":
         state.stop_reason = hit
+    if state.plan and not hit:  # rule A25: the plan and its progress
+        messages.append(planner.note(state))
     if hit:
         messages.append({"role": "system", "content": prompt.EMPTY_NOTE if hit == "empty_answer" else prompt.LIMIT_NOTE})
     elif soft:
         messages.append({"role": "system", "content": prompt.SOFT_LIMIT_NOTE})
     tools = None if hit or not state.allowed_tools else [tool_schema(state, t) for t in state.allowed_tools]
     return StepPlan(started, hit is not None, True, messages, tools, timeout_s=timeout,
-                    stream=not finalizer.wanted(state), **_on(choice))
-
-
-def tool_schema(state: TaskState, name: str) -> dict[str, Any]:
-    """The chat-completions ``tools`` entry of ``name``: a built-in tool's, ``delegate`` with the
-    task's worker kinds (team mode), or an MCP tool's under its OpenAI function name (rule X1,
-    ``contracts.mcp``)."""
-    mcp = state.mcp_tool(name)
-    if mcp is not None:
-        return mcp.openai_schema()
-    return team.delegate_schema(state.workers) if name == "delegate" else openai_tool_schema(name)
+                    stream=not finalizer.wanted(state), **model_fields(choice))
 
 
 def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse, now: datetime,
@@ -299,6 +269,8 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
         return step.then(finalizer.finish(deps, state, reply.content, plan.stream and bool(reply.content), now))
     if state.reviewing is not None:  # the reviewer's verdicts (rule A22)
         return step.then(review.finish(state, reply.content, now))
+    if state.plan_due:  # the planner's plan (rule A25)
+        return step.then(planner.on_plan(state, reply.content))
     if reply.tool_calls and not plan.final:
         unknown = modelfailures.unknown_names(state, reply.tool_calls)
         if unknown:  # rule A19: a model-protocol error, not a refusal
@@ -350,6 +322,8 @@ def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, no
     step.then(modelfailures.record(state, code, error, model))
     if state.reviewing is not None:  # rule A22: the reviewer fails open
         return step.then(review.failed(state, code, now))
+    if state.plan_due:  # rule A25: the planner fails open
+        return step.then(planner.failed(state, code))
     rerun = Step(state, [HoldLease(), RunModelStep(), WriteView()])
     if time_left_s(deps, state, now) > 0 and modelfailures.retry_after_fold(deps, state, code, streamed):
         return step.then(rerun)
@@ -383,6 +357,8 @@ def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
         return finalizer.finish(deps, state, "", False, now)
     if state.reviewing is not None:  # no model for the reviewer (rule A22): the answer stands
         return review.failed(state, "model_unavailable", now)
+    if state.plan_due:  # no model for the planner (rule A25): no plan
+        return planner.failed(state, "model_unavailable")
     if state.mode == "chitchat":
         reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
         return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))

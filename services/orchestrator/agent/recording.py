@@ -30,7 +30,7 @@ from conduit.policy.redaction import redact
 from contracts.api import StepRecord
 from contracts.events import ToolResultPayload
 from contracts.stream import OUTPUT_MAX_CHARS, EvidenceEvent, ToolCompletedEvent, TraceEvent, WorkerCompleted
-from services.orchestrator.agent import prompt, team, versions
+from services.orchestrator.agent import planner, prompt, team, versions
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     CancelChild,
@@ -179,9 +179,10 @@ def advance(state: TaskState, now: datetime) -> Step:
         new_evidence.extend(new)
         state.messages.append({"role": "tool", "tool_call_id": call.call_id,
                                "content": prompt.render_tool_result(call.result, in_context, state.asked())})
+    ended = list(state.pending)
     state.pending = []
     state.phase, state.status = Phase.MODEL, "running"
-    step = Step(state)
+    step = planner.after_round(state, ended)  # rule A25: the round ends the plan's current step
     if new_evidence:  # what clients see of tool output has its secrets redacted (rule O3)
         step.emit(EvidenceEvent(items=[e.model_copy(update={"text": redact(e.text)}) for e in new_evidence]))
     step.effects += [HoldLease(), ClearWake(), WriteView(), RunModelStep()]

@@ -22,7 +22,7 @@ from contracts.events import ChildSpec, ToolError, ToolResultPayload
 from contracts.evidence import NumberedEvidence
 from contracts.mcp import McpTool
 from contracts.scope import Scope
-from contracts.stream import MemoryNote, Usage
+from contracts.stream import MemoryNote, PlanItem, Usage
 from contracts.tools import AnyToolName, ToolName
 from services.orchestrator.agent import dates
 
@@ -174,6 +174,9 @@ class TaskState(BaseModel):
     child: ChildSpec | None = None  # a worker's task: its parent, kind, depth and share of the tree's budget (rule D4)
     draft: str | None = None  # the supervisor's answer while the finalizer rewrites it (rule D9)
     reviewing: str | None = None  # the answer while the reviewer checks it (rule A22)
+    plan: list[PlanItem] | None = None  # the model's plan and its progress (rule A25)
+    plan_due: bool = False  # the next model step writes (or revises) the plan (rule A25)
+    replanned: bool = False  # the plan was revised once (rule A25)
     review: dict[str, Any] | None = None  # the reviewer's outcome: checked, unsupported, contradicted, revised, marked | error
     memory_on: bool = False  # long-term memory is on for this task's tenant and user (rules M1-M5)
     memory: list[MemoryNote] = Field(default_factory=list)  # items recalled for the model (rule M4)

@@ -89,6 +89,9 @@ export class Turn {
     this.statusText = el("span", "status-text", t("phase.accepted"));
     this.status.append(el("span", "spinner"), this.statusText);
     this.approvals = el("div", "approvals");
+    this.plan = el("ol", "plan");  // rule A25: the model's plan as a checklist
+    this.plan.hidden = true;
+    this.plan.setAttribute("aria-label", t("plan.title"));
     this.answer = el("div", "answer md");
     this.answer.setAttribute("role", "region");
     this.answer.setAttribute("aria-label", t("answer"));
@@ -107,7 +110,7 @@ export class Turn {
     this.sources.hidden = true;
     this.details = el("details", "record");
     this.details.hidden = true;
-    a.append(this.status, this.banner, this.origin, this.approvals, this.answer, this.files, this.notice, this.sources, this.details);
+    a.append(this.status, this.banner, this.origin, this.plan, this.approvals, this.answer, this.files, this.notice, this.sources, this.details);
     this.node.append(q, a);
     list.append(this.node);
   }
@@ -140,7 +143,7 @@ export class Turn {
   handle(type, d) {
     this.record.add(type, d);
     switch (type) {
-      case "step.started": this.setPhase(d.phase === "final" ? "phase.final" : d.phase === "review" ? "phase.review" : "phase.model"); break;
+      case "step.started": this.setPhase(["final", "review", "plan"].includes(d.phase) ? `phase.${d.phase}` : "phase.model"); break;
       case "answer.delta":
         this.text += d.text;
         this.setPhase("phase.writing");
@@ -157,6 +160,12 @@ export class Turn {
         const p = this.prompts.get(d.call_id);
         if (p) p.resolve(t(d.error_code === "rejected_by_user" ? "approval.rejected" : d.error_code === "approval_expired" ? "approval.expired" : "approval.approved"));
         for (const artifact of d.artifacts || []) this.files.append(artifactView(artifact, this.taskId));
+        break;
+      }
+      case "plan.created": case "plan.revised": this.showPlan(d.steps); break;
+      case "plan.step_done": {
+        const li = this.plan.children[d.index];
+        if (li) { li.dataset.status = d.status; li.firstChild.textContent = d.status === "done" ? "✓" : "✗"; }
         break;
       }
       case "evidence": for (const item of d.items) this.evidence.set(item.index, item); break;
@@ -252,6 +261,17 @@ export class Turn {
     const item = this.evidence.get(n) || (this.citations || []).find((c) => c.index === n);
     if (!item) return null;
     return { item, needles: [citingSentence(this.text, n), ...this.queries] };
+  }
+
+  /** Show the plan's steps (rule A25) as a checklist: ✓ done, ✗ found nothing, · still to do. */
+  showPlan(steps) {
+    this.plan.replaceChildren(...steps.map((s) => {
+      const li = el("li", "plan-step");
+      li.dataset.status = s.status;
+      li.append(el("span", "plan-mark", s.status === "done" ? "✓" : s.status === "failed" ? "✗" : "·"), el("span", null, s.goal));
+      return li;
+    }));
+    this.plan.hidden = false;
   }
 
   finish(state, notice, latencyMs) {
