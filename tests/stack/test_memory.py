@@ -63,7 +63,7 @@ def keys(stack, infra_stack) -> dict[str, str]:
     return {"alice": new_key(r, T1, "alice", "member"), "bob": new_key(r, T1, "bob", "member"),
             "carol": new_key(r, T1, "carol", "member"), "admin": new_key(r, T1, "boss", "admin"),
             "mallory": new_key(r, T2, "mallory", "member"), "dave": new_key(r, T1, "dave", "member"), "olga": new_key(r, OFF, "olga", "member"),
-            "erin": new_key(r, T3, "erin", "member")}
+            "erin": new_key(r, T3, "erin", "member"), "frank": new_key(r, T1, "frank", "member")}
 
 
 def ask(stack: Stack, key: str, question: str, session_id: str | None = None,
@@ -127,6 +127,33 @@ def test_a_correction_replaces_the_fact_and_one_item_can_be_forgotten(stack, key
     assert httpx.delete(url, headers=auth(keys["bob"]), timeout=10).status_code == 200
     assert httpx.delete(url, headers=auth(keys["bob"]), timeout=10).status_code == 404
     assert not any(i["topic"] == "work" for i in memory_of(stack, keys["bob"])["items"])
+
+
+def test_forgetting_a_fact_forgets_what_was_derived_from_it(stack, keys, model, infra_stack):
+    """Rule M9: the episode that repeats a deleted fact goes with it, as do cache entries built on it;
+    nothing about it is recalled in a new session, and the export no longer holds it."""
+    import redis as redis_sync  # noqa: PLC0415
+
+    first, _ = ask(stack, keys["frank"], "我叫李四。请问个人所得税的起征点是多少？")
+    assert wait_until(lambda: {"fact", "episode"} <= {i["type"] for i in memory_of(stack, keys["frank"])["items"]
+                                                      if "李四" in i["text"]}, 30), memory_of(stack, keys["frank"])
+    exported = httpx.get(f"{stack.gateway_url}/v1/memory/export", headers=auth(keys["frank"]), timeout=10).json()
+    assert any("李四" in i["text"] for i in exported["items"]) and exported["sessions"][0]["turns"]
+    fact = next(i for i in memory_of(stack, keys["frank"])["items"] if i["type"] == "fact" and "李四" in i["text"])
+    gone = httpx.delete(f"{stack.gateway_url}/v1/memory/{fact['id']}", headers=auth(keys["frank"]), timeout=10)
+    assert gone.status_code == 200 and gone.json()["deleted"] >= 2, gone.text  # the fact and its episode
+    assert not any("李四" in i["text"] for i in memory_of(stack, keys["frank"])["items"])
+    exported = httpx.get(f"{stack.gateway_url}/v1/memory/export", headers=auth(keys["frank"]), timeout=10).json()
+    assert not any("李四" in i["text"] for i in exported["items"])
+    r = redis_sync.Redis.from_url(infra_stack.redis_url)
+    try:
+        entries = [r.get(k) for k in r.scan_iter(match=f"conduit:cache:{T1}:*") if b":bydoc:" not in k]
+        assert not any(e and "李四".encode() in e for e in entries)
+    finally:
+        r.close()
+    _, events = ask(stack, keys["frank"], "你还记得我的名字吗？")
+    sent = " ".join(sent_for(model, "你还记得我的名字吗？"))
+    assert sent and "李四" not in sent and events[-1].data["memory"] == []
 
 
 def lookup_ms(stack: Stack, key: str, task_id: str) -> object:
