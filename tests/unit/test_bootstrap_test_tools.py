@@ -7,24 +7,13 @@ the programs' presence is passed in.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.unit.test_bootstrap_bubblewrap import Commands, bootstrap  # the recorded commands; bootstrap.py
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-import bootstrap  # noqa: E402
-
-
-class Commands:
-    def __init__(self, *codes: int) -> None:
-        self.codes, self.seen = list(codes), []
-
-    def __call__(self, cmd, **_kw):
-        self.seen.append(cmd)
-        return subprocess.CompletedProcess(cmd, self.codes.pop(0) if self.codes else 0)
 
 
 def missing(_path: str) -> bool:
