@@ -186,10 +186,13 @@ REGISTRY.register(_BREAKERS)
 
 def watch_breakers(deps: Any) -> None:
     """Export the breakers of ``deps`` (the orchestrator's ``Deps``) as ``conduit_circuit_breaker_open`` and
-    start the ``conduit_tasks_total`` series of every outcome at 0 (a first failure is then an increase)."""
+    start the series of every task outcome (``conduit_tasks_total``) and model call outcome (``ok``, ``error``:
+    ``conduit_model_call_duration_seconds``) at 0, so a first failure is an increase the alert rules see."""
     _BREAKERS.watched.append(weakref.ref(deps))
     for outcome in TASK_OUTCOMES:
         TASKS.labels(outcome, "agent")
+    for outcome in ("ok", "error"):
+        MODEL_TOTAL.labels(outcome)
 
 
 # ---------------------------------------------------------------- bus-facing API

@@ -2,9 +2,10 @@
 
 The stack writes ``prometheus-targets.json`` (one file_sd group per service process, labelled ``service``);
 Prometheus scrapes it every second and evaluates ``deploy/prometheus/alerts.yml`` every second, with every
-``for:`` cut to 1 s (the expressions are the shipped ones). The test sees a target per service up, a
-question's tokens counted by tenant, model and kind, then stops the sandbox and sees
-``ConduitSandboxUnavailable`` fire. Skipped when the ``prometheus`` binary is missing (.ci/run installs it).
+``for:`` cut to 1 s (the expressions are the shipped ones). The tests see a target per service up, a
+question's tokens counted by tenant, model and kind and the orchestrator's consumer lag; three failed model
+calls fire ``ConduitCircuitBreakerOpen`` and ``ConduitModelErrorRateHigh``; a stopped sandbox fires
+``ConduitSandboxUnavailable``. Skipped when the ``prometheus`` binary is missing (.ci/run installs it).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not insta
 @pytest.fixture(scope="module")
 def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     """Every service over the session broker and Redis, the scripted model answering."""
-    st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("prom-data"), SERVICES,
-                     model_env(model.base_url))
+    env = model_env(model.base_url) | {"CONDUIT_MODEL_MAX_RETRIES": "0", "CONDUIT_MODEL_BREAKER_COOLDOWN_S": "120"}
+    st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("prom-data"), SERVICES, env)
     yield st
     st.stop()
 
@@ -107,7 +108,25 @@ def test_prometheus_sees_every_service_and_the_tokens_of_a_question(stack: Stack
     assert {(r["metric"]["tenant"], r["metric"]["model"]) for r in tokens()} == {("default", "default")}
     assert {r["metric"]["kind"] for r in tokens()} == {"input", "output"}
     assert all(float(r["value"][1]) > 0 for r in tokens())
+    lag = _get(prometheus, "/api/v1/query", query="max by (consumer) (conduit_consumer_lag_messages)")["result"]
+    assert {r["metric"]["consumer"] for r in lag} >= {"orchestrator"}, lag
     assert "ConduitSandboxUnavailable" not in _firing(prometheus)
+
+
+def test_a_failing_model_opens_its_breaker_and_fires_the_alerts(stack: Stack, prometheus: str, model) -> None:
+    """Three failed model calls in a row open the default model's breaker (rule A21); the tasks still end
+    (retrieval-only answers). Prometheus reads the breaker at scrape time and sees the error rate."""
+    model.push(*[Turn(status=500) for _ in range(3)])
+    with admin_client(stack) as client:
+        for question in ("增值税的标准税率是多少？", "个人所得税的起征点是多少？", "小规模纳税人的征收率是多少？"):
+            task_id = client.post("/v1/tasks", json={"question": question}).json()["task_id"]
+            assert wait_until(lambda: client.get(f"/v1/tasks/{task_id}").json()["status"] in
+                              ("completed", "failed"), 60)
+    assert wait_until(lambda: {"ConduitCircuitBreakerOpen", "ConduitModelErrorRateHigh"} <= _firing(prometheus), 60), \
+        _firing(prometheus)
+    alerts = (_get(prometheus, "/api/v1/alerts") or {})["alerts"]
+    (breaker,) = [a for a in alerts if a["labels"]["alertname"] == "ConduitCircuitBreakerOpen"]
+    assert (breaker["labels"]["kind"], breaker["labels"]["name"]) == ("model", "default")
 
 
 def test_a_stopped_sandbox_fires_its_alert(stack: Stack, prometheus: str) -> None:
