@@ -20,7 +20,6 @@ Names follow Prometheus conventions: ``conduit_`` prefix, counters end in
 | ``conduit_dead_letters_total`` | counter | consumer, reason | ``conduit.runtime.bus.subscribe`` (reason invalid/failed; both start at 0 when the consumer subscribes, ``consumer_middlewares``) |
 | ``conduit_consumer_lag_messages`` | gauge | consumer, topic, partition | ``consumer_lag``: the partition's high watermark minus the handled offset minus 1, after each message |
 | ``conduit_redis_used_memory_bytes`` / ``conduit_redis_maxmemory_bytes`` | gauge | | the gateway, from Redis ``INFO memory`` when ``/metrics`` is scraped (maxmemory 0: no limit) |
-| ``conduit_service_processes`` | gauge | service | the gateway, from the liveness keys when ``/metrics`` is scraped |
 | ``conduit_sandbox_runnable_processes`` | gauge | | the gateway, from the sandboxes' fresh statuses (``conduit.records.sandboxstatus``) when ``/metrics`` is scraped |
 | ``conduit_approvals_pending`` | gauge | | ``set_approvals_pending`` / ``approval_requested`` / ``approval_decided`` |
 | ``conduit_retrieval_stage_total`` | counter | stage (rerank/model_rewrite/model_rerank), outcome | ``services.retriever.assist`` (rules K11-K13; outcome ok/timeout/unavailable/server_error/rejected/malformed/open) |
@@ -81,7 +80,6 @@ CONSUMER_LAG = Gauge("conduit_consumer_lag_messages", "Messages after the one a 
                      ["consumer", "topic", "partition"])
 REDIS_USED = Gauge("conduit_redis_used_memory_bytes", "Redis used_memory (INFO memory), read when /metrics is scraped")
 REDIS_MAX = Gauge("conduit_redis_maxmemory_bytes", "Redis maxmemory (0: no limit), read when /metrics is scraped")
-SERVICE_PROCESSES = Gauge("conduit_service_processes", "Live processes per service (liveness keys in Redis)", ["service"])
 SANDBOX_RUNNABLE = Gauge("conduit_sandbox_runnable_processes", "Sandbox processes whose fresh status says they can "
                          "run code (isolated by bubblewrap, or unsafe mode allowed)")
 TASK_OUTCOMES = ("completed", "failed", "cancelled", "needs_input")
@@ -290,16 +288,12 @@ SCRAPE_SAMPLE_TIMEOUT_S = 2.0
 """Seconds ``GET /metrics`` waits for ``before_scrape`` before answering with the last values."""
 
 
-async def sample_redis(redis: Any, services: Iterable[str], alive: Callable[[Any], Awaitable[dict[str, int]]]) -> None:
-    """Set the Redis memory gauges from ``INFO memory``, ``conduit_service_processes`` for each of
-    ``services`` from ``alive(redis)`` (``{service: live processes}``; a missing service is 0) and
-    ``conduit_sandbox_runnable_processes`` from the sandboxes' statuses."""
+async def sample_redis(redis: Any) -> None:
+    """Set the Redis memory gauges from ``INFO memory`` and ``conduit_sandbox_runnable_processes`` from the
+    sandboxes' statuses (one ``HGETALL``: two cheap commands, no keyspace scan, whatever the number of tasks)."""
     info = await redis.info("memory")
     REDIS_USED.set(float(info.get("used_memory", 0)))
     REDIS_MAX.set(float(info.get("maxmemory", 0)))
-    counts = await alive(redis)
-    for service in services:
-        SERVICE_PROCESSES.labels(service).set(counts.get(service, 0))
     statuses = sandboxstatus.fresh(await redis.hgetall(keys.SANDBOX_STATUSES), time.time())
     SANDBOX_RUNNABLE.set(sum(1 for s in statuses if s.get("isolated") or s.get("unsafe")))
 

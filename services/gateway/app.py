@@ -26,7 +26,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from conduit.runtime import allocator, bus, metrics
-from conduit.runtime.liveness import alive_services, heartbeat
+from conduit.runtime.liveness import heartbeat
 from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
@@ -48,8 +48,6 @@ from services.gateway.state import GatewayState
 log = logging.getLogger("conduit.gateway")
 
 SERVICE = "gateway"
-WATCHED_SERVICES = ("orchestrator", "retriever", "web", "sandbox", "mcp")
-"""The services the gateway reports live processes of (``conduit_service_processes``): all but itself."""
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -109,9 +107,9 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    # GET /metrics, HTTP request counters and latency, open SSE streams; each scrape reads Redis memory and liveness
-    metrics.instrument_app(app, before_scrape=lambda: metrics.sample_redis(
-        app.state.gateway.redis, WATCHED_SERVICES, alive_services))
+    # GET /metrics, HTTP request counters and latency, open SSE streams; each scrape reads Redis memory and the
+    # sandboxes' statuses
+    metrics.instrument_app(app, before_scrape=lambda: metrics.sample_redis(app.state.gateway.redis))
     mcp_endpoint = _install_routes(app)
     install_openapi(app)
     install_page(app)  # GET / (the chat page) and /static (its files), public

@@ -22,7 +22,6 @@ from prometheus_client import REGISTRY
 
 from conduit.runtime import metrics
 from ops.services import SERVICES
-from services.gateway.app import WATCHED_SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "deploy" / "prometheus"
@@ -111,10 +110,6 @@ def test_tenant_label_is_bounded_by_configuration() -> None:
     assert metrics.tenant_label("acme", {"acme": {}}) == "acme"
     assert metrics.tenant_label("default", {}) == "default"
     assert metrics.tenant_label("someone-new", {"acme": {}}) == "other"
-
-
-def test_the_gateway_watches_every_other_service() -> None:
-    assert set(WATCHED_SERVICES) == set(SERVICES) - {"gateway"}
 
 
 def test_breakers_are_read_at_scrape_time() -> None:
