@@ -7,7 +7,9 @@ Needs only Python 3.11+. Usage:
     python3 bootstrap.py up|ask|ingest ...   # any other `conduit` command
 The install is skipped when .venv is up to date with uv.lock. ``demo`` also installs
 bubblewrap (code_exec's isolation) when it runs as root with apt-get, and otherwise says in
-one line that code execution is off and which command turns it on.
+one line that code execution is off and which command turns it on. ``test`` does the same for the
+programs some tests need (``TEST_TOOLS``: Chromium for the page's browser tests, Prometheus' promtool and
+server for the alert tests), and otherwise prints one line naming the tests that skip and the command.
 """
 
 from __future__ import annotations
@@ -59,6 +61,56 @@ def install(dev: bool) -> None:
     stamp_file.write_text(want)
 
 
+def _apt_install(package: str, run) -> bool:
+    """``apt-get install -y PACKAGE``, with an ``apt-get update`` and a second try when the first fails
+    (a stale package index); True when installed. ``run``: ``subprocess.run``'s signature."""
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    install = ["apt-get", "install", "-y", "-q", package]
+    return run(install, **quiet).returncode == 0 or (
+        run(["apt-get", "update", "-q"], **quiet).returncode == 0 and run(install, **quiet).returncode == 0)
+
+
+TEST_TOOLS = (
+    ("/usr/bin/chromium", "chromium", "the page's browser tests",
+     ("tests/stack/test_page.py", "tests/stack/test_page_tools.py")),
+    ("/usr/bin/promtool", "prometheus", "the alert rules' tests and the real-Prometheus stack test",
+     ("tests/unit/test_alert_rules.py", "tests/stack/test_prometheus.py")),
+)
+"""``(program, Debian package, what needs it, its test files)``: what ``test`` installs or names as skipped."""
+
+
+def _selected(files: tuple[str, ...], args: list[str]) -> bool:
+    """True when pytest ``args`` run any of ``files``: no path given (the whole suite) or a path that is,
+    or holds, one of them."""
+    paths = [os.path.normpath(a.split("::")[0]) for a in args
+             if not a.startswith("-") and (ROOT / a.split("::")[0]).exists()]
+    return not paths or any(p == "." or f == p or f.startswith(p + "/") for p in paths for f in files)
+
+
+def ensure_test_tools(args: list[str], is_root: bool | None = None, run=subprocess.run,
+                      exists=os.path.exists) -> dict[str, str]:
+    """Before ``test``: for each of ``TEST_TOOLS`` whose tests ``args`` select and whose program is missing,
+    install its package as root with apt-get, else print one line naming the tests that will skip and the
+    command that turns them on. Returns ``{package: "present" | "installed" | "skipped"}`` for those selected."""
+    root = os.geteuid() == 0 if is_root is None else is_root
+    done = {}
+    for program, package, what, files in TEST_TOOLS:
+        if not _selected(files, args):
+            continue
+        if exists(program):
+            done[package] = "present"
+            continue
+        if root and shutil.which("apt-get"):
+            print(f"installing {package} ({what}) with apt-get …", flush=True)
+            if _apt_install(package, run):
+                done[package] = "installed"
+                continue
+        print(f"skipping {what} ({', '.join(files)}): Debian's {package} is not installed; "
+              f"turn them on with: sudo apt-get install -y {package}", flush=True)
+        done[package] = "skipped"
+    return done
+
+
 BWRAP_PATH = "/usr/bin:/bin:/usr/local/bin"
 """Where the sandbox looks for ``bwrap`` (services/sandbox/isolation.py)."""
 
@@ -77,10 +129,7 @@ def ensure_bubblewrap(is_root: bool | None = None, run=subprocess.run) -> str:
     root = os.geteuid() == 0 if is_root is None else is_root
     if root and shutil.which("apt-get"):
         print("installing bubblewrap (the isolation of code_exec) with apt-get …", flush=True)
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        install = ["apt-get", "install", "-y", "-q", "bubblewrap"]
-        if run(install, **quiet).returncode == 0 or (
-                run(["apt-get", "update", "-q"], **quiet).returncode == 0 and run(install, **quiet).returncode == 0):
+        if _apt_install("bubblewrap", run):
             return "installed"
     sys.path.insert(0, str(ROOT))
     from services.sandbox.isolation import NOT_INSTALLED, off_message  # stdlib only: works before the install
@@ -96,6 +145,7 @@ def main(argv: list[str]) -> int:
         return 2
     if argv[0] == "test":
         install(dev=True)
+        ensure_test_tools(argv[1:])
         return subprocess.call([str(BIN / "python"), "-m", "pytest", *argv[1:]], cwd=ROOT)
     install(dev=False)
     if argv[0] == "demo":

@@ -16,6 +16,7 @@ children that exit.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -145,6 +146,24 @@ class Stack:
         """Every process this stack started, by key, in start order (infrastructure first)."""
         return {**self.infra, **self.procs}
 
+    @property
+    def targets_path(self) -> Path:
+        """``<data_dir>/prometheus-targets.json``: ``metrics_targets`` as a Prometheus ``file_sd_configs`` file,
+        written by ``start()`` (docs/operations.md, "Metrics and alerts")."""
+        return self.data_dir / "prometheus-targets.json"
+
+    def metrics_targets(self) -> list[dict]:
+        """One Prometheus file_sd group per service process: ``{"targets": ["host:port"], "labels":
+        {"service": name, "process": key}}`` (the gateway's HTTP port; the others' ``CONDUIT_METRICS_PORT``)."""
+        groups = []
+        for key, proc in self.procs.items():
+            if proc.name == "gateway":
+                address = f"{self.settings.gateway_host}:{self.settings.gateway_port}"
+            else:
+                address = f"127.0.0.1:{proc.env['CONDUIT_METRICS_PORT']}"
+            groups.append({"targets": [address], "labels": {"service": proc.name, "process": key}})
+        return groups
+
     def check_ports(self) -> None:
         """Raise StackError naming the processes (pids) that hold a port this stack needs."""
         s = self.settings
@@ -199,10 +218,13 @@ class Stack:
         return env
 
     def new_process(self, name: str, replica: int = 1) -> ServiceProcess:
-        """A (not started) process of service ``name``; replica N > 1 is keyed ``name-N``. A retriever
-        also gets its replica index and the replica count (rule K10)."""
+        """A (not started) process of service ``name``; replica N > 1 is keyed ``name-N``. All but the
+        gateway get a free port of their own for ``/metrics`` (``CONDUIT_METRICS_PORT``, ``metrics_targets``).
+        A retriever also gets its replica index and the replica count (rule K10)."""
         key = name if replica == 1 else f"{name}-{replica}"
         env = self.service_env()
+        if name != "gateway":  # each process its own /metrics port (the gateway serves it on its HTTP port)
+            env["CONDUIT_METRICS_PORT"] = str(infra.free_port())
         if name == "retriever":
             env |= {"CONDUIT_RETRIEVER_REPLICA": str(replica),
                     "CONDUIT_RETRIEVER_REPLICAS": str(self.scale.get("retriever", 1))}
@@ -283,6 +305,7 @@ class Stack:
                 raise StackError(f"{exc}; logs in {self.log_dir}") from exc
             self.admin_key = bootstrap.ensure_admin_key(self.settings)
             self.start_services()
+            self.targets_path.write_text(json.dumps(self.metrics_targets(), indent=2))
         except BaseException:
             self.stop()
             raise

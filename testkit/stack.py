@@ -72,8 +72,10 @@ def restart(stack: Stack, name: str, drop: tuple[str, ...] = (), **env: str) -> 
 
 def add_replica(stack: Stack, name: str, key: str, **env: str) -> ServiceProcess:
     """Start one more process of service ``name`` (registered as ``key``) with the same environment
-    plus ``env`` overrides (e.g. a ``CONDUIT_MODEL`` of its own, to tell its model calls apart)."""
-    proc = ServiceProcess(name, {**stack.procs[name].env, **env}, stack.log_dir).start()
+    plus ``env`` overrides (e.g. a ``CONDUIT_MODEL`` of its own, to tell its model calls apart) and a
+    ``/metrics`` port of its own."""
+    own = {"CONDUIT_METRICS_PORT": str(infra.free_port())} if name != "gateway" else {}
+    proc = ServiceProcess(name, {**stack.procs[name].env, **own, **env}, stack.log_dir).start()
     stack.procs[key] = proc
     return proc
 

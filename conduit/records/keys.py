@@ -42,6 +42,8 @@ Identity (``conduit.records.apikeys``, ``conduit.records.sessions``, ``services.
   ``sessions_of_user(owner_digest)``: sorted sets of session ids by last update.
 - ``running_of_key(tenant, credential)`` / ``running_of_tenant(tenant)``: sorted sets of the
   task ids counted against the running-task limits; ``RATELIMIT_PREFIX``: the request counters.
+- ``tokens_used(tenant, day)``: integer, model tokens of the tenant's tasks that ended on that UTC day
+  (orchestrator adds, gateway reads; ``conduit.records.tokenbudget``, rule G6).
 
 Memory and the semantic cache (``conduit.records.memory``; orchestrator and retriever write, gateway reads and deletes)
 - ``memory(tenant, owner_digest)``: hash, item id -> ``contracts.memory.MemoryItem`` JSON of one user.
@@ -144,6 +146,11 @@ def running_of_key(tenant_id: str, credential_id: str) -> str:
 def running_of_tenant(tenant_id: str) -> str:
     """Task ids counted against a tenant's running-task limit."""
     return f"{PREFIX}:running:tenant:{tenant_id}"
+
+
+def tokens_used(tenant_id: str, day: str) -> str:
+    """Integer: model tokens a tenant's finished tasks used on UTC ``day`` (``YYYY-MM-DD``; rule G6)."""
+    return f"{PREFIX}:tokens:tenant:{tenant_id}:{day}"
 
 
 def state(task_id: str) -> str:

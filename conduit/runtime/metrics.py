@@ -11,11 +11,16 @@ Names follow Prometheus conventions: ``conduit_`` prefix, counters end in
 | ``conduit_tasks_total`` | counter | outcome, mode | ``task_finished`` (orchestrator, once per terminal event) |
 | ``conduit_model_time_to_first_token_seconds`` | histogram | | ``observe_model_call`` |
 | ``conduit_model_call_duration_seconds`` | histogram | outcome | ``observe_model_call`` |
-| ``conduit_model_tokens_total`` | counter | direction (in/out) | ``observe_model_call`` |
+| ``conduit_model_tokens_total`` | counter | tenant, model, kind (input/output) | ``observe_model_call``; tenant: a ``CONDUIT_TENANTS`` key or ``default``, else ``other``; model: the configured endpoint |
+| ``conduit_model_failures_total`` | counter | code, kind | ``model_failed`` (rules A17-A19) |
+| ``conduit_circuit_breaker_open`` | gauge | kind (model/tool), name | read at scrape time from the breakers ``watch_breakers`` was given (1: open or half-open); MCP tools are one ``name="mcp"`` |
 | ``conduit_tool_calls_total`` | counter | tool, outcome | ``tool_call`` (``conduit.runtime.toolservice``) |
 | ``conduit_tool_call_duration_seconds`` | histogram | tool | ``tool_call`` |
 | ``conduit_consumer_handling_seconds`` | histogram | consumer, outcome | ``conduit.runtime.bus.subscribe`` (outcome ok/error/invalid/dead_letter) |
-| ``conduit_dead_letters_total`` | counter | consumer, reason | ``conduit.runtime.bus.subscribe`` (reason invalid/failed) |
+| ``conduit_dead_letters_total`` | counter | consumer, reason | ``conduit.runtime.bus.subscribe`` (reason invalid/failed; both start at 0 when the consumer subscribes, ``consumer_middlewares``) |
+| ``conduit_consumer_lag_messages`` | gauge | consumer, topic, partition | ``consumer_lag``: the partition's high watermark minus the handled offset minus 1, after each message |
+| ``conduit_redis_used_memory_bytes`` / ``conduit_redis_maxmemory_bytes`` | gauge | | the gateway, from Redis ``INFO memory`` when ``/metrics`` is scraped (maxmemory 0: no limit) |
+| ``conduit_sandbox_runnable_processes`` | gauge | | the gateway, from the sandboxes' fresh statuses (``conduit.records.sandboxstatus``) when ``/metrics`` is scraped |
 | ``conduit_approvals_pending`` | gauge | | ``set_approvals_pending`` / ``approval_requested`` / ``approval_decided`` |
 | ``conduit_retrieval_stage_total`` | counter | stage (rerank/model_rewrite/model_rerank), outcome | ``services.retriever.assist`` (rules K11-K13; outcome ok/timeout/unavailable/server_error/rejected/malformed/open) |
 | ``conduit_retrieval_stage_duration_seconds`` | histogram | stage | same; the wait for the call, bounded by its timeout |
@@ -28,11 +33,17 @@ the embedded stack's processes never clash on one port).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from conduit.records import keys, sandboxstatus
 
 log = logging.getLogger("conduit.runtime.metrics")
 
@@ -49,7 +60,8 @@ MODEL_TTFT = Histogram("conduit_model_time_to_first_token_seconds", "Model call 
 MODEL_TOTAL = Histogram("conduit_model_call_duration_seconds", "Model call start to end of stream", ["outcome"], buckets=_SLOW)
 MODEL_FAILURES = Counter("conduit_model_failures_total", "Model calls that failed or whose reply could not be used, "
                          "by code and kind (configuration, protocol, provider, timeout; rules A17-A19)", ["code", "kind"])
-MODEL_TOKENS = Counter("conduit_model_tokens_total", "Model tokens, direction in (prompt) or out (completion)", ["direction"])
+MODEL_TOKENS = Counter("conduit_model_tokens_total", "Model tokens by tenant, configured model and kind (input: prompt, "
+                       "output: completion)", ["tenant", "model", "kind"])
 TOOL_CALLS = Counter("conduit_tool_calls_total", "Tool calls executed by tool services", ["tool", "outcome"])
 TOOL_LATENCY = Histogram("conduit_tool_call_duration_seconds", "Tool execution time in the tool service", ["tool"], buckets=_FAST)
 CONSUMER_HANDLING = Histogram("conduit_consumer_handling_seconds", "Bus message handling time per consumer",
@@ -64,10 +76,19 @@ RETRIEVAL_STAGE = Counter("conduit_retrieval_stage_total",
 RETRIEVAL_STAGE_LATENCY = Histogram("conduit_retrieval_stage_duration_seconds",
                                     "Wait for a kb_search helper call (bounded by its timeout)", ["stage"], buckets=_FAST)
 APPROVALS_PENDING = Gauge("conduit_approvals_pending", "Tool calls waiting for a human approval")
+CONSUMER_LAG = Gauge("conduit_consumer_lag_messages", "Messages after the one a consumer just handled in its partition",
+                     ["consumer", "topic", "partition"])
+REDIS_USED = Gauge("conduit_redis_used_memory_bytes", "Redis used_memory (INFO memory), read when /metrics is scraped")
+REDIS_MAX = Gauge("conduit_redis_maxmemory_bytes", "Redis maxmemory (0: no limit), read when /metrics is scraped")
+SANDBOX_RUNNABLE = Gauge("conduit_sandbox_runnable_processes", "Sandbox processes whose fresh status says they can "
+                         "run code (isolated by bubblewrap, or unsafe mode allowed)")
+TASK_OUTCOMES = ("completed", "failed", "cancelled", "needs_input")
+"""The ``outcome`` values of ``conduit_tasks_total`` (their series start at 0, ``watch_breakers``)."""
 
 
 # ---------------------------------------------------------------- orchestrator-facing API
-def observe_model_call(ttft_s: float | None, total_s: float, tokens_in: int, tokens_out: int, outcome: str = "ok") -> None:
+def observe_model_call(ttft_s: float | None, total_s: float, tokens_in: int, tokens_out: int, outcome: str = "ok",
+                       tenant: str = "default", model: str = "default") -> None:
     """Record one model call.
 
     Args:
@@ -75,14 +96,21 @@ def observe_model_call(ttft_s: float | None, total_s: float, tokens_in: int, tok
         total_s: seconds from call start to the end of the stream (or the failure).
         tokens_in / tokens_out: prompt and completion tokens reported by the endpoint.
         outcome: ``ok`` or a short failure class (``error``, ``timeout``, ``cancelled``).
+        tenant: a bounded tenant label (``tenant_label``); model: the configured endpoint's name.
     """
     if ttft_s is not None:
         MODEL_TTFT.observe(ttft_s)
     MODEL_TOTAL.labels(outcome).observe(total_s)
     if tokens_in:
-        MODEL_TOKENS.labels("in").inc(tokens_in)
+        MODEL_TOKENS.labels(tenant, model, "input").inc(tokens_in)
     if tokens_out:
-        MODEL_TOKENS.labels("out").inc(tokens_out)
+        MODEL_TOKENS.labels(tenant, model, "output").inc(tokens_out)
+
+
+def tenant_label(tenant_id: str, configured: Iterable[str]) -> str:
+    """``tenant_id`` when it is ``default`` or among ``configured`` (``CONDUIT_TENANTS``' keys), else ``other``:
+    a label value is never taken from unbounded input."""
+    return tenant_id if tenant_id == "default" or tenant_id in configured else "other"
 
 
 def task_finished(outcome: str, mode: str = "agent") -> None:
@@ -127,10 +155,66 @@ def approval_decided() -> None:
     APPROVALS_PENDING.dec()
 
 
+class _Breakers:
+    """Collector of ``conduit_circuit_breaker_open``: reads the watched breakers' state at scrape time.
+
+    A watched object has ``model_breaker``, ``model_breakers`` (name -> breaker) and ``tool_breakers``
+    (name -> breaker), each breaker with ``state(now_s) -> "closed" | "open" | "half_open"`` on the wall
+    clock (``conduit.policy.breaker.CircuitBreaker``, as the orchestrator's ``Deps``). Held weakly.
+    """
+
+    def __init__(self) -> None:
+        self.watched: list[weakref.ref] = []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """One sample per (kind, name): 1 when any breaker of that name is not closed, else 0."""
+        family = GaugeMetricFamily("conduit_circuit_breaker_open", "Circuit breakers open or half-open (1) or "
+                                   "closed (0), by kind (model/tool) and name", labels=["kind", "name"])
+        now, states = time.time(), {}
+        self.watched = [ref for ref in self.watched if ref() is not None]
+        for deps in filter(None, (ref() for ref in self.watched)):
+            models = {"default": deps.model_breaker, **deps.model_breakers}
+            for kind, named in (("model", models), ("tool", deps.tool_breakers)):
+                for name, breaker in named.items():
+                    key = (kind, "mcp" if name.startswith("mcp.") else name)
+                    states[key] = max(states.get(key, 0), int(breaker.state(now) != "closed"))
+        for (kind, name), value in sorted(states.items()):
+            family.add_metric([kind, name], value)
+        yield family
+
+
+_BREAKERS = _Breakers()
+REGISTRY.register(_BREAKERS)
+
+
+def watch_breakers(deps: Any) -> None:
+    """Export the breakers of ``deps`` (the orchestrator's ``Deps``) as ``conduit_circuit_breaker_open`` and
+    start the series of every task outcome (``conduit_tasks_total``) and model call outcome (``ok``, ``error``:
+    ``conduit_model_call_duration_seconds``) at 0, so a first failure is an increase the alert rules see."""
+    _BREAKERS.watched.append(weakref.ref(deps))
+    for outcome in TASK_OUTCOMES:
+        TASKS.labels(outcome, "agent")
+    for outcome in ("ok", "error"):
+        MODEL_TOTAL.labels(outcome)
+
+
 # ---------------------------------------------------------------- bus-facing API
 def consumer_handled(consumer: str, outcome: str, seconds: float) -> None:
     """Record one bus message handled by ``consumer`` (outcome ok/error/invalid/dead_letter)."""
     CONSUMER_HANDLING.labels(consumer, outcome).observe(seconds)
+
+
+def consumer_subscribed(consumer: str) -> None:
+    """Start ``consumer``'s dead-letter series at 0, so the first dead letter is an increase."""
+    for reason in ("invalid", "failed"):
+        DEAD_LETTERS.labels(consumer, reason)
+
+
+def consumer_lag(consumer: str, topic: str, partition: int, highwater: int | None, offset: int) -> None:
+    """Set the lag of ``consumer`` on ``topic``/``partition`` after handling ``offset``: ``highwater - offset - 1``
+    messages (None: the consumer knows no high watermark yet, nothing is set)."""
+    if highwater is not None:
+        CONSUMER_LAG.labels(consumer, topic, str(partition)).set(max(0, highwater - offset - 1))
 
 
 def dead_lettered(consumer: str, reason: str) -> None:
@@ -200,13 +284,36 @@ class _HttpMetrics:
             HTTP_REQUESTS.labels(scope["method"], path, str(status[0])).inc()
 
 
-def instrument_app(app: Any) -> None:
-    """Add HTTP metrics middleware and a ``GET /metrics`` route to a FastAPI ``app``."""
+SCRAPE_SAMPLE_TIMEOUT_S = 2.0
+"""Seconds ``GET /metrics`` waits for ``before_scrape`` before answering with the last values."""
+
+
+async def sample_redis(redis: Any) -> None:
+    """Set the Redis memory gauges from ``INFO memory`` and ``conduit_sandbox_runnable_processes`` from the
+    sandboxes' statuses (one ``HGETALL``: two cheap commands, no keyspace scan, whatever the number of tasks)."""
+    info = await redis.info("memory")
+    REDIS_USED.set(float(info.get("used_memory", 0)))
+    REDIS_MAX.set(float(info.get("maxmemory", 0)))
+    statuses = sandboxstatus.fresh(await redis.hgetall(keys.SANDBOX_STATUSES), time.time())
+    SANDBOX_RUNNABLE.set(sum(1 for s in statuses if s.get("isolated") or s.get("unsafe")))
+
+
+def instrument_app(app: Any, before_scrape: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Add HTTP metrics middleware and a ``GET /metrics`` route to a FastAPI ``app``.
+
+    ``before_scrape`` (e.g. ``sample_redis``) runs before each scrape, bounded by ``SCRAPE_SAMPLE_TIMEOUT_S``
+    seconds; when it fails the scrape still answers, with the values it set last time.
+    """
     from fastapi import Response
 
     app.add_middleware(_HttpMetrics)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_endpoint() -> Response:
+        if before_scrape is not None:
+            try:
+                await asyncio.wait_for(before_scrape(), SCRAPE_SAMPLE_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - Redis away or slow: the rest of the scrape still counts
+                log.warning("metrics sample before scrape failed: %r", exc)
         body, ctype = render()
         return Response(body, media_type=ctype)

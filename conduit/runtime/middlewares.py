@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aiokafka import TopicPartition
 from faststream import BaseMiddleware
 from pydantic import TypeAdapter, ValidationError
 
@@ -139,6 +140,20 @@ class MetricsMiddleware(_ConsumerMiddleware):
             raise
         finally:
             metrics.consumer_handled(self.config.consumer, delivery.outcome, time.perf_counter() - started)
+            _record_lag(self.config.consumer, msg, delivery)
+
+
+def _record_lag(consumer: str, msg: Any, delivery: Delivery) -> None:
+    """Set ``conduit_consumer_lag_messages`` from the consumer's high watermark of the record's partition
+    (aiokafka keeps it from the last fetch); a record without partition or offset sets nothing."""
+    client = getattr(msg, "consumer", None)
+    if client is None or delivery.partition is None or delivery.offset is None:
+        return
+    try:
+        highwater = client.highwater(TopicPartition(delivery.topic, delivery.partition))
+    except Exception:  # noqa: BLE001 - an unassigned partition (rebalance): no sample this time
+        return
+    metrics.consumer_lag(consumer, delivery.topic, delivery.partition, highwater, delivery.offset)
 
 
 class TracingMiddleware(_ConsumerMiddleware):
@@ -209,6 +224,8 @@ class AttemptsMiddleware(_ConsumerMiddleware):
 
 
 def consumer_middlewares(config: ConsumerConfig) -> tuple[Callable[..., BaseMiddleware], ...]:
-    """The middleware factories of one subscription, outermost first (see the module docstring)."""
+    """The middleware factories of one subscription, outermost first (see the module docstring); starts the
+    consumer's dead-letter series at 0."""
+    metrics.consumer_subscribed(config.consumer)
     return tuple(m.factory(config) for m in (MetricsMiddleware, TracingMiddleware, DeadLetterMiddleware,
                                              AttemptsMiddleware))

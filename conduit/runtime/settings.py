@@ -97,6 +97,7 @@ class Settings(BaseSettings):
     rate_limit_key_per_minute: int = Field(default=600, description="requests per minute per credential (0 = unlimited); over it 429 with Retry-After")
     rate_limit_tenant_per_minute: int = Field(default=3000, description="requests per minute per tenant, all its credentials together (0 = unlimited)")
     running_tasks_per_key: int = Field(default=20, description="tasks running at once per credential (0 = unlimited); over it 429")
+    tenant_daily_token_budget: int = Field(default=0, ge=0, description="rule G6: model tokens (prompt + completion) a tenant's tasks may use per UTC day; once spent, new tasks get 429 token_budget_exceeded until the next UTC midnight (0 = no budget; a tenant's daily_token_budget replaces it)")
     running_tasks_per_tenant: int = Field(default=200, description="tasks running at once per tenant (0 = unlimited); over it 429")
     tenants: dict[str, dict] = Field(default={}, description="per-tenant overrides, JSON {tenant: {allowed_tools, model, approval_policies, rate_limit_per_minute, running_tasks, mode, time_zone}} (conduit/runtime/tenants.py)")
 

@@ -32,6 +32,7 @@ class TenantPolicy(BaseModel):
     approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
     running_tasks: int | None = Field(default=None, ge=0, description="tasks running at once, all its users")
+    daily_token_budget: int | None = Field(default=None, ge=0, description="model tokens per UTC day, all its tasks (rule G6; 0 = none)")
     mode: Literal["agent", "team", "auto"] | None = Field(default=None, description="default mode of its questions (team: rule D1)")
     time_zone: TimeZoneName | None = Field(default=None, description="IANA zone of the day its questions are asked (rule V1)")
     review: bool | None = Field(default=None, description="the reviewer pass on its answers (rule A22; None = CONDUIT_REVIEW_ENABLED)")
@@ -53,6 +54,8 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
         rate_limit_per_minute=(own.rate_limit_per_minute if own.rate_limit_per_minute is not None
                                else settings.rate_limit_tenant_per_minute),
         running_tasks=own.running_tasks if own.running_tasks is not None else settings.running_tasks_per_tenant,
+        daily_token_budget=(own.daily_token_budget if own.daily_token_budget is not None
+                            else settings.tenant_daily_token_budget),
         mode=own.mode,
         time_zone=own.time_zone or settings.time_zone,
         review=own.review,

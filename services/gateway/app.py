@@ -107,7 +107,9 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    metrics.instrument_app(app)  # GET /metrics, HTTP request counters and latency, open SSE streams
+    # GET /metrics, HTTP request counters and latency, open SSE streams; each scrape reads Redis memory and the
+    # sandboxes' statuses
+    metrics.instrument_app(app, before_scrape=lambda: metrics.sample_redis(app.state.gateway.redis))
     mcp_endpoint = _install_routes(app)
     install_openapi(app)
     install_page(app)  # GET / (the chat page) and /static (its files), public

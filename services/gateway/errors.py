@@ -8,7 +8,8 @@ Codes and statuses:
 - 413 ``question_too_large``: question (or whole body) over the limit.
 - 401 ``unauthenticated`` (no, bad, revoked or expired credential; with ``WWW-Authenticate``),
   ``login_token_invalid`` (used or expired login link); 403 ``forbidden`` (needs the admin role),
-  ``user_mismatch`` (a body ``user_id`` that is not the caller); 429 ``rate_limited`` (with ``Retry-After``).
+  ``user_mismatch`` (a body ``user_id`` that is not the caller); 429 ``rate_limited`` (with ``Retry-After``),
+  ``token_budget_exceeded`` (the tenant's model tokens of the UTC day are spent, rule G6; with ``Retry-After``).
 - 404 ``not_found`` (unknown route), ``task_not_found`` (unknown, expired or another owner's
   task: the same answer), ``session_not_found``.
 - 405 ``method_not_allowed``; 409 ``task_already_finished``.

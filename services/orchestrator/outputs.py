@@ -14,7 +14,7 @@ from typing import Any
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
-from conduit.records import approvals
+from conduit.records import approvals, tokenbudget
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import bus, metrics, owners
@@ -142,6 +142,8 @@ class Outputs:
         if first:
             metrics.task_finished(state.status, state.mode)
             turn = state.child is None  # a worker's task is no turn of the person's session (team mode)
+            if turn:  # rule G6: the tenant's tokens of the day (a worker's are in its parent's usage)
+                writes.append(tokenbudget.add_used(self.redis, state.tenant_id, state.usage.total_tokens, now))
             if turn and state.status == "completed":
                 writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or "",
                                                   n=state.turn_no))

@@ -113,6 +113,7 @@ class Orchestrator:
         self.store = StateStore(redis, settings.task_events_ttl_s, self.events, lease_ttl_s=settings.lease_ttl_s)
         self.model: Model | None = model_from_settings(settings) if model is ... else model
         self.deps = Deps.from_settings(settings, model_configured=self.model is not None)
+        metrics.watch_breakers(self.deps)  # conduit_circuit_breaker_open, read at scrape time
         self.out = Outputs(redis, broker, self.events, self.tasks, self.store)
         self.hooks: Hooks = hooks or NoHooks()
         self.memory = MemoryIO(settings, redis, broker)

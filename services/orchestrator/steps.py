@@ -228,5 +228,6 @@ class ModelSteps:
         self.interp.deps.model_breaker_for(plan.endpoint or "default").success()
         await self.health.succeeded()
         metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
-                                   resp.usage.completion_tokens, "ok")
+                                   resp.usage.completion_tokens, "ok", model=plan.endpoint or "default",
+                                   tenant=metrics.tenant_label(state.tenant_id, self.settings.tenants))
         return resp

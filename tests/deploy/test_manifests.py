@@ -646,6 +646,7 @@ def test_qdrant_server_matches_the_locked_client(base: list[Obj]) -> None:
 # --------------------------------------------------------------------------- docker compose
 INFRA = {"kafka", "redis", "qdrant"}
 ONE_SHOT = {"ingest"}
+MONITORING = {"prometheus", "grafana"}  # checked in tests/deploy/test_monitoring.py
 
 
 def test_docker_compose_config_passes() -> None:
@@ -660,7 +661,7 @@ def test_docker_compose_config_passes() -> None:
 def test_compose_stack_shape() -> None:
     compose = _compose()
     services = compose["services"]
-    assert set(services) == set(SERVICES) | INFRA | ONE_SHOT
+    assert set(services) == set(SERVICES) | INFRA | ONE_SHOT | MONITORING
     assert compose["networks"]["backend"]["internal"] is True
     for name, svc in services.items():
         if name in ONE_SHOT:

@@ -37,7 +37,7 @@ from contracts.stream import TaskAccepted, TaskFailed
 from services.gateway.documents import scope
 from services.gateway.identity.auth import Principal, can_see
 from services.gateway.errors import ApiError
-from services.gateway.identity.ratelimit import admit_task
+from services.gateway.identity.ratelimit import admit_task, check_token_budget
 from services.gateway.state import GatewayState, publish
 
 log = logging.getLogger("conduit.gateway.tasks")
@@ -80,6 +80,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
             ``PENDING_CLAIM_TTL_S`` seconds, then a retry creates the task); 404 ``unknown_model``
             (the body names a model its tenant does not have, rule A20);
             429 ``too_many_running_tasks`` (running-task limits, ``services.gateway.identity.ratelimit``);
+            429 ``token_budget_exceeded`` (the tenant's tokens of the UTC day are spent, rule G6);
             503 ``broker_unavailable`` when Kafka did not ack the publish
             (the task is then recorded ``failed`` and its log sealed).
         redis.RedisError: Redis failed (answered 503 ``store_unavailable``).
@@ -103,6 +104,7 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
             await state.redis.delete(claim)
         raise ApiError(404, "session_not_found", f"no session {session_id!r} (unknown, expired or not yours)")
     try:
+        await check_token_budget(state, who.tenant_id)  # rule G6: the tenant's tokens of the UTC day
         await admit_task(state, who.tenant_id, who.credential_id, task_id)
     except ApiError:
         if claim is not None:

@@ -12,15 +12,20 @@ Running tasks (``admit_task``): sorted sets ``conduit:running:key:{tenant}/{cred
 then counted; over ``running_tasks_per_key`` / the tenant's ``running_tasks`` it is removed
 again and answered 429 ``too_many_running_tasks`` (``Retry-After: 5``). Finished tasks (sealed
 log) and ids whose record is gone a minute after creation are pruned before counting.
+
+Tokens (``check_token_budget``, rule G6): a tenant whose tasks used its ``daily_token_budget`` (or
+``tenant_daily_token_budget``) model tokens on the current UTC day gets 429 ``token_budget_exceeded``
+for new tasks (``conduit.records.tokenbudget``; the orchestrator counts a task's tokens when it ends).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from conduit.records import keys
+from conduit.records import keys, tokenbudget
 from conduit.runtime.tenants import policy
 
 from limits import RateLimitItemPerMinute
@@ -100,6 +105,27 @@ async def _admit(state: GatewayState, key: str, task_id: str, limit: int, scope:
         raise ApiError(429, "too_many_running_tasks", f"{limit} tasks of this {scope} are already running; retry later",
                        {"scope": scope, "running_limit": limit}, headers={"Retry-After": "5"})
     return True
+
+
+async def check_token_budget(state: GatewayState, tenant_id: str) -> None:
+    """Rule G6: refuse a new task of a tenant whose model tokens of the current UTC day reached its
+    ``daily_token_budget`` (``conduit.records.tokenbudget``).
+
+    Raises:
+        ApiError: 429 ``token_budget_exceeded`` with ``Retry-After`` (seconds to the next UTC midnight) and
+            ``details`` ``{budget_tokens, used_tokens, day}``.
+    """
+    budget = policy(state.settings, tenant_id).daily_token_budget or 0
+    if budget <= 0:
+        return
+    now = datetime.now(UTC)
+    used = await tokenbudget.used_today(state.redis, tenant_id, now)
+    if tokenbudget.spent(used, budget):
+        raise ApiError(429, "token_budget_exceeded",
+                       f"this tenant's {budget} model tokens for {tokenbudget.day_of(now)} (UTC) are spent; "
+                       "new tasks are accepted again after UTC midnight",
+                       {"budget_tokens": budget, "used_tokens": used, "day": tokenbudget.day_of(now)},
+                       headers={"Retry-After": str(tokenbudget.seconds_to_next_day(now))})
 
 
 async def admit_task(state: GatewayState, tenant_id: str, credential_id: str, task_id: str) -> None:
