@@ -207,12 +207,13 @@ def _error_sentence(response: httpx.Response) -> str:
 
 
 def _ask(base_url: str, question: str, session_id: str | None, show_events: bool, key: str | None = None,
-         mode: str | None = None, scope: dict[str, list[str]] | None = None) -> int:
+         mode: str | None = None, scope: dict[str, list[str]] | None = None, model: str | None = None) -> int:
     from ops.client import create_task, default_key, stream_task
 
     key = key or default_key()
     try:
         created = create_task(base_url, question, session_id, api_key=key, **({"mode": mode} if mode else {}),
+                              **({"model": model} if model else {}),  # one of the tenant's models (rule A20)
                               **(scope or {}))  # the question's scope: document_ids / collections (rule Q1)
     except httpx.HTTPStatusError as exc:
         console.print(f"[red]error {exc.response.status_code}[/red] {_error_sentence(exc.response)}", highlight=False)
@@ -235,6 +236,8 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
                           f" [dim]{d.get('reason', '')}[/dim]")
         elif ev.event == "tool.completed":
             console.print(f"[cyan]← {d['tool']}[/cyan] {d['outcome']} in {d['duration_ms']:.0f} ms")
+        elif ev.event == "trace" and d.get("phase") == "model_fallback":  # rule A21
+            console.print(f"[dim]model {d['data']['from']} failed ({d['data']['code']}); {d['data']['to']} answers[/dim]")
         elif ev.event in ("plan.created", "plan.revised"):
             console.print("[blue]plan[/blue] " + " · ".join(f"{i + 1}. {s['goal']}" for i, s in enumerate(d["steps"])))
         elif ev.event == "plan.step_done":
@@ -255,12 +258,18 @@ def _ask(base_url: str, question: str, session_id: str | None, show_events: bool
         return 1
     if final.event == "task.completed":
         cites = final.data.get("citations", [])
+        if written and not cites and not written.endswith("\n"):
+            out.print()
         if cites:
             out.print(("\n" if written.endswith("\n") else "\n\n") + "[bold]Sources[/bold]")
             for c in cites:
                 out.print(f"  [{c['index']}] {c['title']}{c.get('locator') or ''}{'  ' + c['url'] if c.get('url') else ''}")
-        console.print(f"[dim]{final.data.get('mode')} · {final.data.get('latency_ms', 0):.0f} ms · "
-                      f"{final.data.get('usage', {}).get('total_tokens', 0)} tokens[/dim]")
+        review = final.data.get("review") or {}
+        checked = (f" · checked against sources: {review['checked']} claims, {review['unsupported'] + review['contradicted']}"
+                   " not supported" if "checked" in review else "")
+        by = f" · {final.data['model']}" if final.data.get("model") else ""
+        console.print(f"[dim]{final.data.get('mode')}{by} · {final.data.get('latency_ms', 0):.0f} ms · "
+                      f"{final.data.get('usage', {}).get('total_tokens', 0)} tokens{checked}[/dim]")
         return 0
     console.print(f"[red]{final.event}[/red] {final.data}")
     return 1
@@ -297,10 +306,11 @@ def ask(question: str = typer.Argument(..., help="the question"),
         mode: str = typer.Option(None, help="agent, team (a supervisor and parallel workers) or auto"),
         document: list[str] = typer.Option(None, "--document", help="search only this document (repeatable)"),
         collection: list[str] = typer.Option(None, "--collection",
-                                             help="search only this collection: law, documents or a named one (repeatable)")) -> None:
+                                             help="search only this collection: law, documents or a named one (repeatable)"),
+        model: str = typer.Option(None, help="one of the tenant's models (GET /v1/models; default: its chain)")) -> None:
     """Ask a running stack one question and stream the answer; exits 0 only on task.completed."""
     scope = {k: v for k, v in (("document_ids", document), ("collections", collection)) if v}
-    raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence, key, mode, scope))
+    raise typer.Exit(_ask(url or _gateway(get_settings()), question, session_id, evidence, key, mode, scope, model))
 
 
 @app.command("mcp")
