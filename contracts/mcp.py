@@ -101,8 +101,10 @@ class McpTool(BaseModel):
     """One tool of a tenant's MCP server as offered to the model.
 
     ``name`` is canonical (``mcp.<server>.<tool>``), ``function`` the OpenAI function name
-    (rule X1), ``tool`` the server's own name, ``input_schema`` its JSON Schema, ``read_only``
-    the server's ``readOnlyHint`` annotation (False when absent: the approval default asks, rule X3).
+    (rule X1), ``tool`` the server's own name, ``input_schema`` its JSON Schema; ``read_only``,
+    ``destructive``, ``open_world`` and ``idempotent`` the server's annotations (``readOnlyHint`` …,
+    MCP's defaults when absent: not read-only, destructive, open world, not idempotent), from which
+    ``risk`` follows (rule T9; the approval default asks unless it is read-only, rule X3).
     """
 
     name: str
@@ -112,6 +114,16 @@ class McpTool(BaseModel):
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     read_only: bool = False
+    destructive: bool = True
+    open_world: bool = True
+    idempotent: bool = False
+
+    @property
+    def risk(self) -> str:
+        """Rule T9: ``read_only``; else ``external`` (open world), ``irreversible`` (destructive) or ``reversible``."""
+        if self.read_only:
+            return "read_only"
+        return "external" if self.open_world else "irreversible" if self.destructive else "reversible"
 
     def openai_schema(self) -> dict[str, Any]:
         """The chat-completions ``tools`` entry: the server's schema plus a required ``reason`` (rule T1)."""

@@ -97,8 +97,20 @@ class DelegateArgs(ToolArgs):
     reason: str = REASON_FIELD
 
 
+Risk = Literal["read_only", "sandboxed", "reversible", "irreversible", "external"]
+"""A tool's risk tier (rule T9): ``read_only`` (reads, changes nothing), ``sandboxed`` (runs code
+in isolation: effects stay in the sandbox), ``reversible`` (changes something that can be undone),
+``irreversible`` (changes something for good), ``external`` (acts on the world outside Conduit)."""
+
+RISK_APPROVAL: dict[str, str] = {"read_only": "never", "sandboxed": "always", "reversible": "never",
+                                 "irreversible": "always", "external": "always"}
+"""Rule T9: the approval policy of a tier when no policy names the tool (a tenant's
+``approval_by_risk`` overrides it tier by tier)."""
+
+
 class ToolSpec(BaseModel):
-    """Static description of one tool: its arguments model, description and request topic."""
+    """Static description of one tool: its arguments model, description, request topic, risk tier
+    (rule T9) and whether running it twice with the same arguments does no more than once."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -106,6 +118,8 @@ class ToolSpec(BaseModel):
     description: str
     args_model: type[ToolArgs]
     request_topic: str
+    risk: Risk = "read_only"
+    idempotent: bool = True
 
 
 TOOL_SPECS: dict[str, ToolSpec] = {
@@ -139,6 +153,8 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         args_model=CodeExecArgs,
         request_topic=topics.TOOL_REQUESTS_SANDBOX,
+        risk="sandboxed",
+        idempotent=False,  # the same code may read the clock or draw random numbers
     ),
     "delegate": ToolSpec(
         name="delegate",

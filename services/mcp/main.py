@@ -45,12 +45,19 @@ INVALID_PARAMS = -32602
 
 
 def offered(server: str, tool: Tool) -> McpTool:
-    """The ``McpTool`` Conduit offers for ``tool`` of ``server`` (names: rule X1; read-only: the
-    server's ``readOnlyHint``, False when absent)."""
-    read_only = bool(tool.annotations and tool.annotations.read_only_hint)
+    """The ``McpTool`` Conduit offers for ``tool`` of ``server`` (names: rule X1; its annotations, MCP's
+    defaults when absent: not read-only, destructive, open world, not idempotent; rule T9)."""
+    notes = tool.annotations
+
+    def hint(name: str, default: bool) -> bool:
+        value = getattr(notes, name, None) if notes is not None else None
+        return default if value is None else bool(value)
+
     return McpTool(name=canonical_name(server, tool.name), function=function_name(server, tool.name), server=server,
                    tool=tool.name, description=(tool.description or tool.title or "")[:1000],
-                   input_schema=dict(tool.input_schema or {"type": "object"}), read_only=read_only)
+                   input_schema=dict(tool.input_schema or {"type": "object"}), read_only=hint("read_only_hint", False),
+                   destructive=hint("destructive_hint", True), open_world=hint("open_world_hint", True),
+                   idempotent=hint("idempotent_hint", False))
 
 
 def result_text(result: CallToolResult, limit: int) -> str:

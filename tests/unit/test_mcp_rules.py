@@ -27,9 +27,10 @@ SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}, "text": 
 LOOKUP = {"type": "object", "properties": {"category": {"type": "string"}}, "required": ["category"]}
 
 
-def tool(name: str = "file_note", read_only: bool = False, server: str = "casefile", schema: dict = SCHEMA) -> McpTool:
+def tool(name: str = "file_note", read_only: bool = False, server: str = "casefile", schema: dict = SCHEMA,
+         **hints: bool) -> McpTool:
     return McpTool(name=canonical_name(server, name), function=function_name(server, name), server=server,
-                   tool=name, description="File a note.", input_schema=schema, read_only=read_only)
+                   tool=name, description="File a note.", input_schema=schema, read_only=read_only, **hints)
 
 
 def test_names_are_namespaced_and_fit_openai_function_names():
@@ -69,9 +70,17 @@ def test_config_digest_changes_with_the_config_only():
 
 
 def test_approval_default_asks_for_tools_not_marked_read_only():
-    assert policies.default_approval(tool(read_only=False)) == "always"
-    assert policies.default_approval(tool(read_only=True)) == "never"
-    assert policies.default_approval(None) == "never"
+    """Rules X3 and T9: an MCP tool's tier follows its annotations (MCP's defaults when absent)."""
+    assert tool(read_only=False).risk == "external" and tool(read_only=True).risk == "read_only"
+    assert tool(read_only=False, open_world=False).risk == "irreversible"
+    assert tool(read_only=False, open_world=False, destructive=False).risk == "reversible"
+    assert policies.default_approval(policies.risk_of("mcp.x.y", tool(read_only=False))) == "always"
+    assert policies.default_approval(policies.risk_of("mcp.x.y", tool(read_only=True))) == "never"
+    assert policies.default_approval(policies.risk_of("mcp.x.y", tool(read_only=False, open_world=False,
+                                                                      destructive=False))) == "never"
+    assert policies.default_approval(policies.risk_of("kb_search", None)) == "never"
+    assert policies.default_approval(policies.risk_of("code_exec", None)) == "always"
+    assert policies.default_approval("sandboxed", {"sandboxed": "never"}) == "never"  # a tenant's tier policy
     args = {"title": "t", "text": "x"}
     assert policies.needs_approval({}, "mcp.casefile.file_note", args, default="always")
     assert not policies.needs_approval({"mcp.casefile.file_note": "never"}, "mcp.casefile.file_note", args, default="always")

@@ -2,9 +2,10 @@
 docs/architecture.md).
 
 - Approval policy per tool: ``never``, ``always`` or a rule ``if:<argument>~<regex>``
-  (approval needed when that argument matches). Default: ``code_exec`` always asks; rule X3
-  (docs/mcp.md): an MCP tool whose server does not mark it read-only (``readOnlyHint``) always
-  asks unless the tenant's policy names it.
+  (approval needed when that argument matches). Default by the tool's risk tier (rule T9,
+  ``contracts.tools.RISK_APPROVAL``, a tenant's ``approval_by_risk`` first): sandboxed
+  (``code_exec``), irreversible and external tools ask; rule X3 (docs/mcp.md): an MCP tool whose
+  server does not mark it read-only (``readOnlyHint``) asks unless the tenant's policy names it.
 - Loop detection signature (rule A6): tool name + normalised arguments (strings trimmed and
   case-folded, keys sorted, ``reason`` ignored): on the third identical call the model is
   told it already has that result; a fourth ends the task.
@@ -18,6 +19,7 @@ import re
 from typing import Any
 
 from contracts.mcp import McpTool
+from contracts.tools import RISK_APPROVAL, TOOL_SPECS
 
 LOOP_WARN_AT = 3
 """Identical calls at which the model is told it already has the result (rule A6)."""
@@ -54,10 +56,19 @@ def signature(tool: str, arguments: dict[str, Any]) -> str:
     return f"{tool}:{json.dumps(canonical(args), ensure_ascii=False, sort_keys=True)}"
 
 
-def default_approval(mcp_tool: McpTool | None) -> str:
-    """The policy of a tool no rule names: ``always`` for an MCP tool not marked read-only (rule X3),
-    else ``never``."""
-    return "always" if mcp_tool is not None and not mcp_tool.read_only else "never"
+def risk_of(name: str, mcp_tool: McpTool | None) -> str:
+    """Rule T9: the risk tier of tool ``name`` (an MCP tool's from its annotations; an unknown name: ``external``)."""
+    if mcp_tool is not None:
+        return mcp_tool.risk
+    spec = TOOL_SPECS.get(name)
+    return spec.risk if spec is not None else "external"
+
+
+def default_approval(risk: str, by_risk: dict[str, str] | None = None) -> str:
+    """Rule T9: the policy of a tool no rule names: its tier's in ``by_risk`` (a tenant's), else
+    ``RISK_APPROVAL``'s (``always`` for sandboxed, irreversible and external tools, so an MCP tool
+    not marked read-only asks, rule X3)."""
+    return (by_risk or {}).get(risk) or RISK_APPROVAL.get(risk, "always")
 
 
 def needs_approval(policies: dict[str, str], tool: str, arguments: dict[str, Any], default: str = "never") -> bool:

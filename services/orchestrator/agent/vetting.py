@@ -136,8 +136,9 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
                        "use another tool or answer with what you have")
     state.tool_calls_used += 1
     state.tool_counts[call.name] = state.tool_counts.get(call.name, 0) + 1
-    rules = tenants.policy(s, state.tenant_id).approval_policies or {}
-    if policies.needs_approval(rules, call.name, call.arguments, default=policies.default_approval(state.mcp_tool(call.name))):
+    tenant = tenants.policy(s, state.tenant_id)
+    default = policies.default_approval(policies.risk_of(call.name, state.mcp_tool(call.name)), tenant.approval_by_risk)
+    if policies.needs_approval(tenant.approval_policies or {}, call.name, call.arguments, default=default):  # rule T9
         call.approval = "pending"
         call.arguments_digest = arguments_digest(call.arguments)
         deadline = team.budget(deps, state).deadline_at  # rule E2: never past the task's deadline
