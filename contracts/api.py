@@ -160,6 +160,8 @@ class ApprovalRecord(BaseModel):
     arguments_digest: str
     expires_at: datetime
     status: Literal["pending", "approved", "rejected", "edited", "expired"] = "pending"
+    escalated: bool = False
+    """The owner did not decide in time: only a tenant admin may decide now (rule A26)."""
 
 
 class ErrorDetail(BaseModel):

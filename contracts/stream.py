@@ -176,6 +176,17 @@ class PlanRevised(StreamEvent):
     steps: list[PlanItem]
 
 
+class ApprovalEscalated(StreamEvent):
+    """Nobody decided call ``call_id`` in time and the tenant escalates (rule A26): it now waits for a
+    tenant admin (``to_role``) until ``expires_at``; past that it is refused as expired."""
+
+    type: Literal["approval.escalated"] = "approval.escalated"
+    call_id: str
+    tool: str
+    to_role: Literal["admin"] = "admin"
+    expires_at: datetime
+
+
 class EvidenceEvent(StreamEvent):
     """Evidence that just entered the model's context, with its pool numbers."""
 
@@ -294,6 +305,7 @@ TaskStreamEvent = Annotated[
         PlanCreated,
         PlanStepDone,
         PlanRevised,
+        ApprovalEscalated,
         EvidenceEvent,
         ApprovalRequiredEvent,
         TraceEvent,

@@ -183,6 +183,7 @@ class Settings(BaseSettings):
         default={"code_exec": "always"},
         description="per tool: never, always or if:<arg>~<regex> (JSON object; rule A7)")
     approval_ttl_s: float = Field(default=300.0, description="seconds a pending approval waits before it expires")
+    approval_timeout: Literal["deny", "escalate"] = Field(default="deny", description="rule A26: an approval nobody decided within approval_ttl_s is denied, or escalated once to a tenant admin for another approval_ttl_s (per tenant: `approval_timeout` in CONDUIT_TENANTS)")
     lease_ttl_s: float = Field(default=15.0, description="task lease; another replica resumes a task after it lapses")
     shutdown_grace_s: float = Field(default=10.0, description="on SIGTERM, seconds running model steps may finish before they are handed over")
     orchestrator_concurrency: int = Field(default=32, ge=1, le=256, description="bus messages one orchestrator handles at once (each task's in order; 1: one at a time, each offset committed after its handler; rule B2)")

@@ -30,6 +30,8 @@ class TenantPolicy(BaseModel):
     models: list[str] | None = Field(default=None, description="configured models its requests may name (rule A20; None = every one)")
     fallbacks: list[str] | None = Field(default=None, description="configured models that answer after its primary, in order (rule A21; None = CONDUIT_MODEL_FALLBACKS)")
     approval_policies: dict[str, str] | None = Field(default=None, description="per tool: never, always, if:<arg>~<regex>")
+    approval_timeout: Literal["deny", "escalate"] | None = Field(
+        default=None, description="an approval nobody decided in time: denied, or escalated to an admin once (rule A26)")
     approval_by_risk: dict[Risk, Literal["never", "always"]] | None = Field(
         default=None, description="per risk tier (rule T9): never or always, for tools no policy names")
     rate_limit_per_minute: int | None = Field(default=None, ge=0, description="requests per minute, all its credentials")
@@ -54,6 +56,7 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
         fallbacks=own.fallbacks if own.fallbacks is not None else settings.model_fallbacks,
         approval_policies=own.approval_policies if own.approval_policies is not None else settings.approval_policies,
         approval_by_risk=own.approval_by_risk,
+        approval_timeout=own.approval_timeout,
         rate_limit_per_minute=(own.rate_limit_per_minute if own.rate_limit_per_minute is not None
                                else settings.rate_limit_tenant_per_minute),
         running_tasks=own.running_tasks if own.running_tasks is not None else settings.running_tasks_per_tenant,

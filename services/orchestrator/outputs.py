@@ -77,6 +77,8 @@ class Outputs:
         if u.arguments is not None:
             record.arguments = u.arguments
         record.arguments_digest = u.arguments_digest or record.arguments_digest
+        if u.escalated_until is not None:  # rule A26
+            record.escalated, record.expires_at = True, u.escalated_until
         await approvals.save(self.redis, record)
 
     async def publish_request(self, state: TaskState, call: PendingCall, rescue: str | None = None) -> None:

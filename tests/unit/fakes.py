@@ -149,6 +149,8 @@ class FakeOutbound:
         record = self.w.approvals.get(u.call_id)
         if record and not (u.only_if_pending and record["status"] != "pending"):
             record["status"] = u.status
+            if u.escalated_until is not None:
+                record["escalated"], record["expires_at"] = True, u.escalated_until
 
     async def publish_request(self, state: TaskState, call: PendingCall, rescue: str | None = None) -> None:
         self.w.requests.append(call.model_copy(deep=True))

@@ -123,3 +123,27 @@ async def test_a_tenants_own_model_is_asked_for_and_others_get_the_default():
     other = Sim(TestModel(Reply(content="好的。")), tenants={"acme": {"model": "m-acme"}})
     await other.ask()
     assert own.model.models_seen == ["m-own"] and other.model.models_seen == [other.deps.settings.model]
+
+
+async def test_an_approval_nobody_decided_is_escalated_once_to_an_admin_then_expires():
+    """Rule A26: a tenant that escalates gives the call one more approval_ttl_s for a tenant admin."""
+    sim = _sim(Reply(tool_calls=[code("print(1)")]), approval_ttl_s=60, approval_timeout="escalate")
+    await sim.ask()
+    call = sim.state.pending_approvals()[0]
+    await sim.wake(61)
+    up = sim.of("approval.escalated")
+    assert len(up) == 1 and up[0].call_id == call.call_id and up[0].to_role == "admin"
+    assert sim.state.pending_approvals() and sim.state.pending_approvals()[0].escalated
+    assert sim.approvals[call.call_id]["escalated"] is True and sim.approvals[call.call_id]["status"] == "pending"
+    assert sim.requests == []
+    await sim.wake(61)
+    assert sim.approvals[call.call_id]["status"] == "expired" and sim.requests == []
+    assert len(sim.of("approval.escalated")) == 1 and sim.state.status == "completed"
+
+
+async def test_by_default_an_undecided_approval_expires_at_once():
+    sim = _sim(Reply(tool_calls=[code("print(1)")]), approval_ttl_s=60)
+    await sim.ask()
+    call = sim.state.pending_approvals()[0]
+    await sim.wake(61)
+    assert not sim.of("approval.escalated") and sim.approvals[call.call_id]["status"] == "expired"

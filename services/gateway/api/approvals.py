@@ -61,7 +61,8 @@ async def _check_edit(state: GatewayState, tenant_id: str, tool: str, arguments:
              responses=_ERRORS)
 async def decide(task_id: str, call_id: str, request: Request, state: GatewayState = Depends(get_state),
                  who: Principal = Depends(authenticate)) -> JSONResponse:
-    """Approve, reject or edit a pending tool call (only the task's owner or a tenant admin)."""
+    """Approve, reject or edit a pending tool call (only the task's owner or a tenant admin; once
+    escalated, rule A26, only a tenant admin: 403 ``approval_escalated``)."""
     view = await tasks.get_task(state, who, task_id)
     try:
         body = ApprovalDecisionBody.model_validate_json(await request.body())
@@ -75,6 +76,9 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
         raise ApiError(409, "approval_not_pending", f"approval {call_id!r} is already {record.status}", {"status": record.status})
     if record.expires_at <= datetime.now(UTC):
         raise ApiError(409, "approval_expired", f"approval {call_id!r} expired at {record.expires_at.isoformat()}")
+    if record.escalated and not who.is_admin:  # rule A26: escalated past its owner
+        raise ApiError(403, "approval_escalated", f"approval {call_id!r} was not decided in time and now waits for "
+                       "a tenant admin", {"expires_at": record.expires_at.isoformat()})
     arguments, new_digest = None, None
     if body.decision == "approve" and body.arguments_digest and body.arguments_digest != record.arguments_digest:
         raise ApiError(409, "digest_mismatch", "the arguments changed since you saw them; review them again",

@@ -16,6 +16,7 @@ compare-and-set and carries out the effects by their stage:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from contracts.api import ApprovalRecord, SessionContext
@@ -63,13 +64,15 @@ class SaveApproval:
 @dataclass(frozen=True)
 class UpdateApproval:
     """Update the stored approval of ``call_id``: set ``status`` (and the decided arguments);
-    with ``only_if_pending`` a record already decided is left alone."""
+    with ``only_if_pending`` a record already decided is left alone. ``escalated_until``: the
+    approval was escalated to a tenant admin and now expires then (rule A26)."""
 
     call_id: str
     status: str
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = None
     only_if_pending: bool = False
+    escalated_until: datetime | None = None
 
 
 @dataclass(frozen=True)

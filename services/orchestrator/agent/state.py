@@ -91,6 +91,7 @@ class PendingCall(BaseModel):
     sent: bool = False  # the ToolRequested is on the bus (outbox flag: unsent calls are re-sent by the sweeper)
     sent_at: datetime | None = None  # when it was last sent again (rule A14); None: first sent at requested_at
     approval: Literal["pending", "approved", "rejected", "edited"] | None = None
+    escalated: bool = False  # its approval was escalated to a tenant admin (rule A26)
     arguments_digest: str | None = None
     expires_at: datetime | None = None
     child: ChildSpec | None = None  # a delegate call's child task, once started (team mode, rule D4)

@@ -2,7 +2,8 @@
 (rules A7 and A8, docs/architecture.md).
 
 For each call still without a result at ``now``:
-- a pending approval past ``expires_at`` is refused with ``approval_expired``;
+- a pending approval past ``expires_at`` is refused with ``approval_expired``, or, for a tenant that
+  escalates (``approval_timeout``, rule A26), waits once more for a tenant admin (``approval.escalated``);
 - a request never confirmed on the bus (its replica died between the checkpoint and
   the publish: ``state.OUTBOX_RESEND_S``) or whose retry is due is sent again
   (idempotent: tool services key results by idempotency key);
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from conduit.runtime import tenants
 from contracts.events import ToolError, ToolResultPayload
+from contracts.stream import ApprovalEscalated
 from services.orchestrator.agent import approvals, recording, team
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import ClearWake, Public, PublishTool, Step, UpdateApproval, Wake
@@ -52,18 +55,24 @@ def _postpone(deps: Deps, state: TaskState, call: PendingCall, now: datetime) ->
 
 
 def due(deps: Deps, state: TaskState, now: datetime,
-        bus_up: bool = True) -> tuple[list[PendingCall], list[recording.Arrival], bool]:
+        bus_up: bool = True) -> tuple[list[PendingCall], list[recording.Arrival], bool, list[PendingCall]]:
     """The calls to send again at ``now``, the results the timers give (expired approvals,
-    timeouts), in call order, and whether a deadline was postponed (``bus_up`` False, rule A15)."""
+    timeouts), in call order, whether a deadline was postponed (``bus_up`` False, rule A15) and the
+    approvals to escalate (rule A26: a tenant that escalates, an approval not escalated before)."""
     resend: list[PendingCall] = []
     late: list[recording.Arrival] = []
+    escalate: list[PendingCall] = []
     postponed = False
     expired = dict(approvals.expire(state, now))
+    escalates = (tenants.policy(deps.settings, state.tenant_id).approval_timeout
+                 or deps.settings.approval_timeout) == "escalate"
     for c in state.pending:
         if c.result is not None:
             continue
         if c.approval == "pending":
-            if c.call_id in expired:
+            if c.call_id in expired and escalates and not c.escalated:
+                escalate.append(c)
+            elif c.call_id in expired:
                 late.append((c.call_id, expired[c.call_id]))
         elif not c.sent or (c.retry_at and c.retry_at <= now):
             if (w := c.next_wakeup()) is not None and w <= now:
@@ -75,7 +84,20 @@ def due(deps: Deps, state: TaskState, now: datetime,
                 late.append((c.call_id, timeout_result(deps, c, now)))
         elif c.resend_at() <= now:  # rule A14
             resend.append(c)
-    return resend, late, postponed
+    return resend, late, postponed, escalate
+
+
+def escalated(deps: Deps, state: TaskState, calls: list[PendingCall], now: datetime) -> Step:
+    """Rule A26: ``calls`` wait ``approval_ttl_s`` more (never past the task's deadline) for a tenant
+    admin: ``approval.escalated`` for the client, the stored approvals marked escalated."""
+    step = Step(state)
+    deadline = team.budget(deps, state).deadline_at
+    for c in calls:
+        c.escalated = True
+        c.expires_at = max(now, min(now + timedelta(seconds=deps.settings.approval_ttl_s), deadline))
+        step.emit(ApprovalEscalated(call_id=c.call_id, tool=c.name, expires_at=c.expires_at))
+        step.effects.append(UpdateApproval(c.call_id, "pending", only_if_pending=True, escalated_until=c.expires_at))
+    return step
 
 
 def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True) -> Step:
@@ -83,13 +105,17 @@ def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True) -> St
     broker does not answer, so deadlines are postponed instead of fired (rule A15)."""
     if state.terminal or state.phase != Phase.TOOLS:
         return Step(state, [ClearWake()], save=False)
-    resend, late, postponed = due(deps, state, now, bus_up)
+    resend, late, postponed, escalate = due(deps, state, now, bus_up)
+    if escalate and not resend and not late:  # rule A26: the approvals wait longer, for an admin
+        wake_at = state.next_wakeup()
+        return escalated(deps, state, escalate, now).then(Step(state, [Wake(wake_at)] if wake_at else []))
     if not resend and not late:
         wake_at = state.next_wakeup()
         return Step(state, [Wake(wake_at) if wake_at is not None else ClearWake()], save=postponed)
     for c in resend:
         c.retry_at, c.sent, c.sent_at = None, False, now
-    step = Step(state, [PublishTool(c) for c in resend])
+    step = escalated(deps, state, escalate, now)
+    step.effects += [PublishTool(c) for c in resend]
     for call_id, r in late:
         call = state.call(call_id)
         if call is not None and r.error is not None and r.error.error_code == "approval_expired":
