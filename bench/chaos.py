@@ -575,7 +575,7 @@ def report(f: dict) -> str:
 {f['tasks']} tasks ({f['approvals']} needing approval, {SESSIONS} sessions), each one `web_fetch` and a streamed
 scripted answer, through a supervised embedded stack (2 orchestrator replicas, 2 web replicas, gateway, tansu, Redis
 with its AOF). {_what_was_done(f)}.
-Clients reconnect with `Last-Event-ID`. Default settings (lease TTL {Settings().lease_ttl_s:.0f} s, rule A24 resumes a dead replica's steps at once) but the tool deadline, {f['tool_timeout_s']:.0f} s; supervisor crash-loop
+Clients reconnect with `Last-Event-ID`. The product's settings (lease TTL {Settings().lease_ttl_s:.0f} s: rule A24 resumes a dead replica's steps at once) and tool deadline {f['tool_timeout_s']:.0f} s{'' if f['tool_timeout_s'] == Settings().tool_timeout_s else ' (not the default)'}; supervisor crash-loop
 limit raised to 1000 for the run. Machine: {machine()}; load average at the end: {f['load']}.
 
 | figure | value |

@@ -28,7 +28,7 @@ import structlog
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
-from conduit.records import controls, sessions
+from conduit.records import controls, keys, sessions
 from conduit.records.modelhealth import ModelHealth
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
@@ -39,7 +39,7 @@ from conduit.runtime.toolcatalog import available_tools, unavailable_tools
 from contracts.api import SessionContext
 from contracts.envelope import utcnow
 from contracts.evidence import Citation
-from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult
+from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult, ToolResultPayload
 from services.orchestrator import router, sweeper
 from services.orchestrator.agent import approvals, endings, planning, recording, routing, timers
 from services.orchestrator.agent.deps import Deps
@@ -205,9 +205,19 @@ class Orchestrator:
 
     async def wake(self, task_id: str) -> None:
         """Fire a task's due timers (the sweeper claimed its wake-up); deadlines are postponed
-        while the broker does not answer (rule A15)."""
+        while the broker does not answer (rule A15). Results the tool services stored for its
+        waiting calls are recorded first (rule A27), and then nothing else fires this time."""
         deps, bus_up = self.deps, await self.bus_up()
-        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up))
+        state = await self.store.load(task_id)
+        waiting = timers.awaiting(state) if state is not None else []
+        if waiting:
+            raw = await self.redis.mget([keys.tool_result(c.idempotency_key) for c in waiting])
+            stored = [ToolResultPayload.model_validate_json(r) for r in raw if r is not None]
+            if stored and await self.apply(task_id, lambda st: timers.take_stored(deps, st, stored, utcnow()),
+                                           loaded=state) is not None:
+                return
+            state = None  # a lost race or nothing taken: the timers run on a fresh load
+        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up), loaded=state)
 
     async def rescue(self, task_id: str, idempotency_key: str, owner: str) -> None:
         """Rule A23: send call ``idempotency_key`` again now; the process running it (``owner``) is gone."""

@@ -14,6 +14,9 @@
 - A model step whose orchestrator is gone (rule A24: each replica lists its running steps under its
   owner name in ``keys.STEPS`` every pass) has its lease lapsed at once, so it resumes on the next
   pass instead of after ``lease_ttl_s`` (15 s).
+- When an orchestrator is gone, every task waiting for tools wakes at once, and a wake-up first
+  records the results the tool services stored for its waiting calls (rule A27): a result the gone
+  replica consumed and never recorded, or one waiting in its partitions, is not waited for.
 - A task whose tool wake-up is due (approval expiry, retry time, result deadline,
   unsent request) is claimed and its timers fired (``agent.timers.wake``). For
   ``TIMER_GRACE_S`` after start, timers wait: results that arrived while no replica
@@ -73,11 +76,12 @@ async def sweep(orch: "Orchestrator") -> None:
 
 def steps_of_others(fields: dict, me: str | None, now: float) -> tuple[dict[str, list[str]], list[str]]:
     """Pure: from ``keys.STEPS`` (owner -> ``{"tasks", "at"}`` JSON), the other replicas' running
-    steps ``{owner: task ids}`` (those running any) and the owners whose field is stale (not
-    rewritten for ``STEPS_KEPT_S`` seconds: drop it)."""
+    steps ``{owner: task ids}`` (every other replica: one running none may still have consumed
+    tool results, rule A27) and the owners whose field is stale (not rewritten for
+    ``STEPS_KEPT_S`` seconds: drop it)."""
     listed = {o.decode() if isinstance(o, bytes) else o: json.loads(v) for o, v in fields.items()}
     stale = [o for o, v in listed.items() if now - v.get("at", 0) > STEPS_KEPT_S]
-    return {o: v["tasks"] for o, v in listed.items() if v.get("tasks") and o != me and o not in stale}, stale
+    return {o: v.get("tasks", []) for o, v in listed.items() if o != me and o not in stale}, stale
 
 
 async def rescue_orphans(orch: "Orchestrator") -> list[str]:
@@ -105,6 +109,7 @@ async def rescue_orphans(orch: "Orchestrator") -> list[str]:
             for task_id in stepping[owner]:
                 log.warning("resuming a model step whose replica is gone (rule A24)", task_id=task_id, owner=owner)
                 await orch.store.expire_lease(task_id)
+            await _wake_waiting(redis)
     rescued = []
     for member, (owner, task_id, idempotency_key) in runs.items():
         if owner in dead and await redis.zrem(keys.TOOL_RUNS, member):
@@ -113,6 +118,16 @@ async def rescue_orphans(orch: "Orchestrator") -> list[str]:
             await orch.rescue(task_id, idempotency_key, owner)
             rescued.append(idempotency_key)
     return rescued
+
+
+async def _wake_waiting(redis: Any) -> None:
+    """Rule A27: an orchestrator is gone, and with it the tool results it had consumed but not
+    recorded, and those waiting in its partitions until a rebalance: every task waiting for tools
+    wakes now (``TOOL_DEADLINES`` scores lowered to now), and its wake-up reads the stored results."""
+    waiting = await redis.zrange(TOOL_DEADLINES, 0, -1)
+    if waiting:
+        now = time.time()
+        await redis.zadd(TOOL_DEADLINES, {t: now for t in waiting}, lt=True)
 
 
 async def _start_lost_questions(orch: "Orchestrator") -> None:

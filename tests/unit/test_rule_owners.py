@@ -109,4 +109,26 @@ def test_the_steps_of_other_orchestrators_are_read_and_stale_fields_dropped():
               idle: json.dumps({"tasks": [], "at": now}),
               old: json.dumps({"tasks": ["t9"], "at": now - STEPS_KEPT_S - 1})}
     stepping, stale = steps_of_others(fields, me, now)
-    assert stepping == {other: ["t2", "t3"]} and stale == [old]
+    assert stepping == {other: ["t2", "t3"], idle: []} and stale == [old]
+
+
+async def test_a_wake_up_takes_a_result_the_tool_service_stored():
+    """Rule A27: a result message lost with an orchestrator (consumed, then SIGKILLed) or waiting in
+    a dead one's partition is read from the store by the next wake-up instead of waited for."""
+    sim = await _waiting()
+    call = sim.state.pending[0]
+    assert [c.call_id for c in timers.awaiting(sim.state)] == [call.call_id]
+    stranger = ok(call).model_copy(update={"idempotency_key": "other:1:call_x"})
+    assert timers.take_stored(sim.deps, sim.state, [stranger], sim.now) is None  # not this task's call
+    await sim.run(timers.take_stored(sim.deps, sim.state, [ok(call)], sim.now))
+    assert sim.of("tool.completed")[0].outcome == "ok" and sim.types()[-1] == "task.completed"
+    assert timers.awaiting(sim.state) == []
+
+
+async def test_only_sent_calls_not_awaiting_approval_are_looked_up():
+    sim = await _waiting()
+    call = sim.state.pending[0]
+    call.sent = False
+    assert timers.awaiting(sim.state) == []
+    call.sent, call.approval = True, "pending"
+    assert timers.awaiting(sim.state) == []

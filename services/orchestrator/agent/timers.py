@@ -15,6 +15,10 @@ For each call still without a result at ``now``:
   task's deadline, so the call gets its full time once a broker is back).
 Otherwise the wake-up is moved to the task's next due time.
 
+``take_stored`` (rule A27): before its timers fire, a wake-up records the results the tool services
+stored (``keys.tool_result``) for calls still waiting: a result message lost with an orchestrator
+(consumed, then SIGKILLed) or waiting in a dead orchestrator's partition is not waited for.
+
 ``rescue`` (rule A23): a call whose run's process is gone (rule T8, found by the sweeper) is sent
 again at once, to a live replica, instead of waiting for its claim to lapse and the next re-send.
 """
@@ -129,6 +133,23 @@ def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True) -> St
         # claim (pushed a few seconds ahead) stands, so a replica dying before that re-sends them
         step.effects = [e for e in step.effects if not isinstance(e, Wake)]
     return step
+
+
+def awaiting(state: TaskState) -> list[PendingCall]:
+    """The calls whose result may be in the tool services' store: sent tool requests (not a
+    delegate's worker, not waiting for approval) still without a result."""
+    if state.terminal or state.phase != Phase.TOOLS:
+        return []
+    return [c for c in state.pending if c.result is None and c.sent and c.tool not in (None, "delegate")
+            and c.approval != "pending"]
+
+
+def take_stored(deps: Deps, state: TaskState, stored: list[ToolResultPayload], now: datetime) -> Step | None:
+    """Rule A27: record ``stored`` (results read from the store for ``awaiting`` calls) as if they
+    had arrived on the bus; None when none matches a call still waiting."""
+    waiting = {c.idempotency_key for c in awaiting(state)}
+    found = [r for r in stored if r.idempotency_key in waiting]
+    return recording.record_results(deps, state, found, now) if found else None
 
 
 def rescue(state: TaskState, idempotency_key: str, owner: str, now: datetime) -> Step | None:
