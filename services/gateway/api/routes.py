@@ -37,14 +37,18 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _SSE_DOC = {200: {"content": {"text/event-stream": {}}, "description": "SSE stream of task events"}}
 
 
+async def _create(request: Request, state: GatewayState, who: Principal) -> tuple[TaskCreated, bool]:
+    """The request's question created as a task (``tasks.create_task``): ``(created, replayed)``."""
+    key = inputs.idempotency_key(request)
+    body = await inputs.read_task_create(request, state.settings)
+    return await tasks.create_task(state, who, body, inputs.traceparent(request), key, use_cache=inputs.use_cache(request))
+
+
 @router.post("/tasks", status_code=202, response_model=TaskCreated, openapi_extra=_BODY_DOC, responses=_ERRORS)
 async def post_task(request: Request, state: GatewayState = Depends(get_state),
                     who: Principal = Depends(authenticate)) -> JSONResponse:
     """Queue a question; stream its events from ``events_url``."""
-    key = inputs.idempotency_key(request)
-    body = await inputs.read_task_create(request, state.settings)
-    created, replayed = await tasks.create_task(state, who, body, inputs.traceparent(request), key,
-                                                use_cache=inputs.use_cache(request))
+    created, replayed = await _create(request, state, who)
     headers = {"Location": f"/v1/tasks/{created.task_id}"}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
@@ -55,10 +59,7 @@ async def post_task(request: Request, state: GatewayState = Depends(get_state),
 async def ask(request: Request, state: GatewayState = Depends(get_state),
               who: Principal = Depends(authenticate)) -> EventSourceResponse:
     """Queue a question and stream its events (task.accepted .. terminal) in this response."""
-    key = inputs.idempotency_key(request)
-    body = await inputs.read_task_create(request, state.settings)
-    created, replayed = await tasks.create_task(state, who, body, inputs.traceparent(request), key,
-                                                use_cache=inputs.use_cache(request))
+    created, replayed = await _create(request, state, who)
     headers = {"X-Task-Id": created.task_id, "Content-Location": created.events_url}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
