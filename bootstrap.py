@@ -145,6 +145,7 @@ def main(argv: list[str]) -> int:
         return 2
     if argv[0] == "test":
         install(dev=True)
+        ensure_bubblewrap()  # the sandbox's tests run code in it, as the demo's answers do
         ensure_test_tools(argv[1:])
         return subprocess.call([str(BIN / "python"), "-m", "pytest", *argv[1:]], cwd=ROOT)
     install(dev=False)
