@@ -7,8 +7,8 @@ Needs only Python 3.11+. Usage:
     python3 bootstrap.py up|ask|ingest ...   # any other `conduit` command
 The install is skipped when .venv is up to date with uv.lock. ``demo`` also installs
 bubblewrap (code_exec's isolation) when it runs as root with apt-get, and otherwise says in
-one line that code execution is off and which command turns it on. ``test`` does the same for the
-programs some tests need (``TEST_TOOLS``: Chromium for the page's browser tests, Prometheus' promtool and
+one line that code execution is off and which command turns it on. ``test`` does the same for
+bubblewrap and for the programs some tests need (``TEST_TOOLS``: Chromium for the page's browser tests, Prometheus' promtool and
 server for the alert tests), and otherwise prints one line naming the tests that skip and the command.
 """
 
