@@ -197,7 +197,7 @@ MATRIX: dict[tuple[str, str], Case] = {
     ("GET", "/v1/memory"): Case("/v1/memory", 200, 200, 200, 200),  # each caller's own items
     ("DELETE", "/v1/memory/{item_id}"): Case(f"/v1/memory/{MEMORY_ID}", 200, 404, 404, 404),  # the owner's goes first
     ("DELETE", "/v1/memory"): Case("/v1/memory", 200, 200, 200, 200),  # each caller forgets their own
-    ("GET", "/v1/memory/export"): Case("/v1/memory/export", 200, 200, 200, 200),  # each caller's own
+    ("GET", "/v1/me/export"): Case("/v1/me/export", 200, 200, 200, 200),  # each caller's own
     ("GET", "/v1/models"): Case("/v1/models", 200, 200, 200, 200),
     ("POST", "/v1/chat/completions"): Case("/v1/chat/completions", 200, 404, 404, 404, {
         "model": "conduit", "messages": [{"role": "user", "content": "again"}], "stream": True}, sse=True,

@@ -137,13 +137,13 @@ def test_forgetting_a_fact_forgets_what_was_derived_from_it(stack, keys, model, 
     first, _ = ask(stack, keys["frank"], "我叫李四。请问个人所得税的起征点是多少？")
     assert wait_until(lambda: {"fact", "episode"} <= {i["type"] for i in memory_of(stack, keys["frank"])["items"]
                                                       if "李四" in i["text"]}, 30), memory_of(stack, keys["frank"])
-    exported = httpx.get(f"{stack.gateway_url}/v1/memory/export", headers=auth(keys["frank"]), timeout=10).json()
+    exported = httpx.get(f"{stack.gateway_url}/v1/me/export", headers=auth(keys["frank"]), timeout=10).json()
     assert any("李四" in i["text"] for i in exported["items"]) and exported["sessions"][0]["turns"]
     fact = next(i for i in memory_of(stack, keys["frank"])["items"] if i["type"] == "fact" and "李四" in i["text"])
     gone = httpx.delete(f"{stack.gateway_url}/v1/memory/{fact['id']}", headers=auth(keys["frank"]), timeout=10)
     assert gone.status_code == 200 and gone.json()["deleted"] >= 2, gone.text  # the fact and its episode
     assert not any("李四" in i["text"] for i in memory_of(stack, keys["frank"])["items"])
-    exported = httpx.get(f"{stack.gateway_url}/v1/memory/export", headers=auth(keys["frank"]), timeout=10).json()
+    exported = httpx.get(f"{stack.gateway_url}/v1/me/export", headers=auth(keys["frank"]), timeout=10).json()
     assert not any("李四" in i["text"] for i in exported["items"])
     r = redis_sync.Redis.from_url(infra_stack.redis_url)
     try:

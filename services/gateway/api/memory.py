@@ -5,7 +5,7 @@
 - ``DELETE /v1/memory/{id}`` -> 200 ``MemoryDeleted`` ``{"deleted": 1}``; 404 ``memory_not_found``
   for an id the caller does not have (another user's id answers the same)
 - ``DELETE /v1/memory``      -> 200 ``MemoryDeleted`` with the number of items removed
-- ``GET    /v1/memory/export`` -> 200 everything kept about the caller (JSON): memory items, and their
+- ``GET    /v1/me/export`` -> 200 everything kept about the caller (JSON): memory items, and their
   sessions with turns and rolling summaries
 A deletion removes the records at once (recall joins vector hits with them, so nothing deleted
 can be recalled), then asks the retriever to remove the vectors (``MemoryForgetRequested``).
@@ -59,7 +59,7 @@ async def list_memory(state: GatewayState = Depends(get_state),
     return JSONResponse(MemoryList(items=items, enabled=enabled).model_dump(mode="json"))
 
 
-@router.get("/memory/export", responses=_ERRORS)
+@router.get("/me/export", responses=_ERRORS)
 async def export_memory(state: GatewayState = Depends(get_state),
                         who: Principal = Depends(authenticate)) -> JSONResponse:
     """Everything Conduit keeps about the caller (rule M9): ``{"items": [MemoryItem], "sessions":
