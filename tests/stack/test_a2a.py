@@ -35,7 +35,7 @@ from ops.stack import Stack
 from testkit.page import evidence_number, kb
 from testkit.page_fixtures import fresh_script  # noqa: F401 - autouse fixture: an empty script per test
 from testkit.scripted_model import ScriptedModel, Turn
-from testkit.stack import auth, make_key, start_stack
+from testkit.stack import auth, make_key, model_env, start_stack
 
 VAT_LAW = "中华人民共和国增值税法"
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
@@ -44,10 +44,9 @@ WAIT_S = 90
 
 @pytest.fixture(scope="module")
 def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
-    st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("a2a-data"),
-                     ("retriever", "orchestrator", "gateway"),
-                     {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
-                      "CONDUIT_TOOL_TIMEOUT_S": "30"}, laws=[VAT_LAW])
+    services = ("retriever", "orchestrator", "gateway")
+    st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("a2a-data"), services,
+                     model_env(model.base_url, tool_timeout_s=30), laws=[VAT_LAW])
     yield st
     st.stop()
 
