@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -32,23 +32,18 @@ from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNot
 from google.protobuf.json_format import MessageToDict
 
 from ops.stack import Stack
-from testkit.page import evidence_number, kb
+from testkit.page import VAT_LAW, evidence_number, kb
 from testkit.page_fixtures import fresh_script  # noqa: F401 - autouse fixture: an empty script per test
 from testkit.scripted_model import ScriptedModel, Turn
-from testkit.stack import auth, make_key, model_env, start_stack
+from testkit.stack import auth, make_key
 
-VAT_LAW = "中华人民共和国增值税法"
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 WAIT_S = 90
 
 
 @pytest.fixture(scope="module")
-def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
-    services = ("retriever", "orchestrator", "gateway")
-    st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("a2a-data"), services,
-                     model_env(model.base_url, tool_timeout_s=30), laws=[VAT_LAW])
-    yield st
-    st.stop()
+def stack(vat_agent_stack: Stack) -> Stack:
+    return vat_agent_stack  # tests/conftest.py
 
 
 @contextlib.asynccontextmanager

@@ -207,6 +207,9 @@ MATRIX: dict[tuple[str, str], Case] = {
         headers={"X-Conduit-Session": "{session}"}),
     # A2A (docs/a2a.md): JSON-RPC answers 200 with a result or a JSON-RPC error; test_a2a_is_scoped checks which
     ("POST", "/v1/a2a"): Case("/v1/a2a", 200, 200, 200, 200, A2A_GET),
+    ("POST", "/v1/agui"): Case("/v1/agui", 200, 404, 404, 404, {  # AG-UI (docs/agui.md): a new run in alice's session
+        "threadId": "{session}", "runId": "{fresh}", "messages": [{"id": "m1", "role": "user", "content": "again"}]},
+        sse=True),
     ("GET", "/.well-known/agent-card.json"): Case("/.well-known/agent-card.json", 200, 200, 200, 200, public=True),
     ("GET", "/healthz"): Case("/healthz", 200, 200, 200, 200, public=True),
     ("GET", "/readyz"): Case("/readyz", 200, 200, 200, 200, public=True),
@@ -222,7 +225,8 @@ def _fill(text: Any, world: World, session: str, call: str) -> Any:
         return {k: _fill(v, world, session, call) for k, v in text.items()}
     if not isinstance(text, str):
         return text
-    return (text.replace("{task}", world.task_id).replace("{session}", session).replace("{call}", call)
+    return (text.replace("{task}", world.task_id).replace("{fresh}", uuid.uuid4().hex)
+            .replace("{session}", session).replace("{call}", call)
             .replace("{artifact}", world.artifact_id).replace("{document}", world.document_id))
 
 

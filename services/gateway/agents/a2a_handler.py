@@ -45,7 +45,7 @@ from services.gateway.api import approvals, inputs, tasks
 from services.gateway.errors import ApiError
 from services.gateway.identity.auth import Principal
 from services.gateway.state import GatewayState
-from services.gateway.streaming.sse import follow
+from services.gateway.streaming.sse import follow, logged
 
 CANCEL_WAIT_S = 10.0
 """Seconds ``tasks/cancel`` waits for the task's terminal event before it returns the task as it is."""
@@ -97,13 +97,8 @@ def _data(message: Message) -> dict[str, Any]:
 async def projection(state: GatewayState, view: TaskView, upto: int | None = None) -> TaskProjection:
     """The task's A2A projection from its log, up to seq ``upto`` (None: everything logged so far)."""
     proj = TaskProjection(view.task_id, view.session_id, view.question)
-    while upto is None or proj.seq < upto:
-        batch = await state.events.read(view.task_id, after=proj.seq, count=500)
-        fresh = [ev for ev in batch if ev.seq > proj.seq and (upto is None or ev.seq <= upto)]
-        if not fresh:
-            break
-        for ev in fresh:
-            proj.apply(ev)
+    async for ev in logged(state, view.task_id, 0, upto):
+        proj.apply(ev)
     return proj
 
 
