@@ -174,6 +174,22 @@ async def test_an_approval_is_input_required_and_answered_by_a_reply(stack: Stac
             await collect(client.send_message(ask("approve", task_id=task_id)))
 
 
+async def test_a_question_back_is_input_required_and_the_reply_continues_the_context(stack: Stack,
+                                                                                    model: ScriptedModel) -> None:
+    model.push(Turn(content="NEEDS_INPUT: 您问的是哪一年的税率？"), Turn(content="2024年的征收率为3%。"))
+    async with client_for(stack, stack.admin_key) as client:
+        items = await collect(client.send_message(ask("小规模纳税人的征收率是多少？")))
+        asked = items[-1].status_update
+        assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, items[-1]
+        assert "哪一年" in asked.status.message.parts[0].text
+        first = items[0].task
+        reply = await collect(client.send_message(ask("2024年", task_id=first.id)))
+        task = reply[0].task
+        assert task.id != first.id and task.context_id == first.context_id, "a new task in the same conversation"
+        assert reply[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+        assert "2024年" in answer_text(reply)
+
+
 async def test_credentials_and_bad_input(stack: Stack, infra_stack) -> None:
     model_free = {"jsonrpc": "2.0", "id": 3}
     url = f"{stack.gateway_url}/v1/a2a"
@@ -190,6 +206,8 @@ async def test_credentials_and_bad_input(stack: Stack, infra_stack) -> None:
              (b'{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {"role": "user", '
               b'"messageId": "m", "parts": [{"kind": "data", "data": {"a": 1}}]}}}', -32602),
              (b'{"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "nope"}}', -32001)]
+    huge = httpx.post(url, content=b" " * (1024 * 1024 + 1), headers={**h, "content-type": "application/json"}, timeout=10)
+    assert huge.status_code == 413 and huge.json()["error"]["code"] == "question_too_large"
     for raw, code in cases:
         r = httpx.post(url, content=raw, headers={**h, "content-type": "application/json"}, timeout=10)
         assert r.status_code == 200 and r.json()["error"]["code"] == code, (raw, r.text)

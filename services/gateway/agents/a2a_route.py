@@ -6,7 +6,8 @@
   ``CancelTask``, ``SubscribeToTask``) and 0.3 (``message/send``, ``message/stream``, ``tasks/get``,
   ``tasks/cancel``, ``tasks/resubscribe``) on the same URL, parsed and answered by the ``a2a-sdk``'s
   ``JsonRpcDispatcher`` over ``a2a_handler.ConduitRequestHandler``. Authenticated like every ``/v1`` route
-  (401 ``unauthenticated`` as ``ErrorBody`` before any JSON-RPC parsing, 429 rate limits); bad JSON-RPC is a
+  (401 ``unauthenticated`` as ``ErrorBody`` before any JSON-RPC parsing, 429 rate limits; a body over
+  ``chat_max_body_bytes``: 413 ``question_too_large``); bad JSON-RPC is a
   JSON-RPC error (HTTP 200): -32700 parse error, -32600 invalid request, -32601 unknown method, -32602 invalid
   params (with ``data.code``), -32001 task not found, -32002 task not cancelable. Streaming methods answer
   ``text/event-stream``, one JSON-RPC response per ``data:``.
@@ -67,11 +68,13 @@ async def card(request: Request, state: GatewayState = Depends(get_state)) -> JS
     return JSONResponse(agent_card_to_dict(agent_card(state.settings, base, code)))
 
 
-@router.post(PATH, responses={**_OK, 401: {"model": ErrorBody}, 429: {"model": ErrorBody}}, openapi_extra=_RPC_BODY,
+@router.post(PATH, responses={**_OK, 401: {"model": ErrorBody}, 413: {"model": ErrorBody}, 429: {"model": ErrorBody}}, openapi_extra=_RPC_BODY,
              dependencies=[Depends(authenticate)])
 async def a2a(request: Request, state: GatewayState = Depends(get_state),
               who: Principal = Depends(authenticate)) -> Response:
     """A2A JSON-RPC: send and stream messages, get, cancel and resubscribe to tasks (module doc)."""
+    # the body at most chat_max_body_bytes (413 question_too_large), kept where the SDK's request.json() reads it
+    request._body = await inputs.read_conversation(request, state.settings)  # noqa: SLF001 - Starlette's body cache
     request.state.conduit_caller = Caller(state, who, inputs.traceparent(request))
     response: Any = await _dispatcher.handle_requests(request)
     return response
