@@ -11,7 +11,10 @@ Real tansu broker, real Redis, Qdrant Edge with one real law, scripted OpenAI-co
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from collections.abc import AsyncIterator
 
 import httpx
@@ -39,6 +42,7 @@ from testkit.stack import auth, make_key
 
 QUESTION = "小规模纳税人适用简易计税方法的征收率是多少？"
 WAIT_S = 90
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +192,17 @@ async def test_a_question_back_is_input_required_and_the_reply_continues_the_con
         assert task.id != first.id and task.context_id == first.context_id, "a new task in the same conversation"
         assert reply[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
         assert "2024年" in answer_text(reply)
+
+
+def test_the_example_client_streams_resumes_and_prints_the_sources(stack: Stack, model: ScriptedModel) -> None:
+    """``examples/a2a_client.py`` (the README's and docs/a2a.md's client) against the stack, dropping its stream once."""
+    model.push(Turn(tool_calls=[kb()]), cite)
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / "a2a_client.py"), "--url", stack.gateway_url,
+                          "--key", stack.admin_key, "--resume-after", "4", QUESTION],
+                         capture_output=True, text=True, timeout=WAIT_S)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "resubscribing" in run.stdout and "TASK_STATE_COMPLETED" in run.stdout, run.stdout
+    assert "征收率为百分之三[" in run.stdout and "增值税法》 第十一条" in run.stdout, run.stdout
 
 
 async def test_credentials_and_bad_input(stack: Stack, infra_stack) -> None:
