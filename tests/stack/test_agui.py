@@ -8,7 +8,10 @@ Real tansu broker, real Redis, Qdrant Edge with one real law, scripted OpenAI-co
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +25,7 @@ from testkit.scripted_model import ScriptedModel, Turn
 from testkit.stack import auth, new_key
 
 WAIT_S = 90
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +116,17 @@ def test_an_approval_interrupts_and_a_resuming_run_answers_it(stack: Stack, mode
     assert after[-1]["type"] == "RUN_FINISHED" and "3万元" in after[-1]["result"]["answer"]
     again = post(stack, resume, stack.admin_key)  # the same resuming run again: the same run, replayed
     assert again.status_code == 200 and sse_events(again.text)[-1][1]["type"] == "RUN_FINISHED"
+
+
+def test_the_example_script_streams_a_cited_answer(stack: Stack, model: ScriptedModel) -> None:
+    """``examples/agui_client.py`` (docs/agui.md) against the stack: every event fits its model, the answer cites."""
+    model.push(Turn(tool_calls=[kb()]), cite)
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / "agui_client.py"), "--url", stack.gateway_url,
+                          "--key", stack.admin_key, "小规模纳税人适用简易计税方法的征收率是多少？"],
+                         capture_output=True, text=True, timeout=WAIT_S)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "[tool kb_search]" in run.stdout and "征收率为百分之三[" in run.stdout, run.stdout
+    assert "增值税法》 第十一条" in run.stdout and "-- success" in run.stdout, run.stdout
 
 
 def test_a_missing_or_foreign_credential_is_rejected(stack: Stack, infra_stack, model: ScriptedModel) -> None:
