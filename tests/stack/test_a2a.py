@@ -113,6 +113,14 @@ async def test_the_card_is_discovered_and_a_cited_answer_streams(stack: Stack, m
         assert "tool.requested" in progress and "tool.completed" in progress
         seqs = [seq(i) for i in items[1:]]
         assert seqs == sorted(seqs), "in the log's order"
+        same = SendMessageRequest(message=Message(message_id="m-" + items[0].task.id, role=Role.ROLE_USER,
+                                                  parts=[Part(text="再问一次")]))
+        sent = []
+        for _ in range(2):  # sent twice (a retry): the first item of each stream is the task
+            stream = client.send_message(same)
+            sent.append(await anext(stream))
+            await stream.aclose()
+        assert sent[0].task.id == sent[1].task.id, "one messageId, one task"
         got = await client.get_task(GetTaskRequest(id=items[0].task.id))
         assert got.status.state == TaskState.TASK_STATE_COMPLETED and got.artifacts[0].parts[0].text == final.artifact.parts[0].text
         assert got.history[0].parts[0].text == QUESTION

@@ -125,11 +125,14 @@ class ConduitRequestHandler(RequestHandler):
         except ApiError as exc:
             raise a2a_error(exc) from None
 
-    async def _create(self, caller: Caller, question: str, session_id: str | None) -> TaskProjection:
+    async def _create(self, caller: Caller, question: str, session_id: str | None, message_id: str) -> TaskProjection:
+        """A new task for ``question``; a message sent again with the same ``messageId`` (and text and context) gets
+        the task the first one created (its ``Idempotency-Key``, as on ``POST /v1/tasks``)."""
         try:
             inputs.check_question(question, caller.state.settings)
             body = TaskCreate(question=question, session_id=session_id)
-            created, _ = await tasks.create_task(caller.state, caller.who, body, caller.traceparent)
+            created, _ = await tasks.create_task(caller.state, caller.who, body, caller.traceparent,
+                                                 f"a2a:{message_id}" if message_id else None)
         except ApiError as exc:
             raise a2a_error(exc) from None
         except ValidationError as exc:
@@ -171,14 +174,14 @@ class ConduitRequestHandler(RequestHandler):
                 await self._decide(caller, proj, message)
                 return caller, proj
             if proj.needs_input:
-                return caller, await self._create(caller, _texts(message), view.session_id)
+                return caller, await self._create(caller, _texts(message), view.session_id, message.message_id)
             raise a2a_errors.InvalidParamsError(
                 f"task {view.task_id} is not waiting for input (state {proj.task().status.state}); send a new "
                 "message with its contextId to ask a follow-up", {"code": "task_not_waiting"})
         if not _texts(message):
             raise a2a_errors.InvalidParamsError("the message has no text part (the question)",
                                                 {"code": "invalid_request"})
-        return caller, await self._create(caller, _texts(message), message.context_id or None)
+        return caller, await self._create(caller, _texts(message), message.context_id or None, message.message_id)
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task:
         """``message/send``: the task once it ended or waits for input (``return_immediately``: at once)."""

@@ -166,7 +166,9 @@ async def agui(request: Request, state: GatewayState = Depends(get_state),
         except ValidationError as exc:
             raise ApiError(422, "invalid_request", "threadId must be a session id (1-128 of A-Z a-z 0-9 _ . : -)",
                            validation_details(exc.errors(include_url=False, include_input=False))) from None
-        created, _ = await tasks.create_task(state, who, body, traceparent, inputs.idempotency_key(request))
+        # the run id is the idempotency key: two posts of one new run (a retry, a race) get one task
+        created, _ = await tasks.create_task(state, who, body, traceparent,
+                                             inputs.idempotency_key(request) or f"agui:{run.run_id}")
         task_id = created.task_id
     await state.redis.set(run_key, task_id, ex=ttl, nx=True)
     tr = RunTranslator(run.thread_id, run.run_id, task_id)
