@@ -335,5 +335,6 @@ def cache_by_document(tenant_id: str, document_id: str) -> str:
 
 
 def agui_run(tenant_id: str, run_id: str) -> str:
-    """The Conduit task an AG-UI run of a tenant shows (``POST /v1/agui``; its id, for the task's life)."""
+    """The Conduit task an AG-UI run of a tenant shows (``POST /v1/agui``), for the task's life: ``"<task_id> <seq>"``,
+    ``seq`` the log event the run starts after (0; a resuming run: its approval's interrupt)."""
     return f"{PREFIX}:agui:run:{tenant_id}:{run_id}"

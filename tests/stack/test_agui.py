@@ -115,7 +115,9 @@ def test_an_approval_interrupts_and_a_resuming_run_answers_it(stack: Stack, mode
     assert result["toolCallId"] == waiting["toolCallId"] and "rejected" in result["content"]
     assert after[-1]["type"] == "RUN_FINISHED" and "3万元" in after[-1]["result"]["answer"]
     again = post(stack, resume, stack.admin_key)  # the same resuming run again: the same run, replayed
-    assert again.status_code == 200 and sse_events(again.text)[-1][1]["type"] == "RUN_FINISHED"
+    replayed = [e for _, e in sse_events(again.text)]
+    StreamChecker().check_all(replayed)
+    assert replayed[-1] == after[-1] and [e["type"] for e in replayed] == [e["type"] for e in after]
 
 
 def test_the_example_script_streams_a_cited_answer(stack: Stack, model: ScriptedModel) -> None:

@@ -142,6 +142,22 @@ async def _stream(state: GatewayState, tr: RunTranslator) -> AsyncIterator[bytes
                                 "post the same runId with Last-Event-ID to go on")], None)
 
 
+async def _ask(state: GatewayState, who: Principal, run: RunAgentInput, request: Request,
+               traceparent: str | None) -> str:
+    """Create the task of a new run (its last user message, in the session ``threadId``); its id. Raises ApiError."""
+    question = _question(run)
+    inputs.check_question(question, state.settings)
+    try:
+        body = TaskCreate(question=question, session_id=run.thread_id)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", "threadId must be a session id (1-128 of A-Z a-z 0-9 _ . : -)",
+                       validation_details(exc.errors(include_url=False, include_input=False))) from None
+    # the run id is the idempotency key: two posts of one new run (a retry, a race) get one task
+    created, _ = await tasks.create_task(state, who, body, traceparent,
+                                         inputs.idempotency_key(request) or f"agui:{run.run_id}")
+    return created.task_id
+
+
 @router.post("/agui", responses={**_ERRORS, **_OK}, openapi_extra=_DOC)
 async def agui(request: Request, state: GatewayState = Depends(get_state),
                who: Principal = Depends(authenticate)) -> StreamingResponse:
@@ -149,29 +165,20 @@ async def agui(request: Request, state: GatewayState = Depends(get_state),
     run = await _read(request, state)
     after = inputs.last_event_id(request)
     traceparent = inputs.traceparent(request)
-    ttl = state.settings.task_events_ttl_s
     run_key = keys.agui_run(who.tenant_id, run.run_id)
-    known = await state.redis.get(run_key)
-    call = None
+    known = await state.redis.get(run_key)  # "<task_id> <seq the run starts after>"
+    call, start = None, 0
     if known is not None:
-        task_id = known.decode() if isinstance(known, bytes) else known
+        task_id, _, begins = (known.decode() if isinstance(known, bytes) else known).partition(" ")
+        start = int(begins or 0)
         await tasks.require_task(state, who, task_id)
     elif run.resume:
         task_id, call = await _resume(state, who, run, traceparent)
     else:
-        question = _question(run)
-        inputs.check_question(question, state.settings)
-        try:
-            body = TaskCreate(question=question, session_id=run.thread_id)
-        except ValidationError as exc:
-            raise ApiError(422, "invalid_request", "threadId must be a session id (1-128 of A-Z a-z 0-9 _ . : -)",
-                           validation_details(exc.errors(include_url=False, include_input=False))) from None
-        # the run id is the idempotency key: two posts of one new run (a retry, a race) get one task
-        created, _ = await tasks.create_task(state, who, body, traceparent,
-                                             inputs.idempotency_key(request) or f"agui:{run.run_id}")
-        task_id = created.task_id
-    await state.redis.set(run_key, task_id, ex=ttl, nx=True)
+        task_id = await _ask(state, who, run, request, traceparent)
     tr = RunTranslator(run.thread_id, run.run_id, task_id)
-    await _replay(state, tr, after if known is not None and after else None, call)
+    await _replay(state, tr, max(after, start) or None, call)
+    if known is None:  # a resuming run starts after its interrupt, when it is posted again too
+        await state.redis.set(run_key, f"{task_id} {tr.seq if call else 0}", ex=state.settings.task_events_ttl_s, nx=True)
     headers = {**HEADERS, "X-Task-Id": task_id}
     return StreamingResponse(_stream(state, tr), media_type="text/event-stream", headers=headers)
