@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 from redis.asyncio import Redis
@@ -48,6 +49,13 @@ def start_stack(bootstrap: str | None, redis_url: str | None, data_dir: Path, se
 
         ingest_law_db(settings, law_names=laws, progress=False)
     return Stack(settings, services=services, extra_env=env, scale=scale).start()
+
+
+def agent_stack(infra: Any, data_dir: Path, model_url: str, laws: list[str]) -> Stack:
+    """The retriever, orchestrator and gateway over ``infra``'s broker and Redis (the ``infra_stack`` fixture), with
+    the scripted model at ``model_url`` (30 s tool deadlines) and ``laws`` ingested into ``data_dir``."""
+    return start_stack(infra.bootstrap, infra.redis_url, data_dir, ("retriever", "orchestrator", "gateway"),
+                       model_env(model_url, tool_timeout_s=30), laws=laws)
 
 
 def model_env(base_url: str, model: str = "scripted", tool_timeout_s: float = 20) -> dict[str, str]:

@@ -155,3 +155,15 @@ def model() -> Iterator[ScriptedModel]:
     m = ScriptedModel().start()
     yield m
     m.stop()
+
+
+@pytest.fixture(scope="module")
+def vat_agent_stack(infra_stack: Infra, tmp_path_factory: pytest.TempPathFactory, model: ScriptedModel) -> Iterator[Any]:
+    """Retriever, orchestrator and gateway over the session's broker and Redis, answering with the module's
+    scripted ``model``, the VAT law ingested; one per test module (the A2A and AG-UI stack tests)."""
+    from testkit.page import VAT_LAW
+    from testkit.stack import agent_stack
+
+    st = agent_stack(infra_stack, tmp_path_factory.mktemp("vat-agent"), model.base_url, [VAT_LAW])
+    yield st
+    st.stop()

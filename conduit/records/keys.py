@@ -332,3 +332,9 @@ def cache_live(tenant_id: str) -> str:
 def cache_by_document(tenant_id: str, document_id: str) -> str:
     """The set of a tenant's cache entry ids whose answer cites ``document_id``."""
     return f"{PREFIX}:cache:{tenant_id}:bydoc:{document_id}"
+
+
+def agui_run(tenant_id: str, run_id: str) -> str:
+    """The Conduit task an AG-UI run of a tenant shows (``POST /v1/agui``), for the task's life: ``"<task_id> <seq>"``,
+    ``seq`` the log event the run starts after (0; a resuming run: its approval's interrupt)."""
+    return f"{PREFIX}:agui:run:{tenant_id}:{run_id}"

@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     gateway_host: str = Field(default="127.0.0.1", description="gateway listen address (0.0.0.0 in containers)")
     gateway_port: int = Field(default=8000, description="gateway listen port")
     max_question_chars: int = Field(default=4000, description="longer questions get 413")
-    chat_max_body_bytes: int = Field(default=1048576, description="largest POST /v1/chat/completions body (bytes; the whole conversation); larger gets 413")
+    chat_max_body_bytes: int = Field(default=1048576, description="largest body of POST /v1/chat/completions, /v1/agui and /v1/a2a (bytes; the whole conversation); larger gets 413")
     sse_heartbeat_s: float = Field(default=15.0, description="seconds of silence after which an SSE stream sends a heartbeat comment (checked after each idle wait of gateway_sse_poll_ms)")
     task_events_ttl_s: int = Field(default=86400, description="TTL of a task's replay log and record (seconds)")
     task_events_maxlen: int = Field(default=20000, description="events kept per task replay log")

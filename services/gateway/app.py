@@ -31,6 +31,7 @@ from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
+from services.gateway.agents import a2a_route, agui_route
 from services.gateway.api import approvals, artifacts, health, routes
 from services.gateway.api import memory as memory_routes
 from services.gateway.api import sessions as sessions_routes
@@ -126,4 +127,6 @@ def _install_routes(app: FastAPI) -> Any:
     mcp_endpoint = install_mcp(app)  # /mcp (Conduit as an MCP server) and /v1/mcp-servers (tenants' servers)
     app.include_router(memory_routes.router)  # /v1/memory (conduit.records.memory; vectors in the retriever)
     app.include_router(chat.router)  # /v1/chat/completions, /v1/models (OpenAI-compatible)
+    app.include_router(a2a_route.router)  # /.well-known/agent-card.json, /v1/a2a (A2A JSON-RPC)
+    app.include_router(agui_route.router)  # /v1/agui (AG-UI runs)
     return mcp_endpoint

@@ -168,6 +168,9 @@ class Case:
     headers: dict[str, str] = field(default_factory=dict)  # request headers besides the caller's credential
 
 
+A2A_GET = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "{task}"}}
+"""An A2A ``tasks/get`` of alice's task (its id filled in)."""
+
 MATRIX: dict[tuple[str, str], Case] = {
     ("POST", "/v1/tasks"): Case("/v1/tasks", 202, 404, 404, 404, {"question": "follow-up", "session_id": "{session}"}),
     ("POST", "/v1/ask"): Case("/v1/ask", 200, 404, 404, 404, {"question": "again", "session_id": "{session}"}, sse=True),
@@ -202,6 +205,12 @@ MATRIX: dict[tuple[str, str], Case] = {
     ("POST", "/v1/chat/completions"): Case("/v1/chat/completions", 200, 404, 404, 404, {
         "model": "conduit", "messages": [{"role": "user", "content": "again"}], "stream": True}, sse=True,
         headers={"X-Conduit-Session": "{session}"}),
+    # A2A (docs/a2a.md): JSON-RPC answers 200 with a result or a JSON-RPC error; test_a2a_is_scoped checks which
+    ("POST", "/v1/a2a"): Case("/v1/a2a", 200, 200, 200, 200, A2A_GET),
+    ("POST", "/v1/agui"): Case("/v1/agui", 200, 404, 404, 404, {  # AG-UI (docs/agui.md): a new run in alice's session
+        "threadId": "{session}", "runId": "{fresh}", "messages": [{"id": "m1", "role": "user", "content": "again"}]},
+        sse=True),
+    ("GET", "/.well-known/agent-card.json"): Case("/.well-known/agent-card.json", 200, 200, 200, 200, public=True),
     ("GET", "/healthz"): Case("/healthz", 200, 200, 200, 200, public=True),
     ("GET", "/readyz"): Case("/readyz", 200, 200, 200, 200, public=True),
 }
@@ -211,8 +220,13 @@ public (documentation, metrics, the browser page and its static files)."""
 CALLERS = UNAUTHENTICATED + OUTSIDERS + ("owner", "admin")
 
 
-def _fill(text: str, world: World, session: str, call: str) -> str:
-    return (text.replace("{task}", world.task_id).replace("{session}", session).replace("{call}", call)
+def _fill(text: Any, world: World, session: str, call: str) -> Any:
+    if isinstance(text, dict):
+        return {k: _fill(v, world, session, call) for k, v in text.items()}
+    if not isinstance(text, str):
+        return text
+    return (text.replace("{task}", world.task_id).replace("{fresh}", uuid.uuid4().hex)
+            .replace("{session}", session).replace("{call}", call)
             .replace("{artifact}", world.artifact_id).replace("{document}", world.document_id))
 
 
@@ -227,8 +241,7 @@ def _call(world: World, method: str, case: Case, caller: str) -> tuple[int, str,
     session = world.fresh() if case.fresh_session else world.session_id
     call = asyncio.run(_pending_approval(world.redis_url, world.task_id)) if case.fresh_call else ""
     path = _fill(case.path, world, session, call)
-    body = None if case.body is None else {k: _fill(v, world, session, call) if isinstance(v, str) else v
-                                           for k, v in case.body.items()}
+    body = None if case.body is None else _fill(case.body, world, session, call)
     headers = {**{k: _fill(v, world, session, call) for k, v in case.headers.items()}, **world.headers[caller]}
     with world.client() as c:
         if case.sse:
@@ -288,6 +301,31 @@ def test_mcp_endpoint_authenticates_like_the_api(world: World) -> None:
                 assert r.headers.get("www-authenticate", "").startswith("Bearer"), caller
             else:
                 assert r.status_code == 200 and '"serverInfo"' in r.text, (caller, r.status_code, r.text[:300])
+
+
+def test_a2a_is_scoped(world: World) -> None:
+    """``POST /v1/a2a``: alice's task is hers and her admin's; for anyone else it does not exist (JSON-RPC
+    -32001, like a missing id) and every A2A method says nothing of it; no credential is a 401 ``ErrorBody``."""
+    methods = {"tasks/get": {"id": world.task_id}, "GetTask": {"id": world.task_id},
+               "tasks/resubscribe": {"id": world.task_id}, "tasks/cancel": {"id": world.task_id}}
+    with world.client() as c:
+        for caller in CALLERS:
+            for method, params in methods.items():
+                if caller in ("owner", "admin") and method not in ("tasks/get", "GetTask"):
+                    continue  # no orchestrator here: a cancel would wait, a resubscribe stream on
+                headers = {**world.headers[caller], **({"A2A-Version": "1.0"} if method[0].isupper() else {})}
+                r = c.post("/v1/a2a", json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params},
+                           headers=headers)
+                if caller in UNAUTHENTICATED:
+                    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated", (caller, r.text)
+                    continue
+                assert r.status_code == 200, (caller, method, r.text)
+                text = r.text
+                if caller in OUTSIDERS:
+                    assert '"code":-32001' in text.replace(" ", ""), (caller, method, text[:300])
+                    assert not [m for m in LEAKS if m in text], (caller, method)
+                elif method in ("tasks/get", "GetTask"):
+                    assert QUESTION in text and r.json()["result"]["id"] == world.task_id, (caller, text[:300])
 
 
 def test_owner_and_admin_see_the_data(world: World) -> None:

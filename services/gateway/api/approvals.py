@@ -63,12 +63,28 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
                  who: Principal = Depends(authenticate)) -> JSONResponse:
     """Approve, reject or edit a pending tool call (only the task's owner or a tenant admin; once
     escalated, rule A26, only a tenant admin: 403 ``approval_escalated``)."""
-    view = await tasks.get_task(state, who, task_id)
+    await tasks.get_task(state, who, task_id)
     try:
         body = ApprovalDecisionBody.model_validate_json(await request.body())
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", "body must be {decision, arguments?, arguments_digest?, comment?}",
                        validation_details(exc.errors(include_url=False, include_input=False))) from None
+    decided = await decide_call(state, who, task_id, call_id, body, inputs.traceparent(request))
+    return JSONResponse(decided, status_code=202)
+
+
+async def decide_call(state: GatewayState, who: Principal, task_id: str, call_id: str, body: ApprovalDecisionBody,
+                      traceparent: str | None) -> dict[str, str]:
+    """Record ``who``'s decision on a pending call and publish ``ApprovalDecided`` (rules G2 and A7); the route's
+    and A2A's path (``services.gateway.agents.a2a_handler``). Returns ``{task_id, call_id, decision,
+    arguments_digest}``.
+
+    Raises:
+        ApiError: 404 ``task_not_found`` / ``approval_not_found``; 403 ``approval_escalated`` (rule A26); 409
+            ``approval_not_pending`` / ``approval_expired`` / ``digest_mismatch``; 422 ``invalid_arguments``; 503 from
+            the publish.
+    """
+    view = await tasks.get_task(state, who, task_id)
     record = await approvals.load(state.redis, task_id, call_id)
     if record is None:
         raise ApiError(404, "approval_not_found", f"no pending approval {call_id!r} for task {task_id!r}")
@@ -90,7 +106,7 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
         arguments, new_digest = body.arguments, arguments_digest(body.arguments)
     event = ApprovalDecided(
         task_id=task_id, session_id=view.session_id, tenant_id=view.tenant_id, user_id=view.user_id,
-        traceparent=inputs.traceparent(request),
+        traceparent=traceparent,
         payload=ApprovalDecisionPayload(call_id=call_id, decision=body.decision, arguments=arguments,
                                         arguments_digest=new_digest or record.arguments_digest, comment=body.comment),
     )
@@ -104,8 +120,8 @@ async def decide(task_id: str, call_id: str, request: Request, state: GatewaySta
         await approvals.release(state.redis, task_id, call_id)
         await controls.forget(state.redis, event.event_id)
         raise
-    return JSONResponse({"task_id": task_id, "call_id": call_id, "decision": body.decision,
-                         "arguments_digest": event.payload.arguments_digest}, status_code=202)
+    return {"task_id": task_id, "call_id": call_id, "decision": body.decision,
+            "arguments_digest": event.payload.arguments_digest}
 
 
 @router.get("/tasks/{task_id}/trace", responses={404: {"model": ErrorBody}})

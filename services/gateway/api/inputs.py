@@ -72,6 +72,14 @@ async def read_limited(request: Request, limit: int, too_large: Callable[[], Api
     return b"".join(chunks)
 
 
+async def read_conversation(request: Request, settings: Settings) -> bytes:
+    """The body of a route that takes a whole conversation (chat completions, AG-UI runs), at most
+    ``chat_max_body_bytes``; raises ApiError 413 ``question_too_large`` past it."""
+    limit = settings.chat_max_body_bytes
+    return await read_limited(request, limit, lambda: ApiError(
+        413, "question_too_large", f"the request body is larger than {limit} bytes", {"max_bytes": limit}))
+
+
 def check_question(question: str, settings: Settings) -> None:
     """The checks every question passes before it is queued (size, not blank, input guardrail).
 

@@ -89,9 +89,7 @@ def conversation_key(who: Principal, turns: list[tuple[str, str]]) -> str:
 
 
 async def _read(request: Request, state: GatewayState) -> ChatCompletionRequest:
-    limit = state.settings.chat_max_body_bytes
-    raw = await inputs.read_limited(request, limit, lambda: ApiError(
-        413, "question_too_large", f"the request body is larger than {limit} bytes", {"max_bytes": limit}))
+    raw = await inputs.read_conversation(request, state.settings)
     try:
         return ChatCompletionRequest.model_validate_json(raw)
     except ValidationError as exc:

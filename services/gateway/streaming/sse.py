@@ -162,6 +162,21 @@ async def follow(state: StreamState, task_id: str, after: int,
         state.open_streams -= 1
 
 
+async def logged(state: StreamState, task_id: str, after: int, upto: int | None = None,
+                 page: int = 500) -> AsyncIterator[LoggedEvent]:
+    """The task's logged events with ``after`` < seq <= ``upto`` (None: all there are now), in order, read in pages
+    of ``page`` (no waiting for new ones; ``follow`` waits). Raises ``RedisError``."""
+    last = after
+    while upto is None or last < upto:
+        batch = [ev for ev in await state.events.read(task_id, after=last, count=page)
+                 if ev.seq > last and (upto is None or ev.seq <= upto)]
+        if not batch:
+            return
+        for ev in batch:
+            yield ev
+        last = batch[-1].seq
+
+
 async def task_event_stream(state: StreamState, task_id: str, after: int,
                             shutdown: ShutdownSignal | None = None) -> AsyncIterator[ServerSentEvent | bytes]:
     """Yield the task's events with seq > ``after`` in order, ending after the terminal one (``follow``).
