@@ -128,7 +128,8 @@ async def test_the_card_is_discovered_and_a_cited_answer_streams(stack: Stack, m
 
 
 async def test_a_running_task_is_cancelled(stack: Stack, model: ScriptedModel) -> None:
-    model.push(Turn(content="这个回答来得很慢。", delay_s=30))
+    # every call is slow, not just the next one: a late call of another task cannot take a scripted turn
+    model.default = Turn(content="这个回答来得很慢。", delay_s=30)
     async with client_for(stack, stack.admin_key) as client:
         task_id = ""
         async for item in client.send_message(ask("请慢慢回答这个问题")):
