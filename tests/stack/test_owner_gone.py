@@ -36,7 +36,7 @@ def stack(infra_stack, tmp_path_factory, model: ScriptedModel, site: Site) -> It
     st = Stack(settings, services=("web", "orchestrator", "gateway"), scale={"web": 2, "orchestrator": 2},
                extra_env={"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
                           "CONDUIT_SEARXNG_URL": site.base, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
-                          "CONDUIT_APPROVAL_POLICIES": "{}", "CONDUIT_LOG_LEVEL": "INFO"}).start()
+                          "CONDUIT_APPROVAL_POLICIES": "{\"code_exec\": \"never\"}", "CONDUIT_LOG_LEVEL": "INFO"}).start()
     yield st
     st.stop()
 

@@ -74,7 +74,7 @@ def stack(infra_stack, tmp_path_factory, model: ScriptedModel, site: Site) -> It
     st = Stack(settings, services=("web", "sandbox", "orchestrator", "gateway"),
                extra_env={"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
                           "CONDUIT_SEARXNG_URL": site.base, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
-                          "CONDUIT_APPROVAL_POLICIES": "{}", "CONDUIT_LEASE_TTL_S": "3"}).start()
+                          "CONDUIT_APPROVAL_POLICIES": "{\"code_exec\": \"never\"}", "CONDUIT_LEASE_TTL_S": "3"}).start()
     yield st
     st.stop()
 
