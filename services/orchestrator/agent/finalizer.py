@@ -48,7 +48,8 @@ def scrub(text: str, names: list[str]) -> str:
     return re.sub(r"[ \t]{2,}", " ", text).strip()
 
 
-def _numbers(text: str) -> set[str]:
+def numbers(text: str) -> set[str]:
+    """The numbers ``text`` states (citation markers left out)."""
     return set(_NUMBER.findall(_CITE.sub(" ", text)))
 
 
@@ -60,7 +61,7 @@ def accept(draft: str, final: str, names: list[str]) -> tuple[str, str]:
         why = "empty"
     elif set(_CITE.findall(final)) != set(_CITE.findall(draft)):
         why = "citations_changed"
-    elif _numbers(final) - _numbers(draft):
+    elif numbers(final) - numbers(draft):
         why = "new_numbers"
     else:
         return scrub(final, names), "rewritten"

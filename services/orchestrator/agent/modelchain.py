@@ -60,9 +60,10 @@ def candidates(deps: Deps, state: TaskState) -> list[Candidate]:
     return [Candidate(n, raw if n == models.DEFAULT and raw and n == names[0] else n) for n in names]
 
 
-def _fits(deps: Deps, state: TaskState, c: Candidate, tools: bool) -> bool:
-    """``c`` has not failed since the last reply and calls tools when the step offers them."""
-    spec = models.registry(deps.settings).get(c.endpoint)
+def _fits(known: dict[str, models.ModelSpec], state: TaskState, c: Candidate, tools: bool) -> bool:
+    """``c`` has not failed since the last reply and calls tools when the step offers them (``known``:
+    the configured models, ``models.registry``)."""
+    spec = known.get(c.endpoint)
     return c.endpoint not in state.models_failed and not (tools and spec is not None and not spec.tools)
 
 
@@ -71,7 +72,8 @@ def choose(deps: Deps, state: TaskState, now: datetime, tools: bool) -> Candidat
     or the fallback reason when none can (``model_circuit_open``, ``no_tool_model``). ``tools``: the
     step offers tools (kept in ``state.step_tools`` for ``next_after_failure``)."""
     state.step_tools = tools
-    fitting = [c for c in candidates(deps, state) if _fits(deps, state, c, tools)]
+    known = models.registry(deps.settings)
+    fitting = [c for c in candidates(deps, state) if _fits(known, state, c, tools)]
     if not fitting:
         return NO_TOOL_MODEL
     return next((c for c in fitting if deps.model_breaker_for(c.endpoint).allow(now.timestamp())), MODEL_CIRCUIT_OPEN)
@@ -85,8 +87,9 @@ def next_after_failure(deps: Deps, state: TaskState, failed: str | None, code: s
         return None
     if failed not in state.models_failed:
         state.models_failed.append(failed)
+    known = models.registry(deps.settings)
     for c in candidates(deps, state):
-        if _fits(deps, state, c, state.step_tools) and deps.model_breaker_for(c.endpoint).state(now.timestamp()) != "open":
+        if _fits(known, state, c, state.step_tools) and deps.model_breaker_for(c.endpoint).state(now.timestamp()) != "open":
             state.trace.append({"phase": "model_fallback", "step": state.step, "from": failed, "to": c.endpoint,
                                 "code": code})
             return c.endpoint
