@@ -74,7 +74,7 @@ TEST_TOOLS = (
     ("/usr/bin/chromium", "chromium", "the page's browser tests",
      ("tests/stack/test_page.py", "tests/stack/test_page_tools.py")),
     ("/usr/bin/promtool", "prometheus", "the alert rules' tests and the real-Prometheus stack test",
-     ("tests/unit/test_alert_rules.py", "tests/stack/test_prometheus.py")),
+     ("tests/deploy/test_alert_rules.py", "tests/stack/test_prometheus.py")),
 )
 """``(program, Debian package, what needs it, its test files)``: what ``test`` installs or names as skipped."""
 
@@ -140,9 +140,9 @@ def ensure_bubblewrap(is_root: bool | None = None, run=subprocess.run) -> str:
 
 def main(argv: list[str]) -> int:
     """Install as needed, then run ``conduit ARGS`` (or pytest for ``test``)."""
-    if not argv:
-        print(__doc__)
-        return 2
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__)  # this script's own help, without installing anything
+        return 0 if argv else 2
     if argv[0] == "test":
         install(dev=True)
         ensure_bubblewrap()  # the sandbox's tests run code in it, as the demo's answers do

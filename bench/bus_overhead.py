@@ -55,14 +55,14 @@ def request(task_id: str, valid: bool = True) -> ToolRequested:
 async def run(n: int, warmup: int, fetch_wait_ms: int) -> dict[str, list[float]]:
     """Round trips at one fetch wait: ``{"bus": [s], "inproc": [s], "idle_cpu": [percent of a core]}``."""
     with infra_procs(kafka_fetch_max_wait_ms=fetch_wait_ms) as (settings, pids):
-        await bus.ensure_topics(settings)
+        await bus.ensure_topics(settings.bus)
         svc = ToolService("bench-tool", topics.TOOL_REQUESTS_KB, f"bench-tools-{uuid.uuid4().hex[:6]}", settings)
 
         async def noop(args, req) -> ToolOutput:  # noqa: ANN001
             return ToolOutput(output="ok")
 
         svc.tool("kb_search", noop)
-        bus.subscribe(svc.broker, settings, svc.redis, topic=svc.topic, group_id=svc.group_id, model=ToolRequested,
+        bus.subscribe(svc.broker, settings.bus, svc.redis, topic=svc.topic, group_id=svc.group_id, model=ToolRequested,
                       handler=svc.handle, consumer_name=svc.name)
         waiters: dict[str, asyncio.Future] = {}
 
@@ -71,13 +71,13 @@ async def run(n: int, warmup: int, fetch_wait_ms: int) -> dict[str, list[float]]
             if fut is not None and not fut.done():
                 fut.set_result((time.perf_counter(), ev.payload.outcome, ev.payload.error))
 
-        redis = make_redis(settings)
+        redis = make_redis(settings.store)
         orch = bus.make_broker(settings, client_id="bench-orch", redis=redis)
-        bus.subscribe(orch, settings, redis, topic=topics.TOOL_RESULTS, group_id=f"bench-orch-{uuid.uuid4().hex[:6]}",
+        bus.subscribe(orch, settings.bus, redis, topic=topics.TOOL_RESULTS, group_id=f"bench-orch-{uuid.uuid4().hex[:6]}",
                       model=ToolResult, handler=on_result, consumer_name="bench-orch")
         await svc.broker.start()
         await orch.start()
-        gates = bus.start_idle_fetch(svc.broker, settings) + bus.start_idle_fetch(orch, settings)
+        gates = bus.start_idle_fetch(svc.broker, settings.store) + bus.start_idle_fetch(orch, settings.store)
         out: dict[str, list[float]] = {"bus": [], "inproc": [], "after_idle": [], "rejected": []}
 
         async def round_trip(i: int, valid: bool = True) -> float:
@@ -132,7 +132,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--fetch-waits", default="2", help="consumer fetch_max_wait_ms values to compare (≥ 100: no idle gate)")
     a = ap.parse_args()
-    default_wait = Settings().kafka_fetch_max_wait_ms
+    default_wait = Settings().bus.kafka_fetch_max_wait_ms
     waits = sorted({int(w) for w in a.fetch_waits.split(",")} | {default_wait})
     rows, verdict = [], ""
     for wait in waits:

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import redis as redis_sync
@@ -65,10 +66,14 @@ from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
 from conduit.runtime import owners
 from conduit.runtime.liveness import alive_key
+from conduit.runtime.redis_client import make_redis, make_sync
 from conduit.runtime.settings import Settings
 from testkit.scripted_model import ScriptedModel, Turn
 from testkit.site import reply
 from contracts.stream import TERMINAL_TYPES
+
+if TYPE_CHECKING:
+    from testkit.rediscluster import LocalCluster
 
 APPROVAL_EVERY = 7
 """Every 7th task's page URL contains ``approve``: the policy ``if:url~approve`` asks a person."""
@@ -239,7 +244,7 @@ class Chaos:
 
     def __init__(self, tasks: int, kills: int, seed: int, infra_kills: tuple[str, ...] = ("redis", "tansu"),
                  tool_timeout_s: float = 30.0, mode: str = "kill", rounds: int = 0,
-                 targets: tuple[str, ...] = TARGETS) -> None:
+                 targets: tuple[str, ...] = TARGETS, cluster: "LocalCluster | None" = None) -> None:
         if mode not in ("kill", "rollout", "mixed"):
             raise ValueError(f"unknown mode {mode!r}")
         self.tasks, self.kills, self.mode, self.rounds, self.targets = tasks, kills, mode, rounds, targets
@@ -251,13 +256,17 @@ class Chaos:
         threading.Thread(target=self.site.serve_forever, daemon=True).start()
         self.model = ScriptedModel(default=script(self.site)).start()
         self.data_dir = Path(tempfile.mkdtemp(prefix="conduit-chaos-"))
+        self.cluster = cluster  # a local Redis Cluster instead of the embedded Redis ("redis-master": kill one master)
+        on_cluster = {"redis_url": cluster.url, "redis_cluster": True} if cluster is not None else {}
         self.settings = Settings(data_dir=self.data_dir, embedded_kafka_port=infra.free_port(),
                                  embedded_redis_port=infra.free_port(), gateway_port=infra.free_port(),
-                                 supervisor_max_restarts=1000, supervisor_backoff_base_s=0.2)
+                                 supervisor_max_restarts=1000, supervisor_backoff_base_s=0.2, **on_cluster)
         env = {"OPENAI_BASE_URL": self.model.base_url, "OPENAI_API_KEY": "chaos", "CONDUIT_MODEL": "scripted",
                "CONDUIT_SEARXNG_URL": self.site.base, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
                "CONDUIT_APPROVAL_POLICIES": '{"web_fetch": "if:url~approve", "code_exec": "always"}',
                "CONDUIT_LOG_LEVEL": "INFO", "CONDUIT_TOOL_TIMEOUT_S": str(tool_timeout_s)}
+        if cluster is not None:
+            env["CONDUIT_REDIS_CLUSTER"] = "true"
         self.stack = Stack(self.settings, services=("web", "orchestrator", "gateway"), extra_env=env,
                            scale={"orchestrator": 2, "web": 2})
         self.recoveries: list[float] = []  # seconds from each SIGKILL to the new process checking in
@@ -279,22 +288,22 @@ class Chaos:
             return False
         if key == "redis":
             try:
-                return bool(redis_sync.Redis.from_url(self.settings.redis(), socket_timeout=1).ping())
+                return bool(redis_sync.Redis.from_url(self.settings.store.url(), socket_timeout=1).ping())
             except redis_sync.RedisError:
                 return False
         if key == "tansu":
-            return infra.port_open(self.settings.embedded_kafka_port)
-        with redis_sync.Redis.from_url(self.settings.redis(), socket_timeout=1) as r:
-            try:
+            return infra.port_open(self.settings.bus.embedded_kafka_port)
+        try:
+            with make_sync(self.settings.store, timeout_s=1) as r:
                 return bool(r.exists(alive_key(child.name, child.pid)))
-            except redis_sync.RedisError:
-                return False
+        except redis_sync.RedisError:
+            return False
 
     def running_calls(self, pid: int | None) -> list[tuple[str, str]]:
         """``[(owner, idempotency key)]`` of the tool calls process ``pid`` runs now (``keys.TOOL_RUNS``)."""
         try:
-            with redis_sync.Redis.from_url(self.settings.redis(), socket_timeout=1) as r:
-                runs = [owners.parse_run(m) for m in r.zrange(keys.TOOL_RUNS, 0, -1)]
+            with make_sync(self.settings.store, timeout_s=1) as r:
+                runs = [owners.parse_run(m) for runs_key in keys.all_tool_runs() for m in r.zrange(runs_key, 0, -1)]
         except redis_sync.RedisError:
             return []
         return [(o, k) for o, _, k in filter(None, runs) if (p := owners.parse(o)) is not None and p[2] == pid]
@@ -309,6 +318,8 @@ class Chaos:
                 self.busy.discard(key)
 
     def _stop_and_wait(self, key: str, sig: signal.Signals) -> None:
+        if key == "redis-master":
+            return self._kill_master()
         child = self.stack.children()[key]
         old = child.pid
         running = self.running_calls(old) if key.startswith("web") else []
@@ -326,6 +337,18 @@ class Chaos:
             time.sleep(0.05)
         (self.recoveries if sig == signal.SIGKILL else self.term_recoveries).append(time.monotonic() - killed_at)
         self.serving_since[key] = time.monotonic()
+
+    def _kill_master(self) -> None:
+        """SIGKILL one master of the Redis Cluster; wait until its replica took over (no restart)."""
+        assert self.cluster is not None, "a redis-master kill needs a cluster"
+        killed_at = time.monotonic()
+        self.kill_epochs.setdefault("redis-master", []).append(time.time())
+        port = self.cluster.kill_master()
+        self.killed["redis-master"] += 1
+        self.log.append(f"{time.strftime('%H:%M:%S')} SIGKILL redis master :{port}")
+        self.cluster.wait_failover(port, timeout_s=RECOVERY_TIMEOUT_S)
+        self.recoveries.append(time.monotonic() - killed_at)
+        self.log.append(f"{time.strftime('%H:%M:%S')} redis master :{port} replaced by its replica")
 
     def killer(self) -> None:
         """The kill schedule: ``kills`` SIGKILLs over ``TARGETS`` at random moments (mean ``KILL_EVERY_S``
@@ -423,9 +446,7 @@ class Chaos:
         return self._figures(outcomes, logged, sup, elapsed)
 
     async def _terminal_counts(self, task_ids: list[str]) -> dict[str, int]:
-        from redis.asyncio import Redis  # noqa: PLC0415
-
-        client = Redis.from_url(self.settings.redis())
+        client = make_redis(self.settings.store)
         log = TaskEventLog(client)
         try:
             return {t: sum(e.terminal for e in await log.read(t, count=100_000)) for t in task_ids}
@@ -436,9 +457,7 @@ class Chaos:
         """Per task ``n`` whose page was not fetched once: its ``web_fetch`` calls as its trace shows
         them (id, outcome, attempts: two ids mean the model step ran again; one id with two attempts,
         a transient failure retried, rule T3; one attempt, one call run twice)."""
-        from redis.asyncio import Redis  # noqa: PLC0415
-
-        client = Redis.from_url(self.settings.redis())
+        client = make_redis(self.settings.store)
         store = TaskStore(client)
         out: dict[int, list[str]] = {}
         try:
@@ -504,7 +523,7 @@ class Chaos:
         # (a run's "runs here" line can die unwritten with it, and a run whose Redis died cannot keep
         # its page: a page request within KILLED_MID_CALL_S of a web replica's or Redis's SIGKILL
         # counts as interrupted too)
-        cuts = [t for key, ts in self.kill_epochs.items() if key.startswith("web") or key == "redis" for t in ts]
+        cuts = [t for key, ts in self.kill_epochs.items() if key.startswith(("web", "redis")) for t in ts]
         for o in outcomes:
             cut = sum(1 for hit in self.site.hit_epochs.get(page_path(o.n), [])[:-1]
                       if any(abs(k - hit) < KILLED_MID_CALL_S for k in cuts))
@@ -575,7 +594,7 @@ def report(f: dict) -> str:
 {f['tasks']} tasks ({f['approvals']} needing approval, {SESSIONS} sessions), each one `web_fetch` and a streamed
 scripted answer, through a supervised embedded stack (2 orchestrator replicas, 2 web replicas, gateway, tansu, Redis
 with its AOF). {_what_was_done(f)}.
-Clients reconnect with `Last-Event-ID`. The product's settings (lease TTL {Settings().lease_ttl_s:.0f} s: rule A24 resumes a dead replica's steps at once) and tool deadline {f['tool_timeout_s']:.0f} s{'' if f['tool_timeout_s'] == Settings().tool_timeout_s else ' (not the default)'}; supervisor crash-loop
+Clients reconnect with `Last-Event-ID`. The product's settings (lease TTL {Settings().agent.lease_ttl_s:.0f} s: rule A24 resumes a dead replica's steps at once) and tool deadline {f['tool_timeout_s']:.0f} s{'' if f['tool_timeout_s'] == Settings().tools.tool_timeout_s else ' (not the default)'}; supervisor crash-loop
 limit raised to 1000 for the run. Machine: {machine()}; load average at the end: {f['load']}.
 
 | figure | value |

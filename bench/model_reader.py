@@ -29,9 +29,9 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bench.common import machine, write_section
 from conduit.runtime.settings import Settings
-from services.orchestrator.assembler import Assembler
-from services.orchestrator.openai_model import ModelClient
-from services.orchestrator.sse import DONE, SseDecoder
+from conduit.runtime.llm.assembler import Assembler
+from conduit.runtime.llm.openai_model import ModelClient
+from conduit.runtime.llm.sse import DONE, SseDecoder
 
 CHUNKS, ARG_PIECES = 200, 24
 """Chunks of the recorded answer (``[DONE]`` excluded) and how many of them carry the call's arguments."""
@@ -63,7 +63,7 @@ def _client(body: bytes) -> ModelClient:
     def answer(_request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
     http = httpx.AsyncClient(transport=httpx.MockTransport(answer))
-    return ModelClient(Settings(openai_base_url="http://bench.invalid/v1", openai_api_key="k", model="bench"), http_client=http)
+    return ModelClient(Settings(openai_base_url="http://bench.invalid/v1", openai_api_key="k", model="bench").llm, http_client=http)
 
 
 async def _noop(_text: str) -> None:

@@ -32,7 +32,7 @@ SWEPT = "the bus did not deliver"
 
 def swept_count(stack) -> int:
     """Questions the orchestrators' sweepers started so far (every replica's log)."""
-    logs = (Path(stack.settings.data_dir) / "logs").glob("orchestrator*.log")
+    logs = (Path(stack.settings.stack.data_dir) / "logs").glob("orchestrator*.log")
     return sum(p.read_text(errors="replace").count(SWEPT) for p in logs)
 
 

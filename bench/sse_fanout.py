@@ -24,7 +24,8 @@ events lost (expected − received, must be 0), streams out of order, delivery l
 (writer's send time → client parse; seconds in the wire, ms in the report) p50/p99, the CPU the gateway,
 Redis, the client processes and the writer used while the rounds were written (% of one core),
 delivered rate, Redis connections on the server before and while all streams are open,
-the gateway's CPU seconds (``/proc``), and its RSS before the streams open (after a
+the gateway's CPU seconds (``/proc``; also per event from the first round written until every stream ended,
+the send path without the streams' connects), and its RSS before the streams open (after a
 ``--warmup`` of small streams), at peak (sampled every 0.25 s) and after they end
 (sampled every 0.5 s for up to ``--settle-s`` s, until within 5 % of the baseline).
 ``--repeat N`` runs the same fan-out N times through the same gateway and reports the
@@ -281,6 +282,7 @@ async def _fanout(port: int, redis: Redis, url: str, ids: list[str], deltas: int
         write_s = time.perf_counter() - started
         cpu = {k: (v - cpu0[k]) / write_s * 100 for k, v in _cpu_split(pids or {}, procs).items()}
         results = [(await asyncio.to_thread(c.recv))[1] for c in pipes]
+        send_cpu_s = cpu_s(pids["gateway"]) - cpu0["gateway"] if pids and "gateway" in pids else 0.0
     finally:
         await writer.close()
         for p in procs:
@@ -296,7 +298,8 @@ async def _fanout(port: int, redis: Redis, url: str, ids: list[str], deltas: int
             "round_first": [min(v) for v in by_round.values()], "round_last": [max(v) for v in by_round.values()], "lost": len(ids) * deltas - received,
             "disorder": sum(1 for r in results for v in r["seqs"].values() if v != list(range(deltas))),
             "reconnects": sum(r["reconnects"] for r in results), "write_s": write_s, "behind": behind,
-            "drain_s": max(r["ended"] for r in results) - started_wall, "round_s": round_s, "cpu": cpu}
+            "drain_s": max(r["ended"] for r in results) - started_wall, "round_s": round_s, "cpu": cpu,
+            "send_cpu_s": send_cpu_s}
 
 
 async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s: float, warmup: int,
@@ -304,15 +307,15 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
     """One gateway; ``repeat`` identical fan-outs of ``tasks`` x ``deltas``; the first one's figures plus RSS per burst."""
     with infra_procs() as (settings, infra_pids):
         port = cinfra.free_port()
-        env = settings_env(settings.bootstrap_servers(), settings.redis(), settings.data_dir,
+        env = settings_env(settings.bus.bootstrap_servers(), settings.store.url(), settings.stack.data_dir,
                            CONDUIT_GATEWAY_PORT=str(port), CONDUIT_LOG_LEVEL="WARNING",
                            CONDUIT_RATE_LIMIT_KEY_PER_MINUTE="0", CONDUIT_RATE_LIMIT_TENANT_PER_MINUTE="0",
                            CONDUIT_RUNNING_TASKS_PER_KEY="0", CONDUIT_RUNNING_TASKS_PER_TENANT="0",
                            **(gateway_env or {}))
-        gw = ServiceProcess("gateway", env, settings.data_dir / "logs").start()
-        redis = make_redis(settings)
+        gw = ServiceProcess("gateway", env, settings.stack.data_dir / "logs").start()
+        redis = make_redis(settings.store)
         # the bench's key, inherited by its client processes (every request carries it)
-        os.environ["CONDUIT_API_KEY"] = (await apikeys.create(redis, settings.default_tenant, "bench", "admin"))[0]
+        os.environ["CONDUIT_API_KEY"] = (await apikeys.create(redis, settings.identity.default_tenant, "bench", "admin"))[0]
         bursts: list[dict] = []
         try:
             await _wait_ready(port)
@@ -322,7 +325,7 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
             start_rss = rss_mib(pid)
             if warmup:
                 _progress(f"warm-up: {warmup} streams x 5 deltas")
-                await _fanout(port, redis, settings.redis(), await _create_tasks(port, warmup), 5, 0.05, 1)
+                await _fanout(port, redis, settings.store.url(), await _create_tasks(port, warmup), 5, 0.05, 1)
             for b in range(repeat):
                 _progress(f"burst {b + 1}/{repeat}: creating {tasks} tasks")
                 ids = await _create_tasks(port, tasks)
@@ -342,7 +345,7 @@ async def run(tasks: int, deltas: int, interval_s: float, clients: int, settle_s
                     _progress(f"{tasks} streams open (gateway pid {pid}); writing {deltas} rounds")
 
                 sampler = asyncio.create_task(sample())
-                r = await _fanout(port, redis, settings.redis(), ids, deltas, interval_s, clients, opened,
+                r = await _fanout(port, redis, settings.store.url(), ids, deltas, interval_s, clients, opened,
                                   {"gateway": pid, "redis": infra_pids["redis"]})
                 ended = time.perf_counter()
                 sampler.cancel()
@@ -437,7 +440,7 @@ the first's (`{runs[0][0]}`, the default), the comparison below it.
 | delivery latency (writer's send time → parsed by the client) | **p50 {pct(ms, 50):.1f} ms, p99 {pct(ms, 99):.1f} ms**, max {max(ms):.1f} ms (one round of {a.tasks:,} appends takes the writer p50 {pct(rounds, 50):.1f} ms, p99 {pct(rounds, 99):.1f} ms) |
 | each round's first and last delivery (of its {a.tasks:,} events), p50 over the rounds | first **{pct([x * 1000 for x in r["round_first"]], 50):.1f} ms**, last **{pct([x * 1000 for x in r["round_last"]], 50):.1f} ms** (p90 {pct([x * 1000 for x in r["round_first"]], 90):.1f} / {pct([x * 1000 for x in r["round_last"]], 90):.1f} ms): the first is the path's own latency, the gap to the last is the round's fan-out through one process |
 | delivered rate | {rate:,.0f} events/s (writing took {r["write_s"]:.1f} s, {r["behind"]} of {a.deltas} rounds overran the interval; all streams ended after {r["drain_s"]:.1f} s) |
-| gateway CPU | {r["cpu_s"]:.1f} s, {r["cpu_s"] / max(1, r["received"]) * 1e6:.0f} µs per delivered event (connects and disconnects included) |
+| gateway CPU | {r["cpu_s"]:.1f} s, {r["cpu_s"] / max(1, r["received"]) * 1e6:.0f} µs per delivered event (connects and disconnects included); the send path alone (from the first round written until every stream ended): **{r["send_cpu_s"] / max(1, r["received"]) * 1e6:.0f} µs per event** |
 | CPU while the rounds were written, % of one core (of the machine's {os.cpu_count() * 100} %) | {", ".join(f"{k} {v:.0f} %" for k, v in r["cpu"].items())}; together {sum(r["cpu"].values()):.0f} % |
 | Redis connections on the server | {conns["before"]} before the streams opened, {conns.get("open", 0)} with all {a.tasks:,} open (the growth is the gateway's pool answering the burst of `GET /events`; the hub reads on one) |
 | gateway RSS ({r["allocator"]}) | **before {rss["before"]:.0f} MiB, peak {rss["peak"]:.0f} MiB, after {rss["after"]:.0f} MiB** ({rss["after_t"]:.0f} s after the streams ended; {rss["at5"]:.0f} MiB at 5 s): {_verdict(rss)}; {rss["start"]:.0f} MiB right after start |

@@ -33,8 +33,9 @@ RETRIES = 5
 Idempotency-Key, the stream with Last-Event-ID); each retry is counted in ``retries``."""
 
 
-async def load(base: str, key: str, sessions: int, seconds: float) -> dict:
-    """Run ``sessions`` closed-loop clients for ``seconds``; return rate, latencies, failures and retries."""
+async def load(base: str, key: str, sessions: int, seconds: float, question: str = "load {i}") -> dict:
+    """Run ``sessions`` closed-loop clients for ``seconds``, session ``i`` asking ``question.format(i=i)``;
+    return rate, latencies, failures and retries."""
     done: list[float] = []
     failed = [0]
     reasons: dict[str, int] = {}
@@ -52,7 +53,7 @@ async def load(base: str, key: str, sessions: int, seconds: float) -> dict:
             for _ in range(RETRIES + 1):
                 try:
                     if task_id is None:
-                        r = await client.post("/v1/tasks", json={"question": f"load {i}"}, headers={"Idempotency-Key": key})
+                        r = await client.post("/v1/tasks", json={"question": question.format(i=i)}, headers={"Idempotency-Key": key})
                         r.raise_for_status()
                         task_id = r.json()["task_id"]
                     async for ev, data in sse_events(client, "GET", f"/v1/tasks/{task_id}/events",

@@ -171,7 +171,7 @@ the scripted model's first-token delays interleaved request by request; each req
 measured in the model server, is subtracted from its time to first token. Two clients take turns: a lean one
 (one keep-alive socket, the POST written and the chunked SSE parsed by hand, like the fan-out bench's clients),
 whose figure is the aim's, and httpx (`AsyncClient.stream`, `aiter_lines`), whose own cost shows in the difference.
-Broker fetch wait `fetch_max_wait_ms` = {Settings().kafka_fetch_max_wait_ms} (tansu does not wake waiting fetches).
+Broker fetch wait `fetch_max_wait_ms` = {Settings().bus.kafka_fetch_max_wait_ms} (tansu does not wake waiting fetches).
 
 | client | model's first-token delay | POST → first `answer.delta` | **overhead (minus the model's own delay)** |
 | --- | --- | --- | --- |

@@ -33,7 +33,7 @@ class TaskCreate(BaseModel):
     user_id: str | None = Field(default=None, max_length=128,
                                 description="deprecated: the caller's user comes from the credential; "
                                             "another value is refused (403 user_mismatch)")
-    allowed_tools: list[AnyToolName] | None = Field(default=None, description="subset of tools the agent may use (built-in names, mcp.<server>.<tool>)")
+    allowed_tools: list[AnyToolName] | None = Field(default=None, description="subset of tools the agent may use (built-in names, mcp.<server>.<tool>, a2a.<agent>)")
     mode: Literal["agent", "team", "auto"] | None = Field(
         default=None, description="team: a supervisor delegates parts of the question to workers running in "
                                   "parallel (docs/agent-rules.md, rules D1-D9); auto: team when the question names "
@@ -96,6 +96,7 @@ class TaskView(BaseModel):
     memory: list[dict[str, Any]] = Field(default_factory=list)  # long-term memory items given to the model
     pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
     trace: list[dict[str, Any]] = Field(default_factory=list)
+    trace_id: str | None = None  # the W3C trace id (32 hex) of the task's OpenTelemetry trace (rule O6)
 
 
 class ApprovalDecisionBody(BaseModel):

@@ -98,7 +98,8 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(topics.TOOL_REQUESTS_SANDBOX, (ToolRequested,), "orchestrator", (topics.GROUP_SANDBOX,),
             "code_exec tool calls for the sandbox."),
     Channel(topics.TOOL_REQUESTS_MCP, (ToolRequested,), "orchestrator", (topics.GROUP_MCP,),
-            "Calls of tenants' MCP server tools (mcp.<server>.<tool>) for the mcp service."),
+            "Calls of tenants' external tools for the mcp service: MCP server tools (mcp.<server>.<tool>) and "
+            "remote A2A agents (a2a.<agent>, rule T10)."),
     Channel(topics.TOOL_RESULTS, (ToolResult,), "retriever, web, sandbox, mcp, orchestrator", (topics.GROUP_ORCHESTRATOR,),
             "The outcome of one tool call (ToolResult), matched by call_id / idempotency_key; a worker's "
             "task reports to its supervisor's delegate call here (team mode)."),

@@ -46,6 +46,18 @@ class ChildSpec(Payload):
     max_tokens: int = Field(ge=0)
 
 
+class RecallAhead(Payload):
+    """Rule M13: the ``memory.recall_requested`` the gateway published beside a ``question.asked``, so the
+    retriever's search runs while the question travels. ``request_id``: its reply's key
+    (``keys.reply``); ``with_memory`` / ``with_cache``: what it asked for; ``deadline_at`` (UTC): past
+    it the retriever drops the request and the orchestrator asks again itself."""
+
+    request_id: str
+    with_memory: bool
+    with_cache: bool
+    deadline_at: datetime
+
+
 class QuestionPayload(Payload):
     """A person's question. ``allowed_tools`` None means every configured tool.
 
@@ -55,7 +67,9 @@ class QuestionPayload(Payload):
     ``use_cache`` False: the client sent ``Cache-Control: no-cache`` (the semantic cache is not read);
     ``scope``: the documents and collections its knowledge-base searches may read (``contracts.scope``,
     rules Q1-Q4; None: everything the tenant may read), a worker's is its supervisor's;
-    ``model``: the configured model the request named (rule A20).
+    ``model``: the configured model the request named (rule A20);
+    ``recall``: the recall request the gateway sent beside this question (rule M13; None: none was sent,
+    the orchestrator decides by rule M8).
     """
 
     question: str
@@ -66,6 +80,8 @@ class QuestionPayload(Payload):
     scope: Scope | None = None
     model: str | None = None
     """The configured model the request named (rule A20; None: the tenant's chain)."""
+    recall: RecallAhead | None = None
+    """Rule M13: the memory recall and cache lookup already sent for this question (None: none)."""
 
 
 class ToolRequestPayload(Payload):
@@ -76,6 +92,8 @@ class ToolRequestPayload(Payload):
     ``deadline_at`` (UTC) is when the orchestrator stops waiting for the result.
     ``scope``: set on a ``kb_search`` of a scoped task (rule Q2): the retriever searches only those
     documents and collections, whatever the model's ``arguments`` say.
+    ``attempt``: 1 for the first run of the call, one more for each retry after a transient error
+    (rule A8; the tool service's span carries it, rule O7). A re-send of the same attempt keeps it.
     """
 
     call_id: str
@@ -86,6 +104,7 @@ class ToolRequestPayload(Payload):
     idempotency_key: str
     deadline_at: datetime | None = None
     scope: Scope | None = None
+    attempt: int = 1
 
 
 class ToolError(Payload):

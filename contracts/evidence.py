@@ -12,7 +12,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-EvidenceKind = Literal["original", "summary", "web", "tool"]
+EvidenceKind = Literal["original", "summary", "web", "tool", "history"]
+
+
+class ArticleRef(BaseModel):
+    """An article a law passage cites (rule K16): ``id`` to pass to ``kb_follow`` (``<law_id>:<n>``) and a
+    short ``label`` (「《民法典》第1065条」)."""
+
+    id: str
+    label: str
 
 
 class EvidenceItem(BaseModel):
@@ -22,8 +30,9 @@ class EvidenceItem(BaseModel):
         chunk_id: stable id of the chunk (knowledge base) or the URL (web).
         document_id: the document the chunk belongs to (used to drop a summary
             whose original text is already in the pool).
-        kind: ``original`` (source text), ``summary`` (generated summary), ``web`` or ``tool``
-            (what a tenant's MCP server tool returned, ``services.mcp``).
+        kind: ``original`` (source text), ``summary`` (generated summary), ``web``, ``tool``
+            (what a tenant's MCP server tool returned, ``services.mcp``) or ``history`` (one of the
+            user's own earlier questions and answers, ``history_search``, rule M12).
         title: document title, e.g. 《中华人民共和国增值税法》.
         locator: where inside the document, e.g. ``第十一条`` or ``第 3 页``.
         url: source URL for web evidence.
@@ -31,6 +40,8 @@ class EvidenceItem(BaseModel):
             (rule K1's floor applies to it); None when not scored.
         text: the passage text given to the model (at most CHUNK_MAX_CHARS chars).
         metadata: extra fields (law name, chapter, status, version date, page...).
+        refs: the articles a law passage cites (rule K16; resolved references only, at most
+            8, ``services.retriever.follow.MAX_REFS_SHOWN``), each followable with ``kb_follow``; empty otherwise.
     """
 
     chunk_id: str
@@ -42,6 +53,7 @@ class EvidenceItem(BaseModel):
     score: float | None = None
     text: str
     metadata: dict[str, Any] = Field(default_factory=dict)
+    refs: list[ArticleRef] = Field(default_factory=list)
 
     @property
     def dedupe_key(self) -> str:

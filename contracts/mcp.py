@@ -133,7 +133,8 @@ class McpTool(BaseModel):
         props = schema.setdefault("properties", {})
         props.setdefault("reason", REASON_PROPERTY)
         schema["required"] = list(dict.fromkeys([*schema.get("required", []), "reason"]))
-        description = f"[MCP {self.server}] {self.description}".strip()[:1000]
+        source = f"A2A agent {self.server}" if self.name.startswith("a2a.") else f"MCP {self.server}"  # rule T10
+        description = f"[{source}] {self.description}".strip()[:1000]
         return {"type": "function", "function": {"name": self.function, "description": description,
                                                  "parameters": schema}}
 
@@ -151,7 +152,7 @@ class McpServerStatus(BaseModel):
 
     name: str
     source: Literal["settings", "api"]
-    transport: Literal["stdio", "http"]
+    transport: Literal["stdio", "http", "a2a"]
     digest: str
     ok: bool
     error: str | None = None
@@ -160,9 +161,11 @@ class McpServerStatus(BaseModel):
 
 
 class McpCatalog(BaseModel):
-    """A tenant's MCP tools offered to the model (those of servers that answered), and every
-    server's status. Written by the mcp service, read by the orchestrator at a task's start."""
+    """A tenant's external tools offered to the model: the tools of its MCP servers that answered and its
+    remote A2A agents whose card was read (rule T10, ``contracts.a2a``); every server's and agent's status
+    (an agent's ``transport`` is ``a2a``). Written by the mcp service, read by the orchestrator at a task's start."""
 
     tenant_id: str
     tools: list[McpTool] = Field(default_factory=list)
     servers: list[McpServerStatus] = Field(default_factory=list)
+    agents: list[McpServerStatus] = Field(default_factory=list)

@@ -7,7 +7,8 @@ Records live in Redis (``conduit.records.memory``: the source of truth, read and
 vectors live in the retriever's memory shard (collection ``{qdrant_collection}_memory`` on a
 Qdrant server), embedded with the knowledge base's embedder. Bus (topic
 ``contracts.topics.RETRIEVER_REQUESTS``): ``MemoryIndexRequested`` (orchestrator: embed and
-store these items / this cache entry), ``MemoryRecallRequested`` (orchestrator: the user's
+store these items / this cache entry), ``MemoryRecallRequested`` (gateway beside the question, rule M13, or
+orchestrator: the user's
 candidates and a cached answer, reply LPUSHed to ``keys.reply(request_id)``),
 ``MemoryForgetRequested`` (gateway: remove these vectors); ``MemoryVectorsIndexed`` (a retriever
 replica: the vectors it embedded for a ``MemoryIndexRequested``, applied by every replica, rule K10).
@@ -134,7 +135,7 @@ class MemoryIndexPayload(Payload):
 
 
 class MemoryRecallPayload(Payload):
-    """orchestrator -> retriever: find the user's items for ``query`` (at most ``limit``) and,
+    """gateway or orchestrator -> retriever (rule M13): find the user's items for ``query`` (at most ``limit``) and,
     with ``with_cache``, a cached answer of the tenant. Past ``deadline_at`` it is dropped."""
 
     request_id: str

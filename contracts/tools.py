@@ -17,14 +17,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from contracts import topics
+from contracts.a2a import A2aToolName, is_a2a
 from contracts.mcp import McpToolName, is_mcp
 
-ToolName = Literal["kb_search", "web_search", "web_fetch", "code_exec", "delegate"]
-ALL_TOOLS: tuple[ToolName, ...] = ("kb_search", "web_search", "web_fetch", "code_exec")
+ToolName = Literal["kb_search", "kb_follow", "web_search", "web_fetch", "code_exec", "delegate", "history_search"]
+ALL_TOOLS: tuple[ToolName, ...] = ("kb_search", "kb_follow", "web_search", "web_fetch", "code_exec")
 """The tools a tool service runs; ``delegate`` (a child task on the bus, team mode) is offered
-by the orchestrator itself to supervisors only (docs/agent-rules.md, rules D1-D9)."""
-AnyToolName = ToolName | McpToolName
-"""A built-in tool or a tenant's MCP server tool (``mcp.<server>.<tool>``, ``contracts.mcp``)."""
+by the orchestrator itself to supervisors only (docs/agent-rules.md, rules D1-D9); ``history_search`` (the
+retriever, over the user's own past questions and answers) only to a user who has some (rule M11)."""
+AnyToolName = ToolName | McpToolName | A2aToolName
+"""A built-in tool, a tenant's MCP server tool (``mcp.<server>.<tool>``, ``contracts.mcp``) or a tenant's
+remote A2A agent (``a2a.<agent>``, ``contracts.a2a``, rule T10)."""
 
 REASON_FIELD = Field(
     description="为什么需要调用这个工具，一句话，会展示给用户 (why this call is needed; shown to the user)",
@@ -64,6 +67,29 @@ class KbSearchArgs(ToolArgs):
         return list(kept)[:2]
 
 
+FOLLOW_MAX_REFS = 5
+"""Rule A30: at most this many articles per ``kb_follow`` call."""
+
+
+class KbFollowArgs(ToolArgs):
+    """Arguments of ``kb_follow`` (rules K17, A30): ids of articles that passages already in the evidence
+    cite (each passage's ``refs``, shown to the model as 「引用：…」); the articles come back as evidence."""
+
+    ref_ids: list[str] = Field(min_length=1, max_length=FOLLOW_MAX_REFS, description=(
+        "要查看的被引用条文的编号（证据中「引用」后方括号里的 id，如 d744436b60a9:23），最多 5 个 "
+        "(ids of cited articles, as listed after 引用 in the evidence; at most 5)"))
+    reason: str = REASON_FIELD
+
+    @field_validator("ref_ids")
+    @classmethod
+    def _distinct_ids(cls, value: list[str]) -> list[str]:
+        """Strip and drop repeats and blanks (fail-open; an empty list is refused by ``min_length`` first)."""
+        kept = list(dict.fromkeys(v.strip() for v in value if v.strip()))
+        if not kept or any(len(v) > 64 for v in kept):
+            raise ValueError("ref_ids must be non-empty ids of at most 64 characters")
+        return kept
+
+
 class WebSearchArgs(ToolArgs):
     """Arguments of ``web_search``: a web query plus up to two other phrasings searched at
     the same time (rule W1: up to 3 queries at once)."""
@@ -85,6 +111,14 @@ class CodeExecArgs(ToolArgs):
     """Arguments of ``code_exec``: Python source run in the sandbox."""
 
     code: str = Field(min_length=1, max_length=20000, description="Python 3 code; print() the results you need")
+    reason: str = REASON_FIELD
+
+
+class HistorySearchArgs(ToolArgs):
+    """Arguments of ``history_search`` (rules M11, M12): what to look for in the user's own earlier
+    questions and answers. Whose history is searched comes from the task, never from the arguments."""
+
+    query: str = Field(min_length=1, max_length=300, description="要在该用户以前的提问和回答中查找的内容 (what to look for in the user's earlier questions and answers)")
     reason: str = REASON_FIELD
 
 
@@ -133,6 +167,17 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         args_model=KbSearchArgs,
         request_topic=topics.TOOL_REQUESTS_KB,
     ),
+    "kb_follow": ToolSpec(
+        name="kb_follow",
+        description=(
+            "查看知识库条文所引用的其他条文（如「依照本法第二十三条」「《民法典》第一千零六十五条」），"
+            "返回带编号的原文。参数为证据中「引用」列出的 id；答案取决于被引用条文时调用。"
+            " Fetch the articles that knowledge-base passages cite (ids listed after 引用 in the evidence); "
+            "returns them as numbered passages."
+        ),
+        args_model=KbFollowArgs,
+        request_topic=topics.TOOL_REQUESTS_KB,
+    ),
     "web_search": ToolSpec(
         name="web_search",
         description="Search the web for recent or missing information; returns numbered page passages.",
@@ -156,6 +201,16 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         risk="sandboxed",
         idempotent=False,  # the same code may read the clock or draw random numbers
     ),
+    "history_search": ToolSpec(
+        name="history_search",
+        description=(
+            "检索该用户自己以前会话中的提问和回答（仅限本人），返回带编号的记录，可作为证据引用；"
+            "用户提到以前问过、上次、之前的结论时调用。"
+            " Search this user's own earlier questions and answers (their past sessions only); returns numbered records."
+        ),
+        args_model=HistorySearchArgs,
+        request_topic=topics.TOOL_REQUESTS_KB,
+    ),
     "delegate": ToolSpec(
         name="delegate",
         description=(
@@ -169,11 +224,12 @@ TOOL_SPECS: dict[str, ToolSpec] = {
 
 
 def request_topic(name: str) -> str:
-    """The request topic of tool ``name``: its spec's, or ``TOOL_REQUESTS_MCP`` for an MCP tool.
+    """The request topic of tool ``name``: its spec's, or ``TOOL_REQUESTS_MCP`` for an MCP tool or a remote
+    A2A agent (the mcp service runs both: rule T10).
 
     Raises KeyError for a name that is neither.
     """
-    if is_mcp(name):
+    if is_mcp(name) or is_a2a(name):
         return topics.TOOL_REQUESTS_MCP
     return TOOL_SPECS[name].request_topic
 

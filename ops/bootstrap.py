@@ -1,7 +1,7 @@
 """First-start identity of the embedded stack: the admin key file and the one-time login link.
 
 - ``ensure_admin_key(settings)``: on first start, creates an admin key of
-  ``settings.default_tenant`` (user ``admin``) and writes it to ``<data_dir>/admin.key``
+  ``settings.identity.default_tenant`` (user ``admin``) and writes it to ``<data_dir>/admin.key``
   (mode 0600); on later starts it reuses the file and registers the key again when Redis
   lost it (the embedded Redis can be wiped), so the file stays the one thing to keep; a
   revoked key is replaced by a new one (the file is rewritten).
@@ -18,7 +18,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from redis.asyncio import Redis
+from conduit.runtime.redis_client import make_redis
 
 from conduit.records import apikeys
 from conduit.runtime.settings import Settings
@@ -52,15 +52,15 @@ def _write_secret(path: Path, text: str) -> None:
 
 
 async def _ensure(settings: Settings) -> str:
-    path = admin_key_path(settings.data_dir)
-    redis = Redis.from_url(settings.redis())
+    path = admin_key_path(settings.stack.data_dir)
+    redis = make_redis(settings.store)
     try:
-        key = read_admin_key(settings.data_dir)
+        key = read_admin_key(settings.stack.data_dir)
         if key is not None and apikeys.key_id_of(key) is not None and not await apikeys.is_revoked(redis, key):
             if await apikeys.verify(redis, key) is None:  # Redis lost it: register it again
-                await apikeys.store(redis, key, settings.default_tenant, ADMIN_USER, "admin", label="bootstrap")
+                await apikeys.store(redis, key, settings.identity.default_tenant, ADMIN_USER, "admin", label="bootstrap")
             return key
-        key, _ = await apikeys.create(redis, settings.default_tenant, ADMIN_USER, "admin", label="bootstrap")
+        key, _ = await apikeys.create(redis, settings.identity.default_tenant, ADMIN_USER, "admin", label="bootstrap")
         _write_secret(path, key)
         return key
     finally:
@@ -76,10 +76,10 @@ def ensure_admin_key(settings: Settings) -> str:
 
 
 async def _login_token(settings: Settings) -> str:
-    redis = Redis.from_url(settings.redis())
+    redis = make_redis(settings.store)
     try:
-        return await apikeys.create_login(redis, settings.default_tenant, ADMIN_USER, "admin",
-                                          settings.login_token_ttl_s)
+        return await apikeys.create_login(redis, settings.identity.default_tenant, ADMIN_USER, "admin",
+                                          settings.identity.login_token_ttl_s)
     finally:
         await redis.aclose()
 

@@ -24,7 +24,7 @@ from contracts.stream import TERMINAL_TYPES
 
 def default_key() -> str | None:
     """The key to use when none is given: ``CONDUIT_API_KEY``, else ``<data_dir>/admin.key``, else None."""
-    return os.environ.get("CONDUIT_API_KEY") or read_admin_key(get_settings().data_dir)
+    return os.environ.get("CONDUIT_API_KEY") or read_admin_key(get_settings().stack.data_dir)
 
 
 def bearer(api_key: str | None = None) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 ``probe(endpoint, timeout_s)`` sends two small streamed requests over real HTTP (httpx): one
 offering a single ``kb_search``-like tool and asking for it, one plain question. Each body's raw
-bytes are kept and fed through the production stream reader (``services.orchestrator.reader.read``:
+bytes are kept and fed through the production stream reader (``conduit.runtime.llm.reader.read``:
 ``sse.SseDecoder`` and ``assembler.Assembler``, rule A17), and read once more chunk by chunk to name
 the wire shape the endpoint uses (``shape_rows``). HTTP errors are classified as the agent classifies
 them (``providererrors.classify``, rule A18), a connection failure is ``model_unavailable`` and a
@@ -23,10 +23,10 @@ import orjson
 from rich.table import Table
 
 from ops.doctorshapes import Endpoint, Exchange, Report, shape_rows
-from services.orchestrator import providererrors
-from services.orchestrator.assembler import StreamError
-from services.orchestrator.model import MODEL_TIMEOUT, MODEL_UNAVAILABLE, ModelError
-from services.orchestrator.reader import Reading, read
+from conduit.runtime.llm import providererrors
+from conduit.runtime.llm.assembler import StreamError
+from conduit.runtime.llm.model import MODEL_TIMEOUT, MODEL_UNAVAILABLE, ModelError
+from conduit.runtime.llm.reader import Reading, read
 
 TOOL = {"type": "function", "function": {
     "name": "kb_search", "description": "Search the law knowledge base. Always call it before answering.",

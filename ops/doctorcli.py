@@ -23,7 +23,7 @@ def endpoint(model: str | None, base_url: str | None, api_key: str | None) -> En
         return Endpoint(base_url, api_key, model or "default")
     settings = get_settings()
     try:
-        spec = models.spec(settings, model or models.DEFAULT)
+        spec = models.spec(settings.llm, model or models.DEFAULT)
     except models.UnknownModel as exc:
         raise typer.BadParameter(f"{exc} (set OPENAI_BASE_URL or CONDUIT_MODELS, or give --base-url)",
                                  param_hint="--model") from None

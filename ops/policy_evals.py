@@ -74,14 +74,14 @@ def routing_gates() -> list[Gate]:
     gates = [Gate("routing", "rules-precision", not wrong, f"{decided} decided by rules, wrong: {wrong or 'none'}"),
              Gate("routing", "rules-accuracy", True, f"{right}/{len(rows)} = {right / len(rows):.0%} with the rules alone")]
     settings = get_settings()
-    if settings.router_model:
+    if settings.router.router_model:
         async def classify_all() -> list[bool]:
             out = []
             for row in rows:
-                d = await router.decide(settings, row["text"], Domain())
+                d = await router.decide(settings.router, settings.llm, row["text"], Domain())
                 out.append(_expected(row["label"], d.route if d else "agent", d.calc_hint if d else False))
             return out
         hits = asyncio.run(classify_all())
         gates.append(Gate("routing", "model-accuracy", sum(hits) / len(rows) >= 0.8,
-                          f"{sum(hits)}/{len(rows)} = {sum(hits) / len(rows):.0%} with {settings.router_model}"))
+                          f"{sum(hits)}/{len(rows)} = {sum(hits) / len(rows):.0%} with {settings.router.router_model}"))
     return gates

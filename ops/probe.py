@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import sys
 import time
@@ -52,6 +53,20 @@ REDIS_TIMEOUT_S = 2.0
 
 
 
+def _client(redis_url: str):  # noqa: ANN202 - redis.Redis or redis.RedisCluster
+    """A synchronous client for one check: ``redis.RedisCluster`` (every primary's keys) when
+    ``CONDUIT_REDIS_CLUSTER`` is on (rule O9), else ``redis.Redis``."""
+    import redis  # noqa: PLC0415
+    from redis.cluster import ClusterNode  # noqa: PLC0415
+
+    from conduit.runtime.redis_client import cluster_nodes  # noqa: PLC0415
+
+    timeouts = {"socket_connect_timeout": REDIS_TIMEOUT_S, "socket_timeout": REDIS_TIMEOUT_S}
+    if os.environ.get("CONDUIT_REDIS_CLUSTER", "").lower() in ("1", "true", "yes"):
+        return redis.RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in cluster_nodes(redis_url)], **timeouts)
+    return redis.Redis.from_url(redis_url, **timeouts)
+
+
 def heartbeat_present(redis_url: str, service: str, host: str | None = None) -> bool:
     """True when a liveness key of ``service`` on ``host`` (default: this host) exists.
 
@@ -60,7 +75,7 @@ def heartbeat_present(redis_url: str, service: str, host: str | None = None) -> 
     import redis  # noqa: PLC0415 - keep ``--help`` instant
 
     pattern = keys.alive_pattern(service, host or socket.gethostname())
-    client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+    client = _client(redis_url)
     try:
         for _ in client.scan_iter(match=pattern, count=500):
             return True
@@ -74,7 +89,7 @@ def sandbox_isolation(redis_url: str, host: str | None = None) -> tuple[int, str
     logged unsafe mode), else ``(1, why not)``."""
     import redis  # noqa: PLC0415
 
-    client = redis.Redis.from_url(redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+    client = _client(redis_url)
     try:
         reasons = []
         for status in sandboxstatus.fresh(client.hgetall(keys.SANDBOX_STATUSES), time.time(),
@@ -182,11 +197,11 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings()
     if args.kind == "topics":
-        status, reason = wait_topics(settings.bootstrap_servers(), args.timeout)
+        status, reason = wait_topics(settings.bus.bootstrap_servers(), args.timeout)
     elif args.kind == "corpus":
         status, reason = wait_corpus(settings, args.timeout)
     else:
-        status, reason = check(args.kind, args.service, settings.redis(), args.host)
+        status, reason = check(args.kind, args.service, settings.store.url(), args.host)
     print(reason, file=sys.stderr if status else sys.stdout, flush=True)
     return status
 

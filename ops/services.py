@@ -9,6 +9,7 @@ Each process gets SIGTERM from the kernel when the process that started it dies
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -36,22 +37,33 @@ def shutdown_budget_s(service: str, settings: Settings) -> float:
     waits this plus ``STOP_MARGIN_S``; tests/deploy checks the manifests agree.
     """
     if service == "gateway":
-        return settings.gateway_shutdown_grace_s
+        return settings.gateway.gateway_shutdown_grace_s
     if service == "orchestrator":
-        return settings.shutdown_grace_s + settings.tool_timeout_s
+        return settings.agent.shutdown_grace_s + settings.tools.tool_timeout_s
     if service == "sandbox":
-        return settings.sandbox_timeout_s + 5
-    return settings.tool_timeout_s + 5
+        return settings.sandbox.sandbox_timeout_s + 5
+    return settings.tools.tool_timeout_s + 5
+
+
+MALLOC_ENV = {"MALLOC_ARENA_MAX": "2"}
+"""glibc malloc settings of every service process (rule O12), unless the operator's environment sets them."""
 
 
 def settings_env(bootstrap: str, redis_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
-    """Environment variables that point a service process at one stack."""
+    """Environment variables that point a service process at one stack.
+
+    Rule O12 (docs/operations.md, "Memory"): at most two glibc malloc arenas per process
+    (``MALLOC_ARENA_MAX=2``, ``MALLOC_ENV``) unless ``os.environ`` or ``extra`` sets it: glibc gives each
+    thread that allocates its own 64 MiB arena (up to 8 per core), and the retriever's search and e5
+    threads kept freed memory in theirs. The gateway runs on jemalloc instead (``conduit.runtime.allocator``).
+    """
     env = {
         "CONDUIT_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "CONDUIT_REDIS_URL": redis_url,
         "CONDUIT_DATA_DIR": str(data_dir),
         "PYTHONUNBUFFERED": "1",
         "OMP_WAIT_POLICY": "PASSIVE",
+        **{k: v for k, v in MALLOC_ENV.items() if k not in os.environ},
     }
     env.update(extra)
     return env

@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import httpx
-import redis as redis_sync
 
 from ops import bootstrap, infra, stopsignals
 from ops.services import SERVICES, STOP_MARGIN_S, ChildProcess, ServiceProcess, settings_env, shutdown_budget_s
 from conduit.runtime import bus
 from conduit.runtime.liveness import alive_key
+from conduit.runtime.redis_client import make_sync
 from conduit.runtime.settings import Settings
 
 READY_POLL_S = 0.2
@@ -70,13 +70,18 @@ class InfraProcess(ChildProcess):
 def parse_scale(spec: str | None) -> dict[str, int]:
     """``"orchestrator=2,retriever=2"`` -> ``{"orchestrator": 2, "retriever": 2}``.
 
-    Raises ValueError on an unknown service or a count below 1.
+    Raises ValueError on an unknown service, a count below 1, or more than one gateway: the gateway binds
+    its port alone (a second process would fail to start); one process fans 1,000 SSE streams out within
+    the issue-33 aims (docs/benchmarks.md, "Issue 33: SSE fan-out").
     """
     scale: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in (spec or "").split(","))):
         name, _, count = part.partition("=")
         if name not in SERVICES or not count.isdigit() or int(count) < 1:
             raise ValueError(f"bad --scale item {part!r}: expected SERVICE=N with N >= 1, SERVICE one of {', '.join(SERVICES)}")
+        if name == "gateway" and int(count) > 1:
+            raise ValueError(f"bad --scale item {part!r}: the embedded stack runs one gateway process (it binds "
+                             "CONDUIT_GATEWAY_PORT alone); run more gateways behind a load balancer, each on its own port")
         scale[name] = int(count)
     return scale
 
@@ -90,11 +95,11 @@ def retriever_replicas_refusal(settings: Settings, replicas: int) -> str | None:
     in memory). An external broker keeps the writes and each group's committed offsets across starts,
     and those would not match a fresh copy (writes lost or applied twice out of order).
     """
-    if replicas <= 1 or settings.qdrant_url or not settings.kafka_bootstrap_servers:
+    if replicas <= 1 or settings.retrieval.qdrant_url or not settings.bus.kafka_bootstrap_servers:
         return None
     return ("more than one retriever on the embedded Qdrant Edge store needs the embedded broker: each replica "
             "starts from a fresh copy of replica 1's shards, and the committed offsets of the writes groups on "
-            f"an external broker ({settings.kafka_bootstrap_servers}) would not match it; set QDRANT_URL "
+            f"an external broker ({settings.bus.kafka_bootstrap_servers}) would not match it; set QDRANT_URL "
             "(one shared store) or run one retriever")
 
 
@@ -125,7 +130,7 @@ class Stack:
         refusal = retriever_replicas_refusal(settings, self.scale.get("retriever", 1))
         if refusal:
             raise StackError(refusal)
-        self.data_dir = Path(settings.data_dir).resolve()
+        self.data_dir = Path(settings.stack.data_dir).resolve()
         self.log_dir = self.data_dir / "logs"
         self.infra: dict[str, InfraProcess] = {}
         self.procs: dict[str, ServiceProcess] = {}
@@ -135,7 +140,7 @@ class Stack:
     @property
     def gateway_url(self) -> str:
         """Base URL of the gateway."""
-        return f"http://{self.settings.gateway_host}:{self.settings.gateway_port}"
+        return f"http://{self.settings.gateway.gateway_host}:{self.settings.gateway.gateway_port}"
 
     @property
     def infra_procs(self) -> list[tuple[str, subprocess.Popen]]:
@@ -158,7 +163,7 @@ class Stack:
         groups = []
         for key, proc in self.procs.items():
             if proc.name == "gateway":
-                address = f"{self.settings.gateway_host}:{self.settings.gateway_port}"
+                address = f"{self.settings.gateway.gateway_host}:{self.settings.gateway.gateway_port}"
             else:
                 address = f"127.0.0.1:{proc.env['CONDUIT_METRICS_PORT']}"
             groups.append({"targets": [address], "labels": {"service": proc.name, "process": key}})
@@ -168,12 +173,12 @@ class Stack:
         """Raise StackError naming the processes (pids) that hold a port this stack needs."""
         s = self.settings
         wanted = []
-        if not s.kafka_bootstrap_servers:
-            wanted.append(("127.0.0.1", s.embedded_kafka_port, "embedded Kafka broker", "CONDUIT_EMBEDDED_KAFKA_PORT"))
-        if not s.redis_url:
-            wanted.append(("127.0.0.1", s.embedded_redis_port, "embedded Redis", "CONDUIT_EMBEDDED_REDIS_PORT"))
-        if "gateway" in self.services and s.gateway_port:
-            wanted.append((s.gateway_host, s.gateway_port, "gateway", "CONDUIT_GATEWAY_PORT"))
+        if not s.bus.kafka_bootstrap_servers:
+            wanted.append(("127.0.0.1", s.bus.embedded_kafka_port, "embedded Kafka broker", "CONDUIT_EMBEDDED_KAFKA_PORT"))
+        if not s.store.redis_url:
+            wanted.append(("127.0.0.1", s.store.embedded_redis_port, "embedded Redis", "CONDUIT_EMBEDDED_REDIS_PORT"))
+        if "gateway" in self.services and s.gateway.gateway_port:
+            wanted.append((s.gateway.gateway_host, s.gateway.gateway_port, "gateway", "CONDUIT_GATEWAY_PORT"))
         busy = [infra.busy_port_message(p, what, env) for host, p, what, env in wanted if infra.port_open(p, host)]
         if busy:
             raise StackError("\n".join(dict.fromkeys(busy)))
@@ -181,16 +186,16 @@ class Stack:
     def start_infra(self) -> None:
         """Start the embedded broker and Redis unless external ones are configured; create the topics."""
         s = self.settings
-        if not s.kafka_bootstrap_servers:
-            self.infra["tansu"] = self._tansu(s.embedded_kafka_port)
+        if not s.bus.kafka_bootstrap_servers:
+            self.infra["tansu"] = self._tansu(s.bus.embedded_kafka_port)
             self.infra["tansu"].start()
             stopsignals.check()
-        if not s.redis_url:
-            self.infra["redis"] = self._redis(s.embedded_redis_port, s.redis())
+        if not s.store.redis_url:
+            self.infra["redis"] = self._redis(s.store.embedded_redis_port, s.store.url())
             self.infra["redis"].start()
             stopsignals.check()
         else:
-            infra.wait_redis_loaded(s.redis(), timeout_s=s.stack_ready_timeout_s)
+            infra.wait_redis_loaded(s.store.url(), timeout_s=s.stack.stack_ready_timeout_s)
         self.ensure_topics()
         stopsignals.check()  # a signal inside the event loop's callbacks is logged, not raised
 
@@ -207,14 +212,14 @@ class Stack:
     def ensure_topics(self) -> None:
         """Create every topic that is missing (after a broker start: tansu keeps topics in memory).
         Raises ``stopsignals.Interrupted`` within a tenth of a second of a stop signal."""
-        asyncio.run(stopsignals.watch(bus.ensure_topics(self.settings)))
+        asyncio.run(stopsignals.watch(bus.ensure_topics(self.settings.bus)))
 
     def service_env(self) -> dict[str, str]:
         """The environment every service process of this stack gets."""
         s = self.settings
-        env = settings_env(s.bootstrap_servers(), s.redis(), self.data_dir, **self.extra_env)
-        env["CONDUIT_GATEWAY_HOST"] = s.gateway_host
-        env["CONDUIT_GATEWAY_PORT"] = str(s.gateway_port)
+        env = settings_env(s.bus.bootstrap_servers(), s.store.url(), self.data_dir, **self.extra_env)
+        env["CONDUIT_GATEWAY_HOST"] = s.gateway.gateway_host
+        env["CONDUIT_GATEWAY_PORT"] = str(s.gateway.gateway_port)
         return env
 
     def new_process(self, name: str, replica: int = 1) -> ServiceProcess:
@@ -236,7 +241,7 @@ class Stack:
         ``services.retriever.replicas.copy_shards``); nothing with a Qdrant server or one retriever.
         Raises StackError when a copy fails."""
         count = self.scale.get("retriever", 1)
-        if "retriever" not in self.services or count <= 1 or self.settings.qdrant_url:
+        if "retriever" not in self.services or count <= 1 or self.settings.retrieval.qdrant_url:
             return
         from services.retriever.replicas import copy_shards  # noqa: PLC0415 - the stack needs it only here
 
@@ -257,7 +262,7 @@ class Stack:
         """Start every service process and wait until all are ready (``stack_ready_timeout_s``):
         first all but the gateway (retriever replicas get their copies of the shards first,
         ``copy_retriever_shards``), then, once they checked in, the gateway."""
-        timeout_s = timeout_s or self.settings.stack_ready_timeout_s
+        timeout_s = timeout_s or self.settings.stack.stack_ready_timeout_s
         deadline = time.monotonic() + timeout_s
         self.copy_retriever_shards()  # after any ingest, before a retriever opens a shard
         self._start_all(n for n in self.services if n != "gateway")
@@ -269,7 +274,7 @@ class Stack:
     def wait_ready(self, timeout_s: float) -> None:
         """Block until every service process checked in (its own liveness key, set once its
         consumer joined its group) and the gateway answers /readyz; raises StackError."""
-        r = redis_sync.Redis.from_url(self.settings.redis())
+        r = make_sync(self.settings.store)  # a cluster client on Redis Cluster (rule O8)
         deadline = time.monotonic() + timeout_s
         missing: list[str] = []
         try:

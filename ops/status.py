@@ -81,7 +81,7 @@ def collect(settings: Settings) -> dict | None:
     from ops import infra  # noqa: PLC0415
     from ops.supervisor import read_state  # noqa: PLC0415
 
-    state = read_state(Path(settings.data_dir).resolve())
+    state = read_state(Path(settings.stack.data_dir).resolve())
     if state is None:
         return None
     r = redis.Redis.from_url(state["redis_url"], socket_connect_timeout=2, socket_timeout=2)
@@ -91,7 +91,7 @@ def collect(settings: Settings) -> dict | None:
         for key, c in state["children"].items():
             alive = _pid_alive(c["pid"])
             if c["service"] in ("tansu", "redis"):
-                port = settings.embedded_kafka_port if c["service"] == "tansu" else settings.embedded_redis_port
+                port = settings.bus.embedded_kafka_port if c["service"] == "tansu" else settings.store.embedded_redis_port
                 ready = alive and infra.port_open(port)
             else:
                 try:
@@ -125,7 +125,7 @@ def _writes_groups(settings: Settings, rows: list[dict]) -> dict[str, str]:
     no ``QDRANT_URL``): replica K (keyed ``retriever-K``, replica 1 ``retriever``) reads ``RETRIEVER_WRITES``
     in a group of its own (rule K10); {} otherwise."""
     keys = [row["key"] for row in rows if row["service"] == "retriever"]
-    if len(keys) < 2 or settings.qdrant_url:
+    if len(keys) < 2 or settings.retrieval.qdrant_url:
         return {}
     return {k: topics.retriever_writes_group(1 if k == "retriever" else int(k.rpartition("-")[2])) for k in keys}
 

@@ -102,7 +102,7 @@ class Supervisor:
         Raises ``CrashLoop`` when a process exits again after ``supervisor_max_restarts``
         restarts within ``supervisor_restart_window_s`` seconds.
         """
-        s = self.settings
+        s = self.settings.stack
         now = time.monotonic() if now is None else now
         changed = False
         for key, child in self.stack.children().items():
@@ -165,7 +165,7 @@ class Supervisor:
             children[key] = {"service": child.name, "pid": child.pid, "started_at": child.started_at,
                              "restarts": track.restarts, "last_exit": track.last_exit}
         return {"pid": os.getpid(), "started_at": self.started_at, "gateway_url": self.stack.gateway_url,
-                "redis_url": s.redis(), "bootstrap_servers": s.bootstrap_servers(),
+                "redis_url": s.store.url(), "bootstrap_servers": s.bus.bootstrap_servers(),
                 "data_dir": str(self.stack.data_dir), "children": children}
 
     def write_state(self) -> None:

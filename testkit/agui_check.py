@@ -1,8 +1,10 @@
 """Check an AG-UI event stream event by event: each event parses as the ``ag-ui-protocol`` model its ``type``
 names, and the stream keeps AG-UI's order (a run starts first and ends last with ``RUN_FINISHED`` or
 ``RUN_ERROR``; text message content only inside its start/end; tool call args and end only after its start, a
-result only after its end (or for a call of an earlier run); steps finish in the order they started). Used by the unit and stack tests of
-``POST /v1/agui`` (docs/agui.md)."""
+result only after its end (or for a call of an earlier run); steps finish in the order they started), and its state
+holds together: each ``STATE_DELTA`` (JSON Patch: ``add``, ``replace``, ``remove``) applies to the state the stream
+built so far, and a later ``STATE_SNAPSHOT`` agrees with it on what only deltas change (``step``, ``plan``; rule A28). Used by
+the unit and stack tests of ``POST /v1/agui`` (docs/agui.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,32 @@ from pydantic import TypeAdapter
 
 EVENT = TypeAdapter(Event)
 """The discriminated union of every AG-UI event model (by ``type``)."""
+
+
+def apply_patch(state: Any, ops: list[dict[str, Any]]) -> Any:
+    """``state`` after the JSON Patch ``ops`` (RFC 6902's ``add``, ``replace``, ``remove``; a path's ``-`` appends);
+    changed in place and returned. Raises AssertionError for a path that does not exist or another op."""
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target = state
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        assert op["op"] in ("add", "replace", "remove"), op
+        if isinstance(target, list):
+            index = len(target) if last == "-" else int(last)
+            if op["op"] == "add":
+                target.insert(index, op["value"])
+            elif op["op"] == "replace":
+                target[index] = op["value"]
+            else:
+                del target[index]
+        else:
+            assert op["op"] == "add" or last in target, f"no {op['path']} to {op['op']}"
+            if op["op"] == "remove":
+                del target[last]
+            else:
+                target[last] = op["value"]
+    return state
 
 
 def sse_events(body: str) -> list[tuple[int | None, dict[str, Any]]]:
@@ -37,6 +65,8 @@ class StreamChecker:
         self._calls: set[str] = set()
         self._ended_calls: set[str] = set()
         self._steps: list[str] = []
+        self.state: dict[str, Any] | None = None
+        """The run's state as its snapshots and deltas built it."""
         self.done = False
 
     def check(self, data: dict[str, Any]) -> Any:
@@ -66,6 +96,13 @@ class StreamChecker:
             self._steps.append(data["stepName"])
         elif kind == "STEP_FINISHED":
             assert self._steps and self._steps.pop() == data["stepName"], f"unbalanced step: {data}"
+        elif kind == "STATE_SNAPSHOT":
+            for key in ("step", "plan"):
+                assert self.state is None or self.state.get(key) == data["snapshot"].get(key), (key, self.state, data)
+            self.state = json.loads(json.dumps(data["snapshot"]))
+        elif kind == "STATE_DELTA":
+            assert self.state is not None, "a STATE_DELTA before any STATE_SNAPSHOT"
+            apply_patch(self.state, data["delta"])
         elif kind in ("RUN_FINISHED", "RUN_ERROR"):
             assert kind == "RUN_ERROR" or (not self._texts and not self._steps), "the run ended with things open"
             self.done = True

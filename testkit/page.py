@@ -91,7 +91,7 @@ def make_identity(stack: Stack) -> Identity | None:
         from testkit.stack import new_key  # type: ignore[attr-defined]
     except ImportError:
         return None
-    redis_url = stack.settings.redis()
+    redis_url = stack.settings.store.url()
     return Identity(alice=new_key(redis_url, user="alice", role="member"),
                     bob=new_key(redis_url, user="bob", role="member"),
                     login_link=login_link(stack.settings, stack.gateway_url))

@@ -96,6 +96,19 @@ def evidence_number(messages: list[dict[str, Any]], title_part: str, locator: st
     return None
 
 
+def vat_kb_call() -> Turn:
+    """A ``kb_search`` for the VAT law's simplified-method rate (增值税法 第十一条: 百分之三)."""
+    return Turn(tool_calls=[{"name": "kb_search", "arguments": {
+        "query": "小规模纳税人 简易计税方法 征收率", "reason": "查找增值税法中简易计税的征收率"}}])
+
+
+def cite_vat(body: dict[str, Any], **turn: Any) -> Turn:
+    """The answer citing the number the request's evidence gave 增值税法 第十一条 (``turn``: more ``Turn``
+    fields, e.g. a slow stream), or "没有找到。" when none did."""
+    n = evidence_number(body["messages"], "增值税法", "第十一条")
+    return Turn(content=f"征收率为百分之三[{n}]。" if n else "没有找到。", **({"chunks": 6} | turn))
+
+
 class ScriptedModel(ThreadedServer):
     """Serve ``script`` on 127.0.0.1 at ``base_url`` (``http://127.0.0.1:PORT/v1``).
 

@@ -41,7 +41,8 @@ def start_stack(bootstrap: str | None, redis_url: str | None, data_dir: Path, se
     vectors = {"qdrant_url": server, "qdrant_collection": f"conduit-{uuid.uuid4().hex[:12]}"} if server else {}
     if server:
         env = {**env, "QDRANT_URL": server, "CONDUIT_QDRANT_COLLECTION": vectors["qdrant_collection"]}
-    settings = Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir,
+    cluster = env.get("CONDUIT_REDIS_CLUSTER", "").lower() == "true"  # redis_url names a Redis Cluster (rule O8)
+    settings = Settings(kafka_bootstrap_servers=bootstrap, redis_url=redis_url, data_dir=data_dir, redis_cluster=cluster,
                         gateway_port=infra.free_port(), embedded_kafka_port=infra.free_port(),
                         embedded_redis_port=infra.free_port(), **vectors)
     if laws:
@@ -139,3 +140,4 @@ def admin_client(stack: Stack, timeout_s: float = 30) -> Iterator[httpx.Client]:
 def auth(key: str) -> dict[str, str]:
     """The ``Authorization`` header of ``key``."""
     return {"Authorization": f"Bearer {key}"}
+

@@ -63,13 +63,13 @@ def first_stage_pools(questions: list[dict]) -> list[list[dict]]:
         def _ranked(self, merged, second=False):
             first = sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))
             self.pool = [{"id": h.id, "score": h.score, "dense": h.dense_score} for h in first]
-            return first[: self.settings.retrieval_top_k]
+            return first[: self.retrieval.retrieval_top_k]
 
-    settings = Settings().model_copy(update={"retrieval_stage2_candidates": 0})
+    settings = Settings().changed({"retrieval_stage2_candidates": 0})
     embedder = make_embedder(settings)
     store = open_store(settings, embedder.dim)
     try:
-        searcher = Recorder(settings, embedder, store, stage2=_NoE5())
+        searcher = Recorder(settings.retrieval, embedder, store, stage2=_NoE5())
         pools = []
         for q in questions:
             searcher.search(q["question"], TENANT)

@@ -68,6 +68,8 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from ops.retrieval_gate import is_answer, metrics, rank_of  # noqa: E402,F401 - the gate's (rule E12) hit rules
+
 TENANT = "bench"
 LAW_SETS = (("tune", "laws.jsonl"), ("heldout", "laws_heldout.jsonl"))
 
@@ -75,20 +77,6 @@ LAW_SETS = (("tune", "laws.jsonl"), ("heldout", "laws_heldout.jsonl"))
 def load(name: str) -> list[dict]:
     """Rows of a JSONL file next to this script."""
     return [json.loads(line) for line in (HERE / name).read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def is_answer(item: dict, payload: dict) -> bool:
-    """True when ``payload`` (a hit's payload or evidence metadata) answers ``item``."""
-    if "law_name" in item:
-        return payload.get("law_name") == item["law_name"] and payload.get("article_no") == item["article_no"]
-    src = str(payload.get("source_path") or payload.get("file_name") or "")  # evidence metadata keeps file_name
-    text = str(payload.get("parent_text") or payload.get("text") or "")
-    return src.endswith(item["doc"]) and item["contains"] in text
-
-
-def rank_of(item: dict, payloads: list[dict]) -> int | None:
-    """1-based rank of the first answering payload, None if absent."""
-    return next((i + 1 for i, p in enumerate(payloads) if is_answer(item, p)), None)
 
 
 def parents(hits) -> list[dict]:
@@ -114,17 +102,6 @@ def retrieval_only_first(item: dict, evidence) -> bool:
     head = f"《{item['law_name']}》{item['article_no']}"
     # 「《…》第十一条：」, or with its date label (rules V2, V3) 「《…》第十一条（现行有效；…）：」
     return len(paragraphs) > 1 and paragraphs[1].startswith(head) and paragraphs[1][len(head):][:1] in ("：", "（")
-
-
-def metrics(ranks: list[int | None]) -> dict:
-    """hit@1, hit@5, MRR@10 over ``ranks`` (None = miss)."""
-    n = len(ranks) or 1
-    return {
-        "n": len(ranks),
-        "hit@1": sum(1 for r in ranks if r == 1) / n,
-        "hit@5": sum(1 for r in ranks if r is not None and r <= 5) / n,
-        "mrr@10": sum(1 / r for r in ranks if r is not None and r <= 10) / n,
-    }
 
 
 def loadavg() -> float:
@@ -161,7 +138,7 @@ def labelled_e5_index(settings) -> Path:
     from services.retriever.embeddings import E5Embedder  # noqa: PLC0415
 
     out = HERE / ".data" / "index-e5-labelled"
-    e5 = E5Embedder(threads=settings.embedding_threads)
+    e5 = E5Embedder(threads=settings.retrieval.embedding_threads)
     if not lawindex.index_path(e5.name, out).is_file():
         laws = lawdb.list_laws(law_names=labelled_law_names())
         articles = lawdb.articles_by_law(laws)
@@ -179,8 +156,8 @@ def open_stage2(settings, corpus: str = "full"):
     from services.retriever.main import open_second_stage  # noqa: PLC0415
 
     try:
-        if corpus == "labelled" and not settings.law_index_dir and lawindex.find("multilingual-e5-small-q4") is None:
-            settings = settings.model_copy(update={"law_index_dir": str(labelled_e5_index(settings))})
+        if corpus == "labelled" and not settings.retrieval.law_index_dir and lawindex.find("multilingual-e5-small-q4") is None:
+            settings = settings.changed({"law_index_dir": str(labelled_e5_index(settings))})
         return open_second_stage(settings)
     except Exception as exc:  # noqa: BLE001 - the bench reports what it can
         print(f"no second stage: {type(exc).__name__}: {exc}")
@@ -195,8 +172,8 @@ def scripted_rerank_pipeline(settings, embedder, store, encoder, stage2):
     from services.retriever.pipeline import KbSearcher  # noqa: PLC0415
 
     server = ScriptedReranker(shape="cohere").start()
-    s = settings.model_copy(update={"rerank_url": server.url, "openai_base_url": None})
-    return KbSearcher(s, embedder, store, encoder, stage2=stage2, assist=SearchAssist.from_settings(s))
+    s = settings.changed({"rerank_url": server.url, "openai_base_url": None})
+    return KbSearcher(s.retrieval, embedder, store, encoder, stage2=stage2, assist=SearchAssist.from_settings(s))
 
 
 def derive_item_vectors(stage2) -> int:
@@ -247,7 +224,7 @@ def main() -> int:
 
     settings = Settings()
     embedder = make_embedder(settings)
-    print(f"data dir {settings.data_dir}; embedder {embedder.name}; corpus {args.corpus}", flush=True)
+    print(f"data dir {settings.stack.data_dir}; embedder {embedder.name}; corpus {args.corpus}", flush=True)
     store = open_store(settings, embedder.dim)
     ingest = None
     try:
@@ -284,12 +261,12 @@ def run(settings, embedder, store, args, ingest) -> int:
     items = [(name, item) for name, rows in sets.items() for item in rows]
     encoder = SparseEncoder()
     flt = SearchFilter.for_tenant(TENANT)
-    searcher = KbSearcher(settings, embedder, store, encoder)
+    searcher = KbSearcher(settings.retrieval, embedder, store, encoder)
 
     stage2 = args.stage2
     pipelines = {"kb_search": searcher}
     if stage2 is not None:
-        pipelines["kb_search+2"] = KbSearcher(settings, embedder, store, encoder, stage2=stage2)
+        pipelines["kb_search+2"] = KbSearcher(settings.retrieval, embedder, store, encoder, stage2=stage2)
         if args.rerank_scripted:
             pipelines["kb_search+2+rerank"] = scripted_rerank_pipeline(settings, embedder, store, encoder, stage2)
     latency, ranks, first_passage = {}, {}, {}
@@ -327,14 +304,14 @@ def run(settings, embedder, store, args, ingest) -> int:
             ranks["dense"].append(rank_of(item, parents(dense)))
             ranks["sparse"].append(rank_of(item, parents(store.sparse_query(encoder.encode_query(q), flt, limit=10))))
             ranks["hybrid"].append(rank_of(item, parents(store.hybrid_query(
-                dq, encoder.encode_query(q), flt, limit=10, prefetch_limit=settings.retrieval_candidates))))
+                dq, encoder.encode_query(q), flt, limit=10, prefetch_limit=settings.retrieval.retrieval_candidates))))
             xq = expand_query(q)
             ranks["hybrid+x"].append(rank_of(item, parents(store.hybrid_query(
                 embedder.embed_query(xq), encoder.encode_query(xq), flt, limit=10,
-                prefetch_limit=settings.retrieval_candidates))))
+                prefetch_limit=settings.retrieval.retrieval_candidates))))
             vectors = embedder.embed_queries([q, q] if xq == q else [q, xq])  # no expansion: its list counts twice
             ranks["hybrid+qx"].append(rank_of(item, parents(store.hybrid_query(
-                vectors, encoder.encode_query(xq), flt, limit=10, prefetch_limit=settings.retrieval_candidates))))
+                vectors, encoder.encode_query(xq), flt, limit=10, prefetch_limit=settings.retrieval.retrieval_candidates))))
             if stage2 is not None:
                 found = stage2.nearest(stage2.embedder.embed_queries([q]), 10)
                 payloads = store.payloads([pid for pid, _ in found], ["parent_id", "law_name", "article_no", "text"])
@@ -360,9 +337,9 @@ def run(settings, embedder, store, args, ingest) -> int:
         "items": not args.no_items,
         "points": store.count(),
         "ingest": ingest,
-        "settings": {"rrf_k": settings.rrf_k, "rrf_weights": store.rrf_weights, "exact": store.exact,
-                     "candidates": settings.retrieval_candidates, "top_k": settings.retrieval_top_k,
-                     "expansion": settings.retrieval_query_expansion},
+        "settings": {"rrf_k": settings.retrieval.rrf_k, "rrf_weights": store.rrf_weights, "exact": store.exact,
+                     "candidates": settings.retrieval.retrieval_candidates, "top_k": settings.retrieval.retrieval_top_k,
+                     "expansion": settings.retrieval.retrieval_query_expansion},
         "tune": part({"tune"}), "heldout": part({"heldout"}), "law": part({"tune", "heldout"}),
         "docs": part({"docs"}), "all": part(set(names)),
         "kb_search_ms": latency["kb_search"], "latency_ms": latency,

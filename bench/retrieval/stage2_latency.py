@@ -76,13 +76,13 @@ def main() -> int:
     settings = Settings()
     embedder = make_embedder(settings)
     store = open_store(settings, embedder.dim)
-    e5 = E5Embedder(threads=settings.embedding_threads)
+    e5 = E5Embedder(threads=settings.retrieval.embedding_threads)
     stage2 = SecondStage(e5, stand_in_index(e5.name, e5.dim))
-    out = {"machine": machine(), "threads": settings.embedding_threads}
+    out = {"machine": machine(), "threads": settings.retrieval.embedding_threads}
     try:
-        first = KbSearcher(settings, embedder, store)
-        pair = KbSearcher(settings, embedder, store, stage2=stage2)
-        alone = KbSearcher(settings.model_copy(update={"retrieval_stage2_expansion": False}), embedder, store, stage2=stage2)
+        first = KbSearcher(settings.retrieval, embedder, store)
+        pair = KbSearcher(settings.retrieval, embedder, store, stage2=stage2)
+        alone = KbSearcher(settings.changed({"retrieval_stage2_expansion": False}).retrieval, embedder, store, stage2=stage2)
         for s in (first, pair, alone):
             s.search("预热", TENANT)
 

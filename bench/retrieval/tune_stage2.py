@@ -44,21 +44,21 @@ def main() -> int:
     settings = Settings()
     embedder = make_embedder(settings)
     store = open_store(settings, embedder.dim)
-    stage2 = open_stage2(settings, "labelled" if "labelled" in str(settings.data_dir) else "full")
+    stage2 = open_stage2(settings, "labelled" if "labelled" in str(settings.stack.data_dir) else "full")
     rows = []
     try:
-        base = KbSearcher(settings, embedder, store)
+        base = KbSearcher(settings.retrieval, embedder, store)
         rows.append({"setting": "first stage only", **metrics([
             rank_of(q, [e.metadata for e in base.search(q["question"], TENANT).evidence]) for q in tune])})
         print(rows[-1], flush=True)
         grid = itertools.product(*(map(float, v.split(",")) for v in (args.weights, args.ks, args.boosts, args.pools,
                                                                       args.forms, args.extra)))
         for w, k, boost, pool, forms, extra in grid:
-            s = settings.model_copy(update={"retrieval_stage2_weight": w, "retrieval_stage2_k": k,
+            s = settings.changed({"retrieval_stage2_weight": w, "retrieval_stage2_k": k,
                                             "retrieval_stage2_law_boost": boost, "retrieval_pool": int(pool),
                                             "retrieval_stage2_expansion": forms > 1,
                                             "retrieval_stage2_candidates": int(extra)})
-            searcher = KbSearcher(s, embedder, store, stage2=stage2)
+            searcher = KbSearcher(s.retrieval, embedder, store, stage2=stage2)
             ranks = [rank_of(q, [e.metadata for e in searcher.search(q["question"], TENANT).evidence]) for q in tune]
             rows.append({"setting": f"w_e5={w} k={k} law_boost={boost} pool={int(pool)} forms={int(forms)} extra={int(extra)}", **metrics(ranks)})
             print(rows[-1], flush=True)

@@ -13,7 +13,7 @@ characters removed, common Cyrillic/Greek look-alike letters mapped to Latin, si
 spaced apart ("i g n o r e") joined; encoded runs are decoded and checked again.
 
 The corpus ``evals/guardrails.jsonl`` (attacks and harmless look-alikes) is the gate:
-0 missed, 0 false alarms (``tests/unit/test_rule_guardrails.py``, ``conduit eval``).
+0 missed, 0 false alarms (``tests/unit/test_rule_guardrails.py``, ``conduit evals policy``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, slots
 
 Role = Literal["admin", "member"]
 ROLES: tuple[str, ...] = ("admin", "member")
@@ -92,7 +92,7 @@ async def store(redis: Redis, key: str, tenant_id: str, user_id: str, role: Role
                        expires_at=now + expires_in if expires_in else None, label=label)
     fields = {"hash": digest(key), **{k: ("" if v is None else str(v)) for k, v in
                                       record.model_dump(mode="json", exclude={"key_id"}).items()}}
-    async with redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(redis) as pipe:
         pipe.delete(record_key(key_id))
         pipe.hset(record_key(key_id), mapping=fields)
         if expires_in is not None:
@@ -145,7 +145,7 @@ async def list_keys(redis: Redis, tenant_id: str | None = None) -> list[KeyRecor
 
 async def revoke(redis: Redis, key_id: str) -> bool:
     """Delete a key's record; True when it existed. The next request with the key gets 401."""
-    async with redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(redis) as pipe:
         pipe.delete(record_key(key_id))
         pipe.srem(INDEX, key_id)
         pipe.set(revoked_key(key_id), 1)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from contracts.api import ApprovalRecord
 
 DECIDED = {"approve": "approved", "reject": "rejected", "edit": "edited"}
@@ -44,7 +44,7 @@ async def claim(redis: Redis, record: ApprovalRecord, decision: str) -> str | No
     status (``approved``, ``rejected``, ``edited``). The claim lives as long as the record."""
     name = keys.approval_decision(record.task_id, record.call_id)
     ttl = max(60, int((record.expires_at - datetime.now(UTC)).total_seconds()) + 3600)
-    async with redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(redis) as pipe:
         pipe.set(name, DECIDED[decision], nx=True, ex=ttl).get(name)
         taken, current = await pipe.execute()
     if taken:

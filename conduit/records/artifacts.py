@@ -2,7 +2,7 @@
 
 Storage (shared, so any gateway replica serves them and a restart loses nothing):
 key ``conduit:artifact:{id}`` is a hash ``{meta: ArtifactRecord JSON, data: bytes}`` that
-expires after ``settings.sandbox_artifact_ttl_s`` seconds (default 86,400). ``id`` is 128
+expires after ``settings.sandbox.sandbox_artifact_ttl_s`` seconds (default 86,400). ``id`` is 128
 random bits (``secrets.token_urlsafe(16)``), so ids cannot be guessed or enumerated.
 Caps: the sandbox keeps at most ``sandbox_artifact_max_files`` files and
 ``sandbox_artifact_max_bytes`` bytes per run (``services.sandbox.runner``).
@@ -24,7 +24,7 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
-from conduit.records import keys
+from conduit.records import keys, slots
 
 from contracts.envelope import utcnow
 from contracts.events import ArtifactRef
@@ -93,7 +93,7 @@ class ArtifactStore:
         """Store one file; returns its record (with a new random id)."""
         record = ArtifactRecord(id=secrets.token_urlsafe(16), name=name, media_type=media_type(name), bytes=len(data),
                                 task_id=task_id, tenant_id=tenant_id, user_id=user_id, tool=tool)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with slots.atomic(self.redis) as pipe:
             pipe.hset(key(record.id), mapping={"meta": record.model_dump_json(), "data": data})
             pipe.expire(key(record.id), self.ttl_s)
             await pipe.execute()

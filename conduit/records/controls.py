@@ -15,7 +15,7 @@ import time
 
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from contracts.events import ApprovalDecided, TaskCancelled
 
 CONTROL_RESEND_S = 5.0
@@ -28,7 +28,7 @@ async def record(redis: Redis, event: ApprovalDecided | TaskCancelled, ttl_s: in
                  resend_s: float = CONTROL_RESEND_S) -> None:
     """Keep ``event`` (``ttl_s`` seconds) and its re-send ``resend_s`` seconds from now."""
     event_id = str(event.event_id)
-    async with redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(redis) as pipe:
         pipe.set(keys.control(event_id), f"{type(event).__name__}\n{event.model_dump_json()}", ex=ttl_s)
         pipe.zadd(keys.CONTROLS_PENDING, {event_id: time.time() + resend_s})
         await pipe.execute()
@@ -52,7 +52,7 @@ async def load(redis: Redis, event_id: str) -> ApprovalDecided | TaskCancelled |
 async def forget(redis: Redis, event_id: object) -> None:
     """Drop the event's record and re-send (it was handled); ``event_id`` as str or UUID."""
     event_id = str(event_id)
-    async with redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(redis) as pipe:
         pipe.delete(keys.control(event_id))
         pipe.zrem(keys.CONTROLS_PENDING, event_id)
         await pipe.execute()

@@ -1,5 +1,10 @@
 """Every Redis key Conduit uses, built in one place (all under the ``conduit:`` prefix).
 
+The names below are those on one Redis node. On Redis Cluster (``CONDUIT_REDIS_CLUSTER``) a task's keys carry
+its shard's hash tag (``conduit:{s7}:state:<task>``) and ``LEASES``, ``TOOL_DEADLINES``, ``PUBLIC_OUTBOX`` and
+``TOOL_RUNS`` are one key per shard (``conduit:leases:{s7}``; ``leases_of``, ``all_leases``...), rule O8
+(``conduit.records.slots``).
+
 Who writes / reads each key, and its shape:
 
 Tasks (orchestrator writes, gateway reads)
@@ -83,7 +88,49 @@ MCP tools in (``conduit.records.mcp``)
 
 from __future__ import annotations
 
+from conduit.records.slots import shard_of as _shard_of, sharded as _sharded, tag as _tag
+
 PREFIX = "conduit"
+
+
+def leases_of(task_id: str) -> str:
+    """The ``LEASES`` sorted set holding ``task_id``'s lease (its shard's, on Redis Cluster)."""
+    return _shard_of(LEASES, task_id)
+
+
+def tool_deadlines_of(task_id: str) -> str:
+    """The ``TOOL_DEADLINES`` sorted set holding ``task_id``'s tool deadline."""
+    return _shard_of(TOOL_DEADLINES, task_id)
+
+
+def public_outbox_of(task_id: str) -> str:
+    """The ``PUBLIC_OUTBOX`` stream that ``task_id``'s public events go to."""
+    return _shard_of(PUBLIC_OUTBOX, task_id)
+
+
+def tool_runs_of(idempotency_key: str) -> str:
+    """The ``TOOL_RUNS`` sorted set listing the run of ``idempotency_key`` (same shard as its claim)."""
+    return _shard_of(TOOL_RUNS, idempotency_key)
+
+
+def all_leases() -> list[str]:
+    """Every ``LEASES`` shard (one key on one node)."""
+    return _sharded(LEASES)
+
+
+def all_tool_deadlines() -> list[str]:
+    """Every ``TOOL_DEADLINES`` shard."""
+    return _sharded(TOOL_DEADLINES)
+
+
+def all_public_outboxes() -> list[str]:
+    """Every ``PUBLIC_OUTBOX`` shard."""
+    return _sharded(PUBLIC_OUTBOX)
+
+
+def all_tool_runs() -> list[str]:
+    """Every ``TOOL_RUNS`` shard."""
+    return _sharded(TOOL_RUNS)
 
 LEASES = f"{PREFIX}:leases"
 TOOL_DEADLINES = f"{PREFIX}:tool_deadlines"
@@ -155,7 +202,7 @@ def tokens_used(tenant_id: str, day: str) -> str:
 
 def state(task_id: str) -> str:
     """The orchestrator's checkpoint of ``task_id``."""
-    return f"{PREFIX}:state:{task_id}"
+    return f"{PREFIX}{_tag(task_id)}:state:{task_id}"
 
 
 def control(event_id: str) -> str:
@@ -165,12 +212,12 @@ def control(event_id: str) -> str:
 
 def question(task_id: str) -> str:
     """The ``QuestionAsked`` JSON of ``task_id`` until an orchestrator started it."""
-    return f"{PREFIX}:question:{task_id}"
+    return f"{PREFIX}{_tag(task_id)}:question:{task_id}"
 
 
 def task(task_id: str) -> str:
     """The ``TaskView`` record of ``task_id``."""
-    return f"{PREFIX}:task:{task_id}"
+    return f"{PREFIX}{_tag(task_id)}:task:{task_id}"
 
 
 def session_turns(session_id: str) -> str:
@@ -180,37 +227,37 @@ def session_turns(session_id: str) -> str:
 
 def events(task_id: str) -> str:
     """The client event stream of ``task_id``."""
-    return f"{PREFIX}:events:{task_id}"
+    return f"{PREFIX}{_tag(task_id)}:events:{task_id}"
 
 
 def events_seq(task_id: str) -> str:
     """The last sequence number written to ``events(task_id)``."""
-    return f"{PREFIX}:events:{task_id}:seq"
+    return f"{PREFIX}{_tag(task_id)}:events:{task_id}:seq"
 
 
 def events_terminal(task_id: str) -> str:
     """Set once ``events(task_id)`` holds its terminal event."""
-    return f"{PREFIX}:events:{task_id}:terminal"
+    return f"{PREFIX}{_tag(task_id)}:events:{task_id}:terminal"
 
 
 def cancel(task_id: str) -> str:
     """The cancel flag of ``task_id``."""
-    return f"{PREFIX}:cancel:{task_id}"
+    return f"{PREFIX}{_tag(task_id)}:cancel:{task_id}"
 
 
 def approval(task_id: str, call_id: str) -> str:
     """A pending approval of one tool call."""
-    return f"{PREFIX}:approval:{task_id}:{call_id}"
+    return f"{PREFIX}{_tag(task_id)}:approval:{task_id}:{call_id}"
 
 
 def approval_decision(task_id: str, call_id: str) -> str:
     """The decision the gateway accepted for one tool call (first one wins)."""
-    return f"{PREFIX}:approval:{task_id}:{call_id}:decision"
+    return f"{PREFIX}{_tag(task_id)}:approval:{task_id}:{call_id}:decision"
 
 
 def fault(task_id: str) -> str:
     """A crash test's once-only fault marker for ``task_id``."""
-    return f"{PREFIX}:fault:{task_id}"
+    return f"{PREFIX}{_tag(task_id)}:fault:{task_id}"
 
 
 def idempotency(tenant_id: str, digest: str) -> str:
@@ -250,7 +297,7 @@ def document_applied(tenant_id: str, document_id: str, request_id: str) -> str:
 
 def tool_claim(idempotency_key: str) -> str:
     """The claim of the one delivery running the tool call ``idempotency_key`` (value: its owner)."""
-    return f"{PREFIX}:toolclaim:{idempotency_key}"
+    return f"{PREFIX}{_tag(idempotency_key)}:toolclaim:{idempotency_key}"
 
 
 STEPS = f"{PREFIX}:steps"
@@ -307,6 +354,16 @@ def mcp_servers(tenant_id: str) -> str:
 def mcp_catalog(tenant_id: str) -> str:
     """The tenant's MCP tools and server statuses (``McpCatalog`` JSON)."""
     return f"{PREFIX}:mcp:catalog:{tenant_id}"
+
+
+def a2a_push(task_id: str) -> str:
+    """A task's A2A push-notification configs (hash: config id -> ``TaskPushNotificationConfig`` JSON; rule T12)."""
+    return f"{PREFIX}:a2a:push:{task_id}"
+
+
+def a2a_pushing(task_id: str) -> str:
+    """Held by the gateway process that sends a task's push notifications (its owner name; rule T12)."""
+    return f"{PREFIX}:a2a:pushing:{task_id}"
 
 
 def memory(tenant_id: str, owner_digest: str) -> str:

@@ -14,27 +14,28 @@ from typing import Literal, Protocol
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from contracts.mcp import McpCatalog, McpServerConfig
 
 Source = Literal["settings", "api"]
 
 
 class Settings(Protocol):
-    """The one setting read here (``conduit.runtime.settings.Settings`` has it): ``mcp_servers``, the servers of
-    ``CONDUIT_MCP_SERVERS`` as ``{tenant: [config, ...]}``. A protocol: records sit below the runtime."""
+    """The one setting read here (``conduit.runtime.settings.McpSettings``, ``settings.mcp``, has it):
+    ``mcp_servers``, the servers of ``CONDUIT_MCP_SERVERS`` as ``{tenant: [config, ...]}``. A protocol: records
+    sit below the runtime."""
 
     mcp_servers: dict[str, list[dict]]
 
 
-def from_settings(settings: Settings, tenant_id: str) -> list[McpServerConfig]:
+def from_settings(mcp: Settings, tenant_id: str) -> list[McpServerConfig]:
     """The servers ``CONDUIT_MCP_SERVERS`` gives ``tenant_id`` (its own, then those of ``*``).
 
     Raises ``pydantic.ValidationError`` for a malformed entry.
     """
-    own = [McpServerConfig.model_validate(c) for c in settings.mcp_servers.get(tenant_id, [])]
+    own = [McpServerConfig.model_validate(c) for c in mcp.mcp_servers.get(tenant_id, [])]
     names = {c.name for c in own}
-    shared = [McpServerConfig.model_validate(c) for c in settings.mcp_servers.get("*", []) if tenant_id != "*"]
+    shared = [McpServerConfig.model_validate(c) for c in mcp.mcp_servers.get("*", []) if tenant_id != "*"]
     return own + [c for c in shared if c.name not in names]
 
 
@@ -49,17 +50,17 @@ async def registered(redis: Redis, tenant_id: str) -> list[McpServerConfig]:
     return out
 
 
-async def servers(settings: Settings, redis: Redis, tenant_id: str) -> list[tuple[McpServerConfig, Source]]:
+async def servers(mcp: Settings, redis: Redis, tenant_id: str) -> list[tuple[McpServerConfig, Source]]:
     """Every server of ``tenant_id`` with where it came from; a settings name hides a registered one."""
-    configured = from_settings(settings, tenant_id)
+    configured = from_settings(mcp, tenant_id)
     names = {c.name for c in configured}
     api = [c for c in await registered(redis, tenant_id) if c.name not in names]
     return [(c, "settings") for c in configured] + [(c, "api") for c in api]
 
 
-async def tenants(settings: Settings, redis: Redis) -> list[str]:
+async def tenants(mcp: Settings, redis: Redis) -> list[str]:
     """Tenants with at least one server: named in the settings (``*`` stands for itself) or registered."""
-    found = {t for t in settings.mcp_servers if settings.mcp_servers[t]}
+    found = {t for t in mcp.mcp_servers if mcp.mcp_servers[t]}
     prefix = keys.mcp_servers("")
     async for key in redis.scan_iter(match=keys.MCP_SERVERS_PATTERN, count=500):
         found.add((key.decode() if isinstance(key, bytes) else key)[len(prefix):])
@@ -87,9 +88,11 @@ async def load_catalog(redis: Redis, tenant_id: str) -> McpCatalog | None:
     A tenant without servers of its own reads the catalog of ``*`` (the servers every tenant
     gets); one with its own servers has the shared ones in its own catalog.
     """
-    raw = await redis.get(keys.mcp_catalog(tenant_id))
-    if raw is None and tenant_id != "*":
+    if tenant_id == "*":
         raw = await redis.get(keys.mcp_catalog("*"))
+    else:  # rule O11: both in one round trip
+        own, shared = await slots.mget(redis, [keys.mcp_catalog(tenant_id), keys.mcp_catalog("*")])
+        raw = own if own is not None else shared
     if raw is None:
         return None
     try:

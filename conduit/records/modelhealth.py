@@ -1,7 +1,7 @@
 """The model endpoint's last configuration error (rule A18, docs/architecture.md), for operators.
 
 An orchestrator whose model call failed with a configuration error (401/403 key, 404 model or base
-URL, no quota, no tool calling: ``services.orchestrator.model.CONFIGURATION_CODES``) writes
+URL, no quota, no tool calling: ``conduit.runtime.llm.model.CONFIGURATION_CODES``) writes
 ``{code, message, status, at}`` under ``keys.MODEL_HEALTH`` for ``TTL_S``; the next successful call
 on that replica deletes it. ``/readyz`` and ``conduit status`` can show it with one GET (``read``);
 the gateway stays ready, since the retrieval-only mode still answers (rule A13).

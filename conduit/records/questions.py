@@ -15,7 +15,7 @@ import time
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from contracts.events import QuestionAsked
 
 QUESTION_RESEND_S = 5.0
@@ -24,7 +24,7 @@ QUESTION_RESEND_S = 5.0
 
 async def record(redis: Redis, event: QuestionAsked, ttl_s: int, resend_s: float = QUESTION_RESEND_S) -> None:
     """Keep ``event`` (its JSON, ``ttl_s`` seconds) and its wake-up ``resend_s`` seconds from now."""
-    async with redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(redis) as pipe:
         stage(pipe, event, ttl_s, resend_s)
         await pipe.execute()
 
@@ -50,7 +50,7 @@ async def load(redis: Redis, task_id: str) -> QuestionAsked | None:
 
 async def forget(redis: Redis, task_id: str) -> None:
     """Drop the question's record and wake-up (its task has a checkpoint, or it is gone)."""
-    async with redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(redis) as pipe:
         pipe.delete(keys.question(task_id))
         pipe.zrem(keys.QUESTIONS_PENDING, task_id)
         await pipe.execute()

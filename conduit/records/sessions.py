@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from conduit.records.taskstream import TaskEventLog
 from contracts.api import SessionContext
 
@@ -61,7 +61,7 @@ async def claim(redis: Redis, session_id: str, tenant_id: str, user_id: str, tit
     key = meta_key(session_id)
     if await redis.hsetnx(key, "owner", owner):
         now = time.time()
-        async with redis.pipeline(transaction=True) as pipe:
+        async with slots.atomic(redis) as pipe:
             pipe.hset(key, mapping={"tenant_id": tenant_id, "user_id": user_id, "title": title[:200],
                                     "turns": 0, "created_at": now, "updated_at": now})
             pipe.expire(key, ttl_s)
@@ -132,8 +132,9 @@ async def delete(redis: Redis, meta: SessionMeta) -> list[str]:
               keys.session_context(meta.session_id), keys.session_workers(meta.session_id)]
     for task_id in ids + workers:
         doomed += [keys.task(task_id), *TaskEventLog.keys(task_id)]
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.delete(*doomed)
+    async with slots.atomic(redis) as pipe:
+        for names in [[k] for k in doomed] if slots.clustered() else [doomed]:  # one slot per DEL (rule O9)
+            pipe.delete(*names)
         pipe.zrem(tenant_index(meta.tenant_id), meta.session_id)
         pipe.zrem(user_index(meta.tenant_id, meta.user_id), meta.session_id)
         await pipe.execute()

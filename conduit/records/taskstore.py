@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from contracts.api import TaskView
 
 
@@ -61,7 +61,7 @@ class TaskStore:
         if not await self.create(view):
             return False
         key = keys.session_workers(view.session_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with slots.atomic(self.redis) as pipe:
             pipe.rpush(key, view.task_id)
             pipe.expire(key, self.ttl_s)
             await pipe.execute()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from conduit.records import keys
+from conduit.records import keys, slots
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -44,7 +44,7 @@ async def add_used(redis: "Redis", tenant_id: str, tokens: int, now: datetime) -
     key = keys.tokens_used(tenant_id, day_of(now))
     if tokens <= 0:
         return int(await redis.get(key) or 0)
-    async with redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(redis) as pipe:
         pipe.incrby(key, tokens)
         pipe.expire(key, DAY_TTL_S)
         total, _ = await pipe.execute()

@@ -29,8 +29,9 @@ from faststream.kafka import KafkaBroker, KafkaRouter
 from redis.asyncio import Redis
 
 from conduit.runtime import idlefetch, recreated, tracing
+from conduit.runtime.redis_client import make_redis
 from conduit.runtime.middlewares import MAX_ATTEMPTS, ConsumerConfig, Delivery, consumer_middlewares, make_decoder
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import BusSettings, Settings, StoreSettings
 from contracts import channels, topics
 from contracts.envelope import Envelope
 
@@ -47,39 +48,39 @@ _gates: weakref.WeakKeyDictionary[KafkaBroker, list[idlefetch.FetchGate]] = weak
 
 
 def make_broker(settings: Settings, client_id: str, redis: Redis | None = None) -> KafkaBroker:
-    """Return a FastStream KafkaBroker for ``settings.bootstrap_servers()``.
+    """Return a FastStream KafkaBroker for ``settings.bus.bootstrap_servers()``.
 
     Produces with ``acks=all`` so a published event is durable before
     ``publish`` returns; the idempotent producer is a setting
     (``kafka_idempotent_producer``) because tansu 0.6.0 rejects InitProducerId.
     With idle fetching on (``idlefetch.enabled``), ``publish`` on this broker also rings the
-    topic's doorbell (rule B1) on ``redis``, or on a client of its own for ``settings.redis()``.
+    topic's doorbell (rule B1) on ``redis``, or on a client of its own for ``settings.store.url()``.
     """
     broker = KafkaBroker(
-        settings.bootstrap_servers(),
-        graceful_timeout=settings.tool_timeout_s + 5,  # in-flight handlers may finish a tool call on SIGTERM
+        settings.bus.bootstrap_servers(),
+        graceful_timeout=settings.tools.tool_timeout_s + 5,  # in-flight handlers may finish a tool call on SIGTERM
         client_id=client_id,
         acks="all",
-        enable_idempotence=settings.kafka_idempotent_producer,
+        enable_idempotence=settings.bus.kafka_idempotent_producer,
         logger=logging.getLogger(f"conduit.{client_id}.faststream"),
         log_level=logging.DEBUG,
         # no FastDepends: handlers take the message body; with it, resolving the ``KafkaMessage``
         # annotation (a sync ``Context`` field) hopped to a worker thread on every message
         apply_types=False,
     )
-    if idlefetch.enabled(settings):
-        bell = redis if redis is not None else Redis.from_url(settings.redis())
-        _ringers[broker] = idlefetch.Ringer(bell, settings.kafka_idle_after_s / 4)
+    if idlefetch.enabled(settings.bus):
+        bell = redis if redis is not None else make_redis(settings.store)
+        _ringers[broker] = idlefetch.Ringer(bell, settings.bus.kafka_idle_after_s / 4)
     return broker
 
 
-async def ensure_topics(settings: Settings, names: tuple[str, ...] = topics.ALL_TOPICS) -> None:
-    """Create Conduit's topics with ``settings.kafka_partitions`` partitions.
+async def ensure_topics(bus: BusSettings, names: tuple[str, ...] = topics.ALL_TOPICS) -> None:
+    """Create Conduit's topics with ``bus.kafka_partitions`` partitions.
 
     Existing topics are left alone (tansu answers error 36 in the response, real
     Kafka raises TopicAlreadyExistsError per topic: both are ignored).
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers(), client_id="conduit-admin")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bus.bootstrap_servers(), client_id="conduit-admin")
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -87,7 +88,7 @@ async def ensure_topics(settings: Settings, names: tuple[str, ...] = topics.ALL_
         if missing:
             try:
                 await admin.create_topics(
-                    [NewTopic(name=n, num_partitions=settings.kafka_partitions, replication_factor=1) for n in missing]
+                    [NewTopic(name=n, num_partitions=bus.kafka_partitions, replication_factor=1) for n in missing]
                 )
             except Exception as exc:  # noqa: BLE001 - already exists races are fine
                 log.info("create_topics: %s", exc)
@@ -103,10 +104,12 @@ async def publish(broker: KafkaBroker, topic: str, event: Envelope, headers: dic
     ``partition``: send there instead of the key's partition (a rescue re-send to a live member, rule A23).
 
     Raises ``contracts.channels.UnknownChannel`` (a ``ValueError``) before sending when
-    ``topic`` does not carry ``event.type`` in ``contracts.channels.CHANNELS``. Headers carry ``type`` and ``traceparent`` so consumers and tracing can route
-    without parsing the body. The publish runs in a PRODUCER span continuing the
-    active span (a consumer's) or the envelope's ``traceparent``; the header
-    carries that span's traceparent, so the consumer's span is its child.
+    ``topic`` does not carry ``event.type`` in ``contracts.channels.CHANNELS``. Headers carry ``type`` and
+    ``traceparent`` (and ``tracestate`` when the context has entries) so consumers and tracing can route
+    without parsing the body. With tracing on the publish runs in a PRODUCER span continuing the
+    active span (a consumer's, a step's) or the envelope's ``traceparent``; the header carries that
+    span's traceparent, so the consumer's span is its child (rule O7). With tracing off the header is
+    the envelope's ``traceparent`` and no span is made (rule O5).
     """
     channels.check(topic, event.type)
     ringer = _ringers.get(broker)
@@ -119,21 +122,28 @@ async def publish(broker: KafkaBroker, topic: str, event: Envelope, headers: dic
 async def _publish(broker: KafkaBroker, topic: str, event: Envelope, extra: dict[str, str] | None,
                    partition: int | None = None) -> None:
     headers = {"type": event.type, "content-type": "application/json", **(extra or {})}
-    parent = tracing.current_traceparent(event.traceparent)
     body = event.model_dump_json().encode("utf-8")
-    if parent is None:
-        await broker.publish(body, topic, key=channels.partition_key(event), headers=headers, partition=partition)
+    key = channels.partition_key(event)
+    if not tracing.enabled():  # rule O5: tracing off costs no span; the envelope's trace context still travels
+        if event.traceparent:
+            headers["traceparent"] = event.traceparent
+        await broker.publish(body, topic, key=key, headers=headers, partition=partition)
         return
+    parent = tracing.current_traceparent(event.traceparent)
+    # rule O7: a PRODUCER span per message; its context rides in the W3C headers
+    state = tracing.current_tracestate()  # the W3C entries of the active span go on with its trace
     with tracing.span(f"{topic} publish", parent, kind=tracing.SpanKind.PRODUCER, task_id=event.task_id,
-                      **{"messaging.system": "kafka", "messaging.destination.name": topic,
-                         "conduit.event_type": event.type}) as tp:
+                      tracestate=state, **{"messaging.system": "kafka", "messaging.operation.type": "send",
+                         "messaging.destination.name": topic, "conduit.event_type": event.type}) as tp:
         headers["traceparent"] = tp
-        await broker.publish(body, topic, key=channels.partition_key(event), headers=headers, partition=partition)
+        if state:
+            headers["tracestate"] = state
+        await broker.publish(body, topic, key=key, headers=headers, partition=partition)
 
 
 def subscribe(
     broker: KafkaBroker,
-    settings: Settings,
+    bus: BusSettings,
     redis: Redis,
     *,
     group_id: str,
@@ -171,8 +181,8 @@ def subscribe(
                             dead_letter=functools.partial(publish, broker, topics.DEAD_LETTER))
     router = KafkaRouter(middlewares=consumer_middlewares(config))
     gate = None
-    if idlefetch.enabled(settings):
-        gate = idlefetch.FetchGate(subscribed, settings.kafka_idle_after_s, settings.kafka_idle_probe_s)
+    if idlefetch.enabled(bus):
+        gate = idlefetch.FetchGate(subscribed, bus.kafka_idle_after_s, bus.kafka_idle_probe_s)
         _gates.setdefault(broker, []).append(gate)
 
     async def _consume(delivery: Delivery) -> None:
@@ -189,7 +199,7 @@ def subscribe(
         group_id=group_id,
         ack_policy=AckPolicy.NACK_ON_ERROR,
         auto_offset_reset="earliest",
-        fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms if fetch_max_wait_ms is None else fetch_max_wait_ms,
+        fetch_max_wait_ms=bus.kafka_fetch_max_wait_ms if fetch_max_wait_ms is None else fetch_max_wait_ms,
         session_timeout_ms=6_000,
         heartbeat_interval_ms=1_000,
         rebalance_timeout_ms=10_000,
@@ -220,7 +230,7 @@ def fetch_gates(broker: KafkaBroker) -> list[idlefetch.FetchGate]:
     return list(_gates.get(broker, []))
 
 
-def start_idle_fetch(broker: KafkaBroker, settings: Settings) -> list[asyncio.Task]:
+def start_idle_fetch(broker: KafkaBroker, store: StoreSettings) -> list[asyncio.Task]:
     """Start the fetch gates of ``broker``'s subscribers and the process's doorbell (rule B1), and each
     gate's check for logs recreated shorter than the consumer's position (rule B3).
 
@@ -233,5 +243,5 @@ def start_idle_fetch(broker: KafkaBroker, settings: Settings) -> list[asyncio.Ta
     tasks = [asyncio.create_task(g.run(), name=f"fetch-gate:{','.join(g.topics)}") for g in gates]
     # rule B3: the embedded broker loses its topics in a restart; a position past the new log's end rewinds
     tasks += [asyncio.create_task(recreated.watch(g.consumers), name=f"rewind:{','.join(g.topics)}") for g in gates]
-    tasks.append(asyncio.create_task(idlefetch.Doorbell(settings.redis(), gates).run(), name="doorbell"))
+    tasks.append(asyncio.create_task(idlefetch.Doorbell(store.url(), gates, store.redis_cluster).run(), name="doorbell"))
     return tasks

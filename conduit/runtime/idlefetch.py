@@ -38,7 +38,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from conduit.records import keys
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import BusSettings
 
 log = logging.getLogger("conduit.runtime.idlefetch")
 
@@ -52,9 +52,9 @@ RECONNECT_S = 1.0
 """Seconds between two attempts of the doorbell to (re)subscribe after a Redis error."""
 
 
-def enabled(settings: Settings) -> bool:
+def enabled(bus: BusSettings) -> bool:
     """True when consumers short-poll (fetch wait < ``LONG_POLL_MS``) and may go idle (``kafka_idle_after_s`` > 0)."""
-    return settings.kafka_fetch_max_wait_ms < LONG_POLL_MS and settings.kafka_idle_after_s > 0
+    return bus.kafka_fetch_max_wait_ms < LONG_POLL_MS and bus.kafka_idle_after_s > 0
 
 
 def positions(consumer: Any) -> list[tuple[Any, int, int]]:
@@ -178,12 +178,13 @@ class Doorbell:
     """One process's Redis pub/sub listener ringing its gates (see the module doc).
 
     Args:
-        redis_url: the Redis the publishers ring (``settings.redis()``).
+        redis_url: the Redis the publishers ring (``settings.store.url()``).
         gates: every gate of the process's consumers.
     """
 
-    def __init__(self, redis_url: str, gates: Iterable[FetchGate]) -> None:
+    def __init__(self, redis_url: str, gates: Iterable[FetchGate], cluster: bool = False) -> None:
         self.redis_url = redis_url
+        self.cluster = cluster
         self.by_channel: dict[bytes, list[FetchGate]] = {}
         for gate in gates:
             for topic in gate.topics:
@@ -192,17 +193,29 @@ class Doorbell:
     async def run(self) -> None:
         """Listen until cancelled; on a Redis error wait ``RECONNECT_S`` and subscribe again (the
         gates' probes deliver meanwhile)."""
-        redis = Redis.from_url(self.redis_url, socket_timeout=None)
-        try:
-            while True:
-                try:
-                    await self._listen(redis)
-                except (RedisError, OSError) as exc:
-                    log.info("doorbell: %r; again in %.0f s", exc, RECONNECT_S)
-                    await asyncio.sleep(RECONNECT_S)
-        finally:
-            with contextlib.suppress(Exception):
-                await redis.aclose()
+        attempt = 0
+        while True:
+            redis = self._client(attempt)
+            try:
+                await self._listen(redis)
+            except (RedisError, OSError) as exc:
+                log.info("doorbell: %r; again in %.0f s", exc, RECONNECT_S)
+                await asyncio.sleep(RECONNECT_S)
+            finally:
+                with contextlib.suppress(Exception):
+                    await redis.aclose()
+            attempt += 1
+
+    def _client(self, attempt: int) -> Redis:
+        """The connection to listen on: ``redis_url``; on Redis Cluster one startup node after another (rule O9:
+        a message published on any node of a cluster reaches the subscribers of every node)."""
+        if not self.cluster:
+            return Redis.from_url(self.redis_url, socket_timeout=None)
+        from conduit.runtime.redis_client import cluster_nodes  # noqa: PLC0415 - only on Redis Cluster
+
+        starts = cluster_nodes(self.redis_url)
+        host, port = starts[attempt % len(starts)]
+        return Redis(host=host, port=port, socket_timeout=None)
 
     async def _listen(self, redis: Redis) -> None:
         async with redis.pubsub() as pubsub:

@@ -13,7 +13,7 @@ Names follow Prometheus conventions: ``conduit_`` prefix, counters end in
 | ``conduit_model_call_duration_seconds`` | histogram | outcome | ``observe_model_call`` |
 | ``conduit_model_tokens_total`` | counter | tenant, model, kind (input/output) | ``observe_model_call``; tenant: a ``CONDUIT_TENANTS`` key or ``default``, else ``other``; model: the configured endpoint |
 | ``conduit_model_failures_total`` | counter | code, kind | ``model_failed`` (rules A17-A19) |
-| ``conduit_circuit_breaker_open`` | gauge | kind (model/tool), name | read at scrape time from the breakers ``watch_breakers`` was given (1: open or half-open); MCP tools are one ``name="mcp"`` |
+| ``conduit_circuit_breaker_open`` | gauge | kind (model/tool), name | read at scrape time from the breakers ``watch_breakers`` was given (1: open or half-open); MCP tools are one ``name="mcp"``, remote A2A agents one ``name="a2a"`` |
 | ``conduit_tool_calls_total`` | counter | tool, outcome | ``tool_call`` (``conduit.runtime.toolservice``) |
 | ``conduit_tool_call_duration_seconds`` | histogram | tool | ``tool_call`` |
 | ``conduit_consumer_handling_seconds`` | histogram | consumer, outcome | ``conduit.runtime.bus.subscribe`` (outcome ok/error/invalid/dead_letter) |
@@ -43,7 +43,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from conduit.records import keys, sandboxstatus
+from conduit.records import keys, sandboxstatus, slots
 
 log = logging.getLogger("conduit.runtime.metrics")
 
@@ -176,7 +176,7 @@ class _Breakers:
             models = {"default": deps.model_breaker, **deps.model_breakers}
             for kind, named in (("model", models), ("tool", deps.tool_breakers)):
                 for name, breaker in named.items():
-                    key = (kind, "mcp" if name.startswith("mcp.") else name)
+                    key = (kind, "mcp" if name.startswith("mcp.") else "a2a" if name.startswith("a2a.") else name)
                     states[key] = max(states.get(key, 0), int(breaker.state(now) != "closed"))
         for (kind, name), value in sorted(states.items()):
             family.add_metric([kind, name], value)
@@ -291,7 +291,11 @@ SCRAPE_SAMPLE_TIMEOUT_S = 2.0
 async def sample_redis(redis: Any) -> None:
     """Set the Redis memory gauges from ``INFO memory`` and ``conduit_sandbox_runnable_processes`` from the
     sandboxes' statuses (one ``HGETALL``: two cheap commands, no keyspace scan, whatever the number of tasks)."""
-    info = await redis.info("memory")
+    if slots.clustered():  # the fullest primary (rule O9): its memory is what runs out first
+        infos = [await redis.info("memory", target_nodes=node) for node in redis.get_primaries()]
+        info = max(infos, key=lambda i: float(i.get("used_memory", 0)) / (float(i.get("maxmemory", 0)) or 1e18))
+    else:
+        info = await redis.info("memory")
     REDIS_USED.set(float(info.get("used_memory", 0)))
     REDIS_MAX.set(float(info.get("maxmemory", 0)))
     statuses = sandboxstatus.fresh(await redis.hgetall(keys.SANDBOX_STATUSES), time.time())

@@ -5,8 +5,9 @@ record and its parsed envelope, or why it did not parse), then passes, outermost
 
 1. ``MetricsMiddleware``: times the handling and counts its outcome
    (``conduit_consumer_messages_total{consumer, outcome}``: ok, error, invalid, dead_letter);
-2. ``TracingMiddleware``: a CONSUMER span continuing the record's ``traceparent`` header
-   (or the envelope's), so logs inside carry ``task_id`` and ``trace_id``;
+2. ``TracingMiddleware``: a CONSUMER span continuing the record's ``traceparent`` and
+   ``tracestate`` headers (or the envelope's traceparent), so logs inside carry ``task_id`` and
+   ``trace_id`` (rule O7; tracing off: only the log context, rule O5);
 3. ``DeadLetterMiddleware``: a message that does not parse, or whose handler raised on its
    ``MAX_ATTEMPTS``-th delivery (rule: 5), goes to ``conduit.dead-letter`` and is acknowledged,
    so one poison message never stops a consumer; any other failure is raised again, so
@@ -63,6 +64,7 @@ class Delivery:
     offset: int | None
     key: str | None
     traceparent: str | None
+    tracestate: str | None = None
     event: Envelope | None = None
     invalid: str | None = None
     attempts: int = 0
@@ -104,7 +106,7 @@ def make_decoder(model: Any, default_topic: str) -> Callable[..., Awaitable[Deli
             raw=bytes(body), topic=getattr(record, "topic", None) or default_topic,
             partition=getattr(record, "partition", None), offset=getattr(record, "offset", None),
             key=key.decode("utf-8", "replace") if isinstance(key, bytes) else key,
-            traceparent=(msg.headers or {}).get("traceparent"))
+            traceparent=(msg.headers or {}).get("traceparent"), tracestate=(msg.headers or {}).get("tracestate"))
         try:
             delivery.event = adapter.validate_json(delivery.raw)
         except ValidationError as exc:
@@ -164,9 +166,12 @@ class TracingMiddleware(_ConsumerMiddleware):
         event = delivery.event
         if event is None:
             return await call_next(msg)
+        # rule O7: the record's W3C headers (else the envelope's traceparent) are the parent
         with tracing.span(f"{delivery.topic} process", delivery.traceparent or event.traceparent,
                           kind=tracing.SpanKind.CONSUMER, task_id=event.task_id,
-                          **{"messaging.system": "kafka", "messaging.source.name": delivery.topic,
+                          tracestate=delivery.tracestate if delivery.traceparent else None,
+                          **{"messaging.system": "kafka", "messaging.operation.type": "process",
+                             "messaging.destination.name": delivery.topic,
                              "messaging.consumer.group.name": self.config.group_id,
                              "conduit.event_type": event.type}):
             return await call_next(msg)

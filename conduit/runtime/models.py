@@ -2,8 +2,8 @@
 
 ``CONDUIT_MODELS`` is a JSON list of ``ModelSpec`` objects; the single-endpoint settings
 (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``CONDUIT_MODEL``) stay the model named ``default``
-(a ``CONDUIT_MODELS`` entry named ``default`` replaces it). ``registry(settings)`` gives them all
-by name, ``spec(settings, name)`` one of them or ``UnknownModel``.
+(a ``CONDUIT_MODELS`` entry named ``default`` replaces it). ``registry(settings.llm)`` gives them all
+by name, ``spec(settings.llm, name)`` one of them or ``UnknownModel``.
 
 A tenant's chain (``chain``, rule A21) is its primary (``TenantPolicy.model`` when it names a
 configured model, else ``default``) and then its fallbacks (``TenantPolicy.fallbacks``, else
@@ -17,7 +17,7 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import LlmSettings, Settings
 from conduit.runtime.tenants import policy
 
 DEFAULT = "default"
@@ -70,17 +70,17 @@ class ModelSpec(BaseModel):
                 "streaming": self.streaming, "reasoning": self.reasoning}
 
 
-def registry(settings: Settings) -> dict[str, ModelSpec]:
+def registry(llm: LlmSettings) -> dict[str, ModelSpec]:
     """Every configured model by name, ``default`` first (when an endpoint is set or a list entry names it).
 
     Raises ``pydantic.ValidationError`` for a malformed ``CONDUIT_MODELS`` entry and ``ValueError``
     for a name given twice."""
     out: dict[str, ModelSpec] = {}
-    if settings.openai_base_url:
-        out[DEFAULT] = ModelSpec(name=DEFAULT, base_url=settings.openai_base_url, api_key=settings.openai_api_key,
-                                 model=settings.model)
+    if llm.openai_base_url:
+        out[DEFAULT] = ModelSpec(name=DEFAULT, base_url=llm.openai_base_url, api_key=llm.openai_api_key,
+                                 model=llm.model)
     seen: set[str] = set()
-    for raw in settings.models:
+    for raw in llm.models:
         spec = ModelSpec.model_validate(raw)
         if spec.name in seen:
             raise ValueError(f"CONDUIT_MODELS names {spec.name!r} twice")
@@ -89,9 +89,9 @@ def registry(settings: Settings) -> dict[str, ModelSpec]:
     return out
 
 
-def spec(settings: Settings, name: str) -> ModelSpec:
+def spec(llm: LlmSettings, name: str) -> ModelSpec:
     """The configured model ``name``; raises ``UnknownModel``."""
-    known = registry(settings)
+    known = registry(llm)
     if name not in known:
         raise UnknownModel(name, list(known))
     return known[name]
@@ -105,7 +105,7 @@ def chain(settings: Settings, tenant_id: str) -> list[str]:
     (a tenant ``model`` that names no configured model is a model name sent to ``default``).
     Raises ``pydantic.ValidationError`` for a malformed ``CONDUIT_TENANTS`` entry."""
     own = policy(settings, tenant_id)
-    known = registry(settings)
+    known = registry(settings.llm)
     primary = own.model if own.model in known else DEFAULT
     out: list[str] = []
     for name in [primary, *(own.fallbacks or [])]:
@@ -116,8 +116,8 @@ def chain(settings: Settings, tenant_id: str) -> list[str]:
 
 def allowed(settings: Settings, tenant_id: str) -> list[str]:
     """Names of the models the tenant may name per request (rule A20): its ``models`` (None: all) and its chain."""
-    known = registry(settings)
-    listed = settings.tenants.get(tenant_id, {}).get("models")
+    known = registry(settings.llm)
+    listed = settings.tenancy.tenants.get(tenant_id, {}).get("models")
     names = list(known) if listed is None else [n for n in listed if n in known]
     return names + [n for n in chain(settings, tenant_id) if n not in names]
 

@@ -33,10 +33,12 @@ import uuid
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
-from conduit.records import keys
+from conduit.records import keys, slots
 
 PROCESS_NONCE = uuid.uuid4().hex[:8]
 """This process's incarnation, written as the value of its liveness mark."""
@@ -102,7 +104,9 @@ def _text(value: object) -> str:
 
 
 async def sight(redis: Redis) -> Sighting:
-    """One look at Redis (one round trip: INFO server and CLIENT LIST)."""
+    """One look at Redis (one round trip: INFO server and CLIENT LIST); on Redis Cluster, at every primary."""
+    if slots.clustered():
+        return await _sight_cluster(redis)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.info("server")
         pipe.client_list()
@@ -110,6 +114,24 @@ async def sight(redis: Redis) -> Sighting:
     connected = frozenset(_text(c.get("name", "")) for c in clients) if isinstance(clients, list) else _names(
         _text(clients))
     return Sighting(uptime_s=float(info.get("uptime_in_seconds", 0)), connected=connected)
+
+
+async def _sight_cluster(redis: Any) -> Sighting:
+    """Rule O9 (rule T8 on Redis Cluster): a process's connections spread over the primaries, so the names
+    connected are the union of every primary's ``CLIENT LIST``, and the uptime the least of theirs. A primary
+    that does not answer (dead, not yet replaced) makes the look say uptime 0: nobody is taken for gone then."""
+    names: set[str] = set()
+    uptime = float("inf")
+    for node in redis.get_primaries():
+        try:
+            info = await redis.info("server", target_nodes=node)
+            clients = await redis.client_list(target_nodes=node)
+        except (RedisError, OSError):
+            return Sighting(uptime_s=0.0, connected=frozenset())
+        info = info if "uptime_in_seconds" in info else next(iter(info.values()), {})
+        uptime = min(uptime, float(info.get("uptime_in_seconds", 0)))
+        names |= {_text(c.get("name", "")) for c in clients} if isinstance(clients, list) else set(_names(_text(clients)))
+    return Sighting(uptime_s=0.0 if uptime == float("inf") else uptime, connected=frozenset(names))
 
 
 async def gone(redis: Redis, owners: Iterable[str]) -> set[str]:

@@ -50,7 +50,7 @@ async def serve_process(
 
     Args:
         service: liveness name (``orchestrator``, ``retriever``, ``web``, ``sandbox``).
-        settings: topics are created with ``settings.kafka_partitions`` partitions.
+        settings: topics are created with ``settings.bus.kafka_partitions`` partitions.
         broker: subscribers already registered (``bus.subscribe``); started here, stopped last.
         redis: used by the heartbeat; closed at the end.
         background: coroutine functions run as tasks while serving, cancelled at shutdown.
@@ -61,9 +61,9 @@ async def serve_process(
             ``conduit.runtime.owners.announce``: a stopping process is no rescue's target).
     """
     stop = stop or asyncio.Event()
-    await bus.ensure_topics(settings)
+    await bus.ensure_topics(settings.bus)
     await broker.start()
-    idle = bus.start_idle_fetch(broker, settings)  # rule B1: idle consumers pause until a doorbell
+    idle = bus.start_idle_fetch(broker, settings.store)  # rule B1: idle consumers pause until a doorbell
     loop = asyncio.get_running_loop()
     signals = SIGNALS if threading.current_thread() is threading.main_thread() else ()  # a test's thread: ``stop`` only
     for sig in signals:

@@ -6,9 +6,12 @@ import asyncio
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Connection, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from conduit.runtime.settings import Settings
+from conduit.records import slots
+from conduit.runtime.settings import StoreSettings
 
 
 class InlineSendConnection(Connection):
@@ -43,8 +46,8 @@ class InlineSendConnection(Connection):
             self.socket_timeout = timeout
 
 
-def make_redis(settings: Settings, client_name: str | None = None) -> Redis:
-    """Return an asyncio Redis client for ``settings.redis()`` (bytes responses).
+def make_redis(store: StoreSettings, client_name: str | None = None) -> Redis:
+    """Return an asyncio Redis client for ``store.url()`` (bytes responses).
 
     ``client_name``: the ``CLIENT SETNAME`` of every connection of the pool (a tool service's
     owner name: its connections are its liveness, rule T8, ``conduit.runtime.owners``).
@@ -55,14 +58,99 @@ def make_redis(settings: Settings, client_name: str | None = None) -> Redis:
     reads every stream on its own client), so a burst of requests no longer grows a
     pool that never shrinks (bench/sse_fanout.py saw 783 connections unbounded).
     """
+    if store.redis_cluster:
+        return make_cluster(store, client_name)  # type: ignore[return-value]
     # redis-py 8 times socket reads out after 5 s by default, which cut the hub's blocking
     # XREAD: the read timeout is a setting, kept above the SSE poll block
-    url = settings.redis()
+    url = store.url()
     # plain TCP only: unix:// and rediss:// keep redis-py's own connection classes
     inline: dict[str, Any] = {"connection_class": InlineSendConnection} if url.startswith("redis://") else {}
     pool = BlockingConnectionPool.from_url(url, decode_responses=False, health_check_interval=30, **inline,
-                                           max_connections=settings.redis_max_connections,
+                                           max_connections=store.redis_max_connections,
                                            **({"client_name": client_name} if client_name else {}),
-                                           timeout=settings.redis_socket_timeout_s,
-                                           socket_timeout=settings.redis_socket_timeout_s)
+                                           timeout=store.redis_socket_timeout_s,
+                                           socket_timeout=store.redis_socket_timeout_s)
     return Redis.from_pool(pool)  # closing the client closes its pool
+
+
+class ClusterConnection(Connection):
+    """redis-py's asyncio ``Connection`` for Redis Cluster nodes: a send on a connection that another task closed
+    meanwhile raises ``redis.exceptions.ConnectionError`` (which callers handle, rule A16) instead of
+    ``AttributeError`` ('NoneType' object has no attribute 'writelines'), seen in the chaos run on a cluster when
+    redis-py closed a failed master's connections while a command was connecting on one of them."""
+
+    async def _send_packed_command(self, command: Any) -> None:
+        if self._writer is None:
+            raise RedisConnectionError("connection closed while sending")
+        await super()._send_packed_command(command)
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The ``(host, port)`` startup nodes of a cluster URL: ``redis://h1:p1,h2:p2/0`` (one or more, port 6379
+    when left out). Raises ``ValueError`` for a URL without a host."""
+    rest = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    out = []
+    for part in filter(None, rest.split(",")):
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", "6379")
+        out.append((host, int(port)))
+    if not out:
+        raise ValueError(f"no Redis Cluster node in {url!r}")
+    return out
+
+
+def first_node_url(url: str) -> str:
+    """``url`` naming only its first node (``redis://u:p@h1:p1,h2:p2/0`` -> ``redis://u:p@h1:p1/0``)."""
+    host, port = cluster_nodes(url)[0]
+    scheme, _, rest = url.partition("://")
+    netloc, _, path = rest.partition("/")
+    auth = netloc.rsplit("@", 1)[0] + "@" if "@" in netloc else ""
+    return f"{scheme}://{auth}{host}:{port}/{path}"
+
+
+def make_cluster(store: StoreSettings, client_name: str | None = None) -> RedisCluster:
+    """Return an asyncio ``RedisCluster`` client for ``store.url()`` (``CONDUIT_REDIS_CLUSTER=true``).
+
+    ``REDIS_URL`` names one or more startup nodes (``redis://h1:p1,h2:p2``; user and password as usual);
+    the client finds the others and follows slot moves and failovers. Keys are named with hash tags
+    from then on in this process (rule O8, ``conduit.records.slots.configure``). ``client_name`` names
+    every connection on every node (rule T8, ``conduit.runtime.owners``). ``max_connections`` is per node.
+    """
+    slots.configure(store.redis_cluster_shards)
+    url = store.url()
+    starts = cluster_nodes(url)
+    first = first_node_url(url)
+    extra: dict[str, Any] = {"client_name": client_name} if client_name else {}
+    client = RedisCluster.from_url(first, decode_responses=False, startup_nodes=[ClusterNode(h, p) for h, p in starts],
+                                   max_connections=store.redis_max_connections,
+                                   socket_timeout=store.redis_socket_timeout_s, **extra)
+    # redis-py's cluster client takes no connection class: its node arguments (shared with the nodes it finds
+    # later) and its startup nodes get ours
+    client.connection_kwargs["connection_class"] = ClusterConnection
+    for node in client.startup_nodes:
+        node.connection_class = ClusterConnection
+    return client
+
+
+def not_a_cluster(store: StoreSettings, exc: Exception) -> str:
+    """The one-line message for ``CONDUIT_REDIS_CLUSTER=true`` against a Redis that is no cluster (``exc``:
+    redis-py's ``RedisClusterException``), for the CLI."""
+    return (f"CONDUIT_REDIS_CLUSTER=true but {store.url()} is not a Redis Cluster ({exc}); "
+            "unset it for a single Redis node (the embedded redis-server is one)")
+
+
+def make_sync(store: StoreSettings, timeout_s: float | None = None) -> Any:
+    """A synchronous client for ``store.url()``: ``redis.RedisCluster`` when ``CONDUIT_REDIS_CLUSTER``
+    is on (keys named for it, rule O8), else ``redis.Redis``; for the CLI, the stack and benches.
+    ``timeout_s``: socket connect and read timeout (seconds; None: none). Raises ``SystemExit`` with one line
+    when cluster mode is on and the URL is no cluster."""
+    import redis as redis_sync
+
+    timeouts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    if not store.redis_cluster:
+        return redis_sync.Redis.from_url(store.url(), **timeouts)
+    slots.configure(store.redis_cluster_shards)
+    nodes = [redis_sync.cluster.ClusterNode(h, p) for h, p in cluster_nodes(store.url())]
+    try:
+        return redis_sync.RedisCluster(startup_nodes=nodes, **timeouts)
+    except redis_sync.exceptions.RedisClusterException as exc:  # a configuration error: say it in one line
+        raise SystemExit(not_a_cluster(store, exc)) from None

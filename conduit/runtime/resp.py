@@ -15,6 +15,7 @@ parses every other reply with it too.)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import hiredis
 from redis.asyncio.connection import AbstractConnection
@@ -39,8 +40,10 @@ def text(v: bytes | str | None) -> str:
     return v.decode("utf-8") if isinstance(v, bytes) else v
 
 
-async def read_reply(conn: AbstractConnection, command: bytes, timeout_s: float) -> object:
-    """Send the packed ``command`` on ``conn`` and return its parsed reply.
+async def read_reply(conn: AbstractConnection, command: bytes, timeout_s: float,
+                     on_data: Callable[[], None] | None = None) -> object:
+    """Send the packed ``command`` on ``conn`` and return its parsed reply; ``on_data()`` (if given) is called
+    once, when the reply's first bytes arrive (after a blocking command's wait).
 
     Shapes (hiredis): arrays, sets and pushes -> ``list``; maps (RESP3) -> ``dict``; bulk and
     simple strings -> ``bytes``; integers -> ``int``; nulls -> ``None``.
@@ -61,6 +64,9 @@ async def read_reply(conn: AbstractConnection, command: bytes, timeout_s: float)
                 data = await stream.read(1 << 17)
                 if not data:
                     raise RedisConnectionError("Connection closed by server.")
+                if on_data is not None:
+                    on_data()
+                    on_data = None
                 parser.feed(data)
     except BaseException as exc:
         await conn.disconnect(nowait=True)

@@ -48,22 +48,22 @@ def policy(settings: Settings, tenant_id: str) -> TenantPolicy:
 
     Raises ``pydantic.ValidationError`` when the tenant's ``CONDUIT_TENANTS`` entry is malformed.
     """
-    own = TenantPolicy.model_validate(settings.tenants.get(tenant_id, {}))
+    own = TenantPolicy.model_validate(settings.tenancy.tenants.get(tenant_id, {}))
     return TenantPolicy(
         allowed_tools=own.allowed_tools,
-        model=own.model or settings.model,
+        model=own.model or settings.llm.model,
         models=own.models,
-        fallbacks=own.fallbacks if own.fallbacks is not None else settings.model_fallbacks,
-        approval_policies=own.approval_policies if own.approval_policies is not None else settings.approval_policies,
+        fallbacks=own.fallbacks if own.fallbacks is not None else settings.llm.model_fallbacks,
+        approval_policies=own.approval_policies if own.approval_policies is not None else settings.tools.approval_policies,
         approval_by_risk=own.approval_by_risk,
         approval_timeout=own.approval_timeout,
         rate_limit_per_minute=(own.rate_limit_per_minute if own.rate_limit_per_minute is not None
-                               else settings.rate_limit_tenant_per_minute),
-        running_tasks=own.running_tasks if own.running_tasks is not None else settings.running_tasks_per_tenant,
+                               else settings.limits.rate_limit_tenant_per_minute),
+        running_tasks=own.running_tasks if own.running_tasks is not None else settings.limits.running_tasks_per_tenant,
         daily_token_budget=(own.daily_token_budget if own.daily_token_budget is not None
-                            else settings.tenant_daily_token_budget),
+                            else settings.limits.tenant_daily_token_budget),
         mode=own.mode,
-        time_zone=own.time_zone or settings.time_zone,
+        time_zone=own.time_zone or settings.tenancy.time_zone,
         review=own.review,
         plan=own.plan,
     )

@@ -8,23 +8,25 @@ import time
 from redis.asyncio import Redis
 
 from conduit.records import keys, sandboxstatus
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import WebSettings
 from contracts.tools import ALL_TOOLS
 
 
 
-def available_tools(settings: Settings, allowed: list[str] | None = None,
+def available_tools(web: WebSettings, allowed: list[str] | None = None,
                     unavailable: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """Tools offered for a task, in a stable order.
 
     ``kb_search`` and ``code_exec`` are served; ``web_search`` and ``web_fetch`` only
     when a search provider is configured (SearXNG URL or Tavily key). ``unavailable``
     (from ``unavailable_tools``: e.g. ``code_exec`` while no sandbox can isolate code)
-    is left out. ``allowed`` (from the request) narrows the set further.
+    is left out. ``allowed`` (from the request) narrows the set further; ``kb_follow`` (rule A30) goes
+    with ``kb_search``: allowing one search allows following what it finds.
     """
-    web = bool(settings.searxng_url or settings.tavily_api_key)
-    tools = [t for t in ALL_TOOLS if (web or not t.startswith("web_")) and t not in unavailable]
+    offered = bool(web.searxng_url or web.tavily_api_key)
+    tools = [t for t in ALL_TOOLS if (offered or not t.startswith("web_")) and t not in unavailable]
     if allowed is not None:
+        allowed = [*allowed, "kb_follow"] if "kb_search" in allowed else allowed
         tools = [t for t in tools if t in allowed]
     return tools
 

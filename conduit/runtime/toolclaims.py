@@ -66,10 +66,10 @@ class Claims:
         if await self.redis.set(claim, self.owner, nx=True, ex=CLAIM_TTL_S):
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.get(result)
-                pipe.zadd(keys.TOOL_RUNS, {member: time.time()})
+                pipe.zadd(keys.tool_runs_of(idempotency_key), {member: time.time()})
                 stored, _ = await pipe.execute()
             if stored is not None:  # stored just before the claim
-                await self._release(keys=[claim, keys.TOOL_RUNS], args=[self.owner, member])
+                await self._release(keys=[claim, keys.tool_runs_of(idempotency_key)], args=[self.owner, member])
                 return False, stored
             return True, None
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -81,7 +81,7 @@ class Claims:
         holder = holder.decode()
         if holder == self.owner or not await self._gone(holder, task_id, idempotency_key):
             return False, None
-        taken = await self._take_over(keys=[claim, keys.TOOL_RUNS], args=[
+        taken = await self._take_over(keys=[claim, keys.tool_runs_of(idempotency_key)], args=[  # one slot (rule O8)
             holder, self.owner, CLAIM_TTL_S, owners.run_member(holder, task_id, idempotency_key), member, time.time()])
         if taken:
             log.warning("call %s: its owner %s is gone; taken over (rule T8)", idempotency_key, holder)
@@ -92,7 +92,7 @@ class Claims:
         suffices when the run's ``TOOL_RUNS`` entry is gone too: an orchestrator saw the owner gone
         twice and took it (rule A23, the usual way here); otherwise ``owners.gone`` looks twice."""
         try:
-            if await self.redis.zscore(keys.TOOL_RUNS, owners.run_member(holder, task_id, idempotency_key)) is None:
+            if await self.redis.zscore(keys.tool_runs_of(idempotency_key), owners.run_member(holder, task_id, idempotency_key)) is None:
                 return owners.is_gone(holder, await owners.sight(self.redis))
             return holder in await owners.gone(self.redis, {holder})
         except Exception as exc:  # noqa: BLE001 - e.g. CLIENT LIST not allowed: the TTL backstop
@@ -105,5 +105,5 @@ class Claims:
 
     async def release(self, idempotency_key: str, task_id: str) -> None:
         """Drop the call's claim if this process still holds it, and the run's ``TOOL_RUNS`` entry."""
-        await self._release(keys=[keys.tool_claim(idempotency_key), keys.TOOL_RUNS],
+        await self._release(keys=[keys.tool_claim(idempotency_key), keys.tool_runs_of(idempotency_key)],
                             args=[self.owner, owners.run_member(self.owner, task_id, idempotency_key)])

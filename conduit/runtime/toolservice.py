@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from conduit.runtime import bus, metrics, owners
+from conduit.runtime import bus, metrics, owners, tracing
 from conduit.runtime.process import serve_process
 from conduit.runtime.redis_client import make_redis
 from conduit.runtime.toolclaims import CLAIM_TTL_S, Claims
@@ -99,7 +99,7 @@ class ToolService:
         topic: request topic from ``contracts.topics``.
         group_id: consumer group from ``contracts.topics``.
         settings: Conduit settings.
-        timeout_s: per-call deadline in seconds (default ``settings.tool_timeout_s``).
+        timeout_s: per-call deadline in seconds (default ``settings.tools.tool_timeout_s``).
     """
 
     def __init__(self, name: str, topic: str, group_id: str, settings: Settings, timeout_s: float | None = None) -> None:
@@ -107,7 +107,7 @@ class ToolService:
         self.topic = topic
         self.group_id = group_id
         self.settings = settings
-        self.timeout_s = timeout_s or settings.tool_timeout_s
+        self.timeout_s = timeout_s or settings.tools.tool_timeout_s
         self.tools: dict[str, ToolFn] = {}
         self.concurrency = 1
         """Messages handled at once by the one consumer (rule T7; see the module doc)."""
@@ -117,7 +117,7 @@ class ToolService:
         self._jobs: set[asyncio.Task] = set()
         self._owner = owners.owner_id(name)
         """This process's name on the tool claims it takes and on its Redis connections (rules T6, T8)."""
-        self.redis: Redis = make_redis(settings, client_name=owners.connection_name(self._owner))
+        self.redis: Redis = make_redis(settings.store, client_name=owners.connection_name(self._owner))
         self.claims = Claims(self.redis, self._owner)
         self.broker = bus.make_broker(settings, client_id=name, redis=self.redis)
         self.extra: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
@@ -249,7 +249,19 @@ class ToolService:
                 await asyncio.gather(tool, return_exceptions=True)
 
     async def handle(self, request: ToolRequested) -> None:
-        """Bus handler: idempotent execute-and-publish for one request."""
+        """Bus handler: idempotent execute-and-publish for one request, in an ``execute_tool <tool>`` span
+        (rule O7: tool name, call id, attempt, idempotency key; then outcome and error code)."""
+        if not tracing.enabled():  # rule O5
+            return await self._handle(request)
+        p = request.payload
+        with tracing.span(f"execute_tool {p.tool}", tracing.current_traceparent(request.traceparent),
+                          task_id=request.task_id,
+                          **{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": p.tool,
+                             "gen_ai.tool.call.id": p.call_id, "conduit.tool.idempotency_key": p.idempotency_key,
+                             "conduit.tool.attempt": p.attempt, "conduit.tool.service": self.name}):
+            await self._handle(request)
+
+    async def _handle(self, request: ToolRequested) -> None:
         key = keys.tool_result(request.payload.idempotency_key)
         async with self.redis.pipeline(transaction=False) as pipe:  # both reads in one round trip
             pipe.get(key)
@@ -258,25 +270,30 @@ class ToolService:
         if not cached and cancelled:
             # the task was cancelled while this request waited in the topic: do not run it
             p = request.payload
-            await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=ToolResultPayload(
+            payload = ToolResultPayload(
                 call_id=p.call_id, tool=p.tool, idempotency_key=p.idempotency_key, outcome="error",
                 error=ToolError(error_code="task_cancelled", message="the task was cancelled; the call did not run",
-                                kind="forbidden"))))
+                                kind="forbidden"))
+            _traced(payload, "not_run")
+            await bus.publish(self.broker, topics.TOOL_RESULTS, request.child(ToolResult, payload=payload))
             return
         if not cached:
             taken, cached = await self.claims.take(request.payload.idempotency_key, request.task_id)
             if not taken and not cached:
                 log.info("call %s runs elsewhere; this delivery leaves it to that run",
                          request.payload.idempotency_key)
+                tracing.annotate(**{"conduit.tool.run": "elsewhere"})
                 return
         if cached:
             log.info("call %s: its stored result is sent again", request.payload.idempotency_key)
             payload = ToolResultPayload.model_validate_json(cached)
+            _traced(payload, "stored")
         else:
             log.info("call %s: runs here (%s)", request.payload.idempotency_key, self._owner)
             handed_back = False
             try:
                 payload = await self.execute(request)
+                _traced(payload, "ran")
                 log.info("call %s: ran (%s), %s in %.0f ms", request.payload.idempotency_key, self._owner,
                          payload.outcome, payload.duration_ms or 0)
                 metrics.tool_call(payload.tool, payload.outcome, (payload.duration_ms or 0) / 1000)
@@ -347,11 +364,11 @@ class ToolService:
         names = tuple(dict.fromkeys([self.topic, *(t for t, _ in self.extra)]))
         model = channels.message_model(tuple(e for t in names for e in channels.events_on(t)))
         handler = self._dispatch if self.extra else self.handle
-        bus.subscribe(self.broker, self.settings, self.redis, topic=names if self.extra else self.topic,
+        bus.subscribe(self.broker, self.settings.bus, self.redis, topic=names if self.extra else self.topic,
                       group_id=group_id or self.group_id, model=model, handler=self._concurrent(handler),
                       consumer_name=self.name)
         for topic, group, apart, wait_ms in self.apart:  # consume_apart: one at a time, committed after it
-            bus.subscribe(self.broker, self.settings, self.redis, topic=(topic,), group_id=group,
+            bus.subscribe(self.broker, self.settings.bus, self.redis, topic=(topic,), group_id=group,
                           model=channels.message_model(channels.events_on(topic)), handler=apart,
                           consumer_name=f"{self.name}:{group}", fetch_max_wait_ms=wait_ms)
 
@@ -371,3 +388,15 @@ class ToolService:
         """Keep this process's partitions of its request topic in ``keys.members`` (a rescue's target, rule A23)."""
         await owners.announce(self.redis, self.name, self._owner,
                               lambda: {self.topic: bus.assigned(self.broker, self.topic)})
+
+
+def _traced(payload: ToolResultPayload, run: str) -> None:
+    """Rule O7: the active tool span's outcome (``ok``, ``error``, ``timeout``), error code (``error.type``)
+    and how the result came (``run``: ran here, stored result sent again, not run)."""
+    if not tracing.enabled():
+        return
+    tracing.annotate(**{"conduit.tool.outcome": payload.outcome, "conduit.tool.run": run,
+                        "conduit.tool.duration_ms": payload.duration_ms if run == "ran" else None})
+    if payload.outcome != "ok":
+        tracing.fail(payload.error.error_code if payload.error is not None else payload.outcome,
+                     payload.error.message[:300] if payload.error is not None else None)

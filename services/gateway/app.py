@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from conduit.runtime import allocator, bus, metrics
 from conduit.runtime.liveness import heartbeat
@@ -43,7 +44,9 @@ from services.gateway.openai_compat import chat
 from services.gateway.page import install_page
 from services.gateway.errors import install_error_handlers
 from services.gateway.openapi import install_openapi
+from services.gateway.streaming.clusterhub import ClusterHub
 from services.gateway.streaming.hub import StreamHub
+from services.gateway.streaming.sse import RAW_SEND
 from services.gateway.state import GatewayState
 
 log = logging.getLogger("conduit.gateway")
@@ -60,22 +63,23 @@ def create_app(settings: Settings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        redis = make_redis(settings)
+        redis = make_redis(settings.store)
         broker = bus.make_broker(settings, client_id=SERVICE, redis=redis)
         beat: asyncio.Task | None = None
         hub: StreamHub | None = None
         try:
             await redis.ping()
-            await bus.ensure_topics(settings)
+            await bus.ensure_topics(settings.bus)
             await broker.start()
-            events = TaskEventLog(redis, ttl_s=settings.task_events_ttl_s, maxlen=settings.task_events_maxlen)
-            hub = StreamHub(make_redis(settings), events, block_ms=settings.gateway_sse_poll_ms)
+            events = TaskEventLog(redis, ttl_s=settings.gateway.task_events_ttl_s, maxlen=settings.gateway.task_events_maxlen)
+            hub = (ClusterHub if settings.store.redis_cluster else StreamHub)(make_redis(settings.store), events,  # rule O9
+                                                                     block_ms=settings.gateway.gateway_sse_poll_ms)
             hub.start()
             app.state.gateway = GatewayState(
                 settings=settings,
                 redis=redis,
                 broker=broker,
-                store=TaskStore(redis, ttl_s=settings.task_events_ttl_s),
+                store=TaskStore(redis, ttl_s=settings.gateway.task_events_ttl_s),
                 events=events,
                 hub=hub,
             )
@@ -85,9 +89,9 @@ def create_app(settings: Settings) -> FastAPI:
             # 200-300 ms every few seconds (bench/sse_fanout.py); now it walks only what came later.
             gc.collect()
             gc.freeze()
-            log.info("gateway ready (kafka %s, redis %s, allocator %s)", settings.bootstrap_servers(), settings.redis(),
+            log.info("gateway ready (kafka %s, redis %s, allocator %s)", settings.bus.bootstrap_servers(), settings.store.url(),
                      allocator.in_use())
-            async with mcp_endpoint.manager.run():  # the MCP SDK's task group of /mcp
+            async with mcp_endpoint.running():  # stops the MCP SDK's task group of /mcp if a request started it
                 yield
         finally:
             if beat is not None:
@@ -98,10 +102,10 @@ def create_app(settings: Settings) -> FastAPI:
                 await hub.stop()
             with contextlib.suppress(Exception):
                 # bounded: with Kafka gone, the producer's flush retries a pending batch for long
-                await asyncio.wait_for(broker.stop(), settings.gateway_publish_timeout_s)
+                await asyncio.wait_for(broker.stop(), settings.gateway.gateway_publish_timeout_s)
             await redis.aclose()
 
-    app = FastAPI(
+    app = _GatewayApp(
         title="Conduit gateway",
         version="1",
         summary="Ask questions, stream the agent's work as Server-Sent Events.",
@@ -115,6 +119,15 @@ def create_app(settings: Settings) -> FastAPI:
     install_openapi(app)
     install_page(app)  # GET / (the chat page) and /static (its files), public
     return app
+
+
+class _GatewayApp(FastAPI):
+    """FastAPI that puts the server's own ``send`` into the scope (``streaming.sse.RAW_SEND``) before its
+    middlewares wrap it: an SSE stream writes its body chunks with it, past the wrappers (``streaming.sse``)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 def _install_routes(app: FastAPI) -> Any:

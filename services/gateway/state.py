@@ -61,4 +61,4 @@ async def publish(state: GatewayState, topic: str, event: Envelope) -> None:
 
     Raises ``TimeoutError`` after that wait and the broker's error when the publish fails.
     """
-    await asyncio.wait_for(bus.publish(state.broker, topic, event), state.settings.gateway_publish_timeout_s)
+    await asyncio.wait_for(bus.publish(state.broker, topic, event), state.settings.gateway.gateway_publish_timeout_s)

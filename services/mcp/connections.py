@@ -16,15 +16,13 @@ import contextlib
 import logging
 import os
 import time
-from typing import Any
-
-import httpx2
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, Tool
+from typing import TYPE_CHECKING, Any
 
 from contracts.mcp import McpServerConfig
+
+if TYPE_CHECKING:  # rule O13: the MCP SDK loads with the first connection (docs/operations.md, "Memory")
+    from mcp import Client, StdioServerParameters
+    from mcp.types import CallToolResult, Tool
 
 log = logging.getLogger("conduit.mcp.connections")
 
@@ -35,6 +33,8 @@ class ServerUnavailable(Exception):
 
 def _stdio(config: McpServerConfig) -> StdioServerParameters:
     """A command's parameters: its own ``env`` over a small part of ours (never our secrets)."""
+    from mcp import StdioServerParameters  # noqa: PLC0415 - rule O13
+
     assert config.command
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV")}
     return StdioServerParameters(command=config.command[0], args=config.command[1:], env={**env, **config.env})
@@ -62,6 +62,11 @@ class Connection:
         return self.client is not None and self._task is not None and not self._task.done()
 
     async def _run(self, opened: asyncio.Future[None]) -> None:
+        import httpx2  # noqa: PLC0415 - rule O13: the SDK and its HTTP client load with the first connection
+        from mcp import Client  # noqa: PLC0415
+        from mcp.client.stdio import stdio_client  # noqa: PLC0415
+        from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+
         http: httpx2.AsyncClient | None = None
         try:
             with open(os.devnull, "w") as quiet:  # noqa: PTH123 - the server's stderr is not ours to show
@@ -133,6 +138,8 @@ class Connection:
         """Call ``tool``; raises ``ServerUnavailable`` when the server cannot be reached (the
         connection is closed, to be opened again next time), ``TimeoutError`` past ``timeout_s``,
         and ``mcp.MCPError`` for an error the server answered."""
+        import httpx2  # noqa: PLC0415 - loaded with the connection (rule O13)
+
         client = await self.ensure_open()
         try:
             return await asyncio.wait_for(client.call_tool(tool, arguments, read_timeout_seconds=timeout_s), timeout_s)

@@ -1,4 +1,5 @@
-"""The mcp tool service: tenants' MCP server tools (``mcp.<server>.<tool>``) over Kafka.
+"""The mcp tool service: tenants' external tools over Kafka: their MCP server tools (``mcp.<server>.<tool>``)
+and their remote A2A agents (``a2a.<agent>``, rule T10: ``services.mcp.agents``).
 
 Run as ``python -m conduit serve mcp``. Consumes ``contracts.topics.TOOL_REQUESTS_MCP`` in group
 ``GROUP_MCP`` through the shared ``ToolService`` runtime (idempotency key, claim, deadline,
@@ -7,7 +8,8 @@ seconds it reads every tenant's server configurations (``conduit.records.mcp``),
 of a server whose configuration digest changed or whose list is older than ``mcp_list_ttl_s``
 (rule X2), tries a failing one again (after ``mcp_refresh_s`` doubled per failure in a row, at
 most ``mcp_list_ttl_s``), and writes each tenant's ``McpCatalog``: the tools of the servers
-that answered, and every server's status (a failing server's tools are withheld).
+that answered, and every server's status (a failing server's tools are withheld); the same pass reads
+the cards of the tenant's remote A2A agents (``RemoteAgents.listed``) and adds the agents that answered.
 
 A call's result text becomes one evidence item of kind ``tool`` (numbered and cited like any
 passage, shown to the model inside the untrusted-data wrapper, rule A11). Failures (rule T4):
@@ -23,11 +25,9 @@ import hashlib
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
-from mcp import MCPError
-from mcp.types import CallToolResult, TextContent, Tool
 
 from conduit.records import mcp as records
 from conduit.runtime.settings import Settings
@@ -35,8 +35,13 @@ from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested
 from contracts.evidence import EvidenceItem
+from contracts.a2a import is_a2a
 from contracts.mcp import McpCatalog, McpServerConfig, McpServerStatus, McpTool, canonical_name, function_name, is_mcp
+from services.mcp.agents import RemoteAgents
 from services.mcp.connections import Pool, ServerUnavailable
+
+if TYPE_CHECKING:  # rule O13: the MCP SDK loads with the first connection (docs/operations.md, "Memory")
+    from mcp.types import CallToolResult, Tool
 
 log = logging.getLogger("conduit.mcp")
 
@@ -62,6 +67,8 @@ def offered(server: str, tool: Tool) -> McpTool:
 
 def result_text(result: CallToolResult, limit: int) -> str:
     """A call result as text: its text blocks, else its structured content as JSON, cut to ``limit``."""
+    from mcp.types import TextContent  # noqa: PLC0415 - rule O13 (loaded by the connection already)
+
     texts = [b.text for b in result.content if isinstance(b, TextContent)]
     others = [b.type for b in result.content if not isinstance(b, TextContent)]
     text = "\n".join(texts)
@@ -79,26 +86,31 @@ class McpTools:
         self.service = service
         self.settings = service.settings
         self.pool = Pool()
+        self.agents = RemoteAgents(service.settings)
 
     async def refresh(self) -> list[McpCatalog]:
         """One pass: read every tenant's servers, list what needs it, write every catalog."""
-        s = self.settings
+        s = self.settings.mcp
         catalogs, used = [], set()
-        for tenant in await records.tenants(s, self.service.redis):
-            statuses, tools = [], []
+        for tenant in sorted(set(await records.tenants(s, self.service.redis)) | self.agents.tenants()):
+            statuses, tools, agents = [], [], []
             for config, source in await records.servers(s, self.service.redis, tenant):
                 used.add(config.digest())
                 status, listed = await self._listed(config, source)
                 statuses.append(status)
                 tools += listed
-            catalog = McpCatalog(tenant_id=tenant, tools=tools, servers=statuses)
+            for agent in self.agents.configs(tenant):  # rule T10
+                status, listed = await self.agents.listed(agent)
+                agents.append(status)
+                tools += listed
+            catalog = McpCatalog(tenant_id=tenant, tools=tools, servers=statuses, agents=agents)
             await records.save_catalog(self.service.redis, catalog, int(max(60.0, s.mcp_refresh_s * 6)))
             catalogs.append(catalog)
         await self.pool.keep_only(used)
         return catalogs
 
     async def _listed(self, config: McpServerConfig, source: str) -> tuple[McpServerStatus, list[McpTool]]:
-        s, conn, now = self.settings, self.pool.get(config), time.time()
+        s, conn, now = self.settings.mcp, self.pool.get(config), time.time()
         if conn.error is None:
             due = not conn.listed_at or now - conn.listed_at >= s.mcp_list_ttl_s
         else:  # a failing server is tried again, backing off (a broken command is not started every refresh)
@@ -122,12 +134,12 @@ class McpTools:
                 await self.refresh()
             except Exception:  # noqa: BLE001 - one bad pass must not stop the catalog
                 log.exception("mcp refresh failed")
-            await asyncio.sleep(self.settings.mcp_refresh_s)
+            await asyncio.sleep(self.settings.mcp.mcp_refresh_s)
 
     async def _find(self, tenant_id: str, name: str) -> tuple[McpServerConfig, Tool]:
         """The configuration and listed tool of ``name`` for ``tenant_id``; ``ToolFailure`` (forbidden) if none."""
         server = name.split(".", 2)[1]
-        config = next((c for c, _ in await records.servers(self.settings, self.service.redis, tenant_id)
+        config = next((c for c, _ in await records.servers(self.settings.mcp, self.service.redis, tenant_id)
                        if c.name == server), None)
         if config is None:
             raise ToolFailure("mcp_server_not_configured", f"no MCP server {server!r} for this tenant",
@@ -146,6 +158,8 @@ class McpTools:
 
     async def call(self, arguments: dict[str, Any], request: ToolRequested) -> ToolOutput:
         """Run one MCP tool call (``ToolService`` family function; failures as the module says)."""
+        from mcp import MCPError  # noqa: PLC0415 - rule O13 (loaded by the connection ``_find`` opened)
+
         name = request.payload.tool
         config, tool = await self._find(request.tenant_id, name)
         spec = offered(config.name, tool)
@@ -165,7 +179,7 @@ class McpTools:
         except MCPError as exc:
             kind = "bad_arguments" if exc.code == INVALID_PARAMS else "business"
             raise ToolFailure("mcp_error", str(exc.error.message)[:500], kind=kind) from exc
-        text = result_text(result, self.settings.chunk_max_chars)
+        text = result_text(result, self.settings.retrieval.chunk_max_chars)
         if result.is_error:
             raise ToolFailure("mcp_tool_error", text[:500], hint="the tool reported an error", kind="business")
         digest = hashlib.sha256(json.dumps([name, args, text], ensure_ascii=False, sort_keys=True).encode()).hexdigest()
@@ -175,10 +189,12 @@ class McpTools:
 
 
 def build_service(settings: Settings) -> tuple[ToolService, McpTools]:
-    """A ``ToolService("mcp", ...)`` serving every ``mcp.*`` tool, and its ``McpTools`` (not started)."""
+    """A ``ToolService("mcp", ...)`` serving every ``mcp.*`` tool and every remote agent ``a2a.*`` (rule T10),
+    and its ``McpTools`` (not started)."""
     service = ToolService("mcp", topics.TOOL_REQUESTS_MCP, topics.GROUP_MCP, settings)
     tools = McpTools(service)
     service.tool_family(is_mcp, tools.call)
+    service.tool_family(is_a2a, lambda args, request: tools.agents.call(args, request, service.timeout_s))
     return service, tools
 
 

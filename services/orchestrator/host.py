@@ -18,9 +18,10 @@ from contracts.events import QuestionAsked
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import Step
 from services.orchestrator.agent.state import TaskState
-from services.orchestrator.model import Model
+from conduit.runtime.llm.model import Model
 from services.orchestrator.outputs import Outputs
-from services.orchestrator.store import StateStore, Transition
+from services.orchestrator.checkpointing import Transition
+from services.orchestrator.store import StateStore
 
 
 class StepRunner(Protocol):

@@ -1,5 +1,5 @@
 """The one interpreter of the agent core's effects: a transition is applied and saved
-(``store.transition``: compare-and-set with its outbox), then its other effects are carried out
+(``checkpointing.transition``: compare-and-set with its outbox), then its other effects are carried out
 in order, each by the handler its type names in ``HANDLERS``.
 
 It touches the world only through ``ports`` (``services.orchestrator.ports``): production wires
@@ -17,7 +17,7 @@ from typing import Any, get_args
 
 import structlog
 
-from services.orchestrator.agent import timers
+from services.orchestrator.agent import announcing, timers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     Announce,
@@ -45,7 +45,7 @@ from services.orchestrator.agent.effects import (
 )
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.ports import Background, Checkpoints, Outbound, Remembering, Signals
-from services.orchestrator.store import SAVE_RETRIES, StaleState, Transition, transition
+from services.orchestrator.checkpointing import SAVE_RETRIES, StaleState, Transition, transition
 
 log = structlog.get_logger("conduit.orchestrator")
 
@@ -91,16 +91,18 @@ class Interpreter:
         self.ports, self.deps, self.lease_ttl_s = ports, deps, lease_ttl_s
 
     async def apply(self, task_id: str, fn: Transition, *, loaded: TaskState | None = None,
-                    attempts: int = SAVE_RETRIES, new_task: bool = False) -> Step | None:
-        """Apply transition ``fn`` to ``task_id`` (``store.transition``) and carry out its effects.
+                    attempts: int = SAVE_RETRIES, new_task: bool = False, unless_cancelled: bool = False) -> Step | None:
+        """Apply transition ``fn`` to ``task_id`` (``checkpointing.transition``) and carry out its effects.
 
         Returns the step (None: no task, or nothing to do). With ``attempts=1`` a lost race
         raises ``StaleState`` (the caller's work cannot be redone); otherwise after
-        ``attempts`` lost races the event is dropped with a warning.
+        ``attempts`` lost races the event is dropped with a warning. ``unless_cancelled``: nothing is
+        saved and ``CancelSeen`` is raised when the task's cancel flag is set (rule O10).
         """
-        try:
-            step = await transition(self.ports.store, self.lease_ttl_s, task_id, fn, loaded=loaded,
-                                    attempts=attempts, before_save=self._before_save)
+        deps = self.deps
+        try:  # the core decides what every effect writes inside the transition (``announcing.settle``)
+            step = await transition(self.ports.store, self.lease_ttl_s, task_id, lambda st: announcing.settle(deps, fn(st)), loaded=loaded,
+                                    attempts=attempts, before_save=self._before_save, unless_cancelled=unless_cancelled)
         except StaleState:
             if attempts == 1:
                 raise
@@ -116,8 +118,9 @@ class Interpreter:
             if isinstance(e, SaveApproval):  # the record goes first: if the save loses, it expires unused
                 await self.ports.out.save_approval(e.record)
                 new_approval = True
-        if new_approval:  # a client that reads the task on tool.approval_required sees it waiting
-            await self.ports.out.write_view(step.state)
+        views = [e.view for e in step.effects if isinstance(e, WriteView) and e.view is not None]
+        if new_approval and views:  # a client that reads the task on tool.approval_required sees it waiting
+            await self.ports.out.write_view(views[0])
 
     async def carry_out(self, step: Step, new_task: bool = False) -> None:
         """Carry out ``step``'s effects in order (consecutive ``TOGETHER`` ones at once); then mark the
@@ -198,7 +201,8 @@ async def _public(i: Interpreter, c: Context, e: Public) -> None:  # only when n
 
 
 async def _write_view(i: Interpreter, c: Context, e: WriteView) -> None:
-    await i.ports.out.write_view(c.state)
+    assert e.view is not None, "an unsettled WriteView (announcing.settle fills it in)"
+    await i.ports.out.write_view(e.view)
 
 
 async def _publish_tool(i: Interpreter, c: Context, e: PublishTool) -> None:
@@ -213,9 +217,11 @@ async def _run_model_step(i: Interpreter, c: Context, e: RunModelStep) -> None:
 
 
 async def _announce(i: Interpreter, c: Context, e: Announce) -> None:
-    await i.ports.out.announce(c.state, e.citations)
-    if c.state.child is not None:  # rule D5: the worker's result goes to its supervisor
-        await i.ports.out.report_to_parent(c.state, i.deps)
+    decided = e.decided
+    assert decided is not None, "an unsettled Announce (announcing.settle fills it in)"
+    await i.ports.out.announce(c.state, decided)
+    if decided.child_result is not None:  # rule D5: the worker's result goes to its supervisor
+        await i.ports.out.report_to_parent(c.state, decided.child_result)
 
 
 async def _cancel_child(i: Interpreter, c: Context, e: CancelChild) -> None:
@@ -233,7 +239,7 @@ async def _summarise(i: Interpreter, c: Context, e: Summarise) -> None:
 
 async def _remember(i: Interpreter, c: Context, e: Remember) -> None:
     try:
-        await i.ports.memory.remember(c.state, e.citations)
+        await i.ports.memory.remember(c.state, e.items, e.cache)
     except Exception:  # noqa: BLE001 - the answer is out; a lost memory write must not fail the task
         log.warning("memory write failed", task_id=c.state.task_id, exc_info=True)
 

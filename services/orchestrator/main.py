@@ -31,12 +31,12 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Run the orchestrator until SIGTERM/SIGINT (or ``stop``); running steps are checkpointed,
     so stopping loses nothing (``conduit.runtime.process.serve_process`` orders the shutdown)."""
     owner = owners.owner_id("orchestrator")  # its connections' name: its liveness (rules T8, A24)
-    redis = make_redis(settings, client_name=owners.connection_name(owner))
+    redis = make_redis(settings.store, client_name=owners.connection_name(owner))
     broker = bus.make_broker(settings, client_id="orchestrator", redis=redis)
     orch = Orchestrator(settings, redis, broker, hooks=load_hooks(redis))
     orch.owner = owner
 
-    lanes = KeyedLanes(settings.orchestrator_concurrency, "orchestrator")
+    lanes = KeyedLanes(settings.agent.orchestrator_concurrency, "orchestrator")
 
     async def handle(event: Any) -> None:
         if isinstance(event, QuestionAsked):
@@ -58,10 +58,10 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
 
     async def drain() -> None:
         """Let the consumed messages' jobs and short model steps finish, then hand the rest over to another replica."""
-        await lanes.drain(settings.shutdown_grace_s)
+        await lanes.drain(settings.agent.shutdown_grace_s)
         running = dict(orch.running)
         if running:
-            await asyncio.wait(running.values(), timeout=settings.shutdown_grace_s)
+            await asyncio.wait(running.values(), timeout=settings.agent.shutdown_grace_s)
         for t in running.values():
             if not t.done():
                 t.cancel()
@@ -73,7 +73,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         await redis.hdel(keys.STEPS, owner)  # nothing runs here any more (rule A24)
 
     # topics and message model: what contracts.channels says the orchestrator's group reads
-    bus.subscribe(broker, settings, redis, handler=dispatch, group_id=topics.GROUP_ORCHESTRATOR,
+    bus.subscribe(broker, settings.bus, redis, handler=dispatch, group_id=topics.GROUP_ORCHESTRATOR,
                   consumer_name="orchestrator")
     relay = PublicRelay(redis, broker)  # the public agent events' outbox -> conduit.agent.events
     await serve_process("orchestrator", settings, broker, redis,

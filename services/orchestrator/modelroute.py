@@ -11,20 +11,20 @@ from __future__ import annotations
 from typing import Any
 
 from conduit.runtime import models
-from conduit.runtime.settings import Settings
-from services.orchestrator.model import Messages, ModelError, ModelResponse, OnDelta, ShouldStop, ToolSchemas
-from services.orchestrator.openai_model import ModelClient
+from conduit.runtime.settings import LlmSettings
+from conduit.runtime.llm.model import Messages, ModelError, ModelResponse, OnDelta, ShouldStop, ToolSchemas
+from conduit.runtime.llm.openai_model import ModelClient
 
 
 class RoutedModel:
-    """Implements ``services.orchestrator.model.Model``; ``clients``: one ``ModelClient`` per configured name.
+    """Implements ``conduit.runtime.llm.model.Model``; ``clients``: one ``ModelClient`` per configured name.
 
     Raises ``pydantic.ValidationError`` / ``ValueError`` at construction for a malformed ``CONDUIT_MODELS``."""
 
-    def __init__(self, settings: Settings, http_client: Any = None) -> None:
-        self.specs = models.registry(settings)
-        self.clients = {name: ModelClient(settings.model_copy(update={
-            "openai_base_url": spec.base_url or settings.openai_base_url, "openai_api_key": spec.key(),
+    def __init__(self, llm: LlmSettings, http_client: Any = None) -> None:
+        self.specs = models.registry(llm)
+        self.clients = {name: ModelClient(llm.model_copy(update={
+            "openai_base_url": spec.base_url or llm.openai_base_url, "openai_api_key": spec.key(),
             "model": spec.model}), http_client, spec.streaming) for name, spec in self.specs.items()}
 
     async def stream(self, messages: Messages, tools: ToolSchemas, on_delta: OnDelta,

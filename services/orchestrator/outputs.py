@@ -29,14 +29,14 @@ from contracts.events import (
     ToolRequestPayload,
     ToolResult,
 )
-from contracts.evidence import Citation
 from contracts.stream import StreamEvent, TaskAccepted
 from contracts.tools import request_topic
-from services.orchestrator.agent import endings, team
-from services.orchestrator.agent.deps import Deps
-from services.orchestrator.agent.effects import UpdateApproval
+from services.orchestrator.agent import team
+from services.orchestrator.agent.announcing import ended_at
+from services.orchestrator.agent.effects import Announcement, UpdateApproval
 from services.orchestrator.agent.state import PendingCall, TaskState
-from services.orchestrator.public import agent_event, parent_of
+from services.orchestrator import spans
+from services.orchestrator.envelopes import agent_event, parent_of
 from services.orchestrator.store import StateStore
 
 log = logging.getLogger("conduit.orchestrator")
@@ -59,10 +59,9 @@ class Outputs:
         """Append one client event to the task's log (outside a checkpoint save)."""
         await self.events.append(task_id, event)
 
-    async def write_view(self, state: TaskState, latency_ms: float | None = None,
-                         citations: list[Citation] | None = None) -> None:
+    async def write_view(self, view: TaskView) -> None:
         """Write the task's record (``GET /v1/tasks/{id}``)."""
-        await self.tasks.save(endings.record_view(state, latency_ms, citations))
+        await self.tasks.save(view)
 
     async def save_approval(self, record: ApprovalRecord) -> None:
         """Write a new pending approval's record for the gateway."""
@@ -94,7 +93,7 @@ class Outputs:
             return
         request = parent_of(state).child(ToolRequested, payload=ToolRequestPayload(
             call_id=call.call_id, tool=call.tool, arguments=call.arguments, reason=call.reason, step=call.step,
-            idempotency_key=call.idempotency_key, deadline_at=call.deadline_at,
+            idempotency_key=call.idempotency_key, deadline_at=call.deadline_at, attempt=call.attempts + 1,
             scope=state.scope_of(call.tool)))  # rule Q2: the task's scope, not the model's arguments
         topic, partition = request_topic(call.tool), None
         parsed = owners.parse(rescue) if rescue else None
@@ -121,47 +120,34 @@ class Outputs:
         step's ``Public`` effects are in its save; ``services.orchestrator.public`` relays both)."""
         await self.store.add_public([agent_event(state, kind, fields)])
 
-    async def announce(self, state: TaskState, citations: list[Citation] | None = None) -> None:
-        """Emit the terminal event, record, session turn and public event (idempotent: the log seals once).
-
-        ``citations``: the checked answer's citations when the caller has them; otherwise
-        (a resumed task) they are derived again from the answer and the evidence pool.
-        """
-        now = utcnow()
-        if state.status == "completed" and citations is None:
-            citations = endings.citations_of(state)
-        event = endings.terminal_event(state, now, citations)
-        latency_ms = endings.latency_ms(state, now)
-        kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled",
-                "needs_input": "task.needs_input"}[state.status]
-        public = agent_event(state, kind, {"latency_ms": latency_ms, "code": getattr(event, "code", None)})
+    async def announce(self, state: TaskState, decided: Announcement) -> None:
+        """Write what the ended task tells, as the core decided it (``announcing.announcement``): the record,
+        then the terminal event with its public twin, then the lease's release, the tenant's tokens of the
+        day (rule G6) and the session turn. Idempotent: the log seals once, and only the first sealing
+        counts the tokens and adds the turn."""
         # the record first: a client that got the terminal event and reads the task sees it ended
-        await self.write_view(state, latency_ms, citations)
+        await self.write_view(decided.view)
+        public = agent_event(state, decided.public_kind, decided.public_fields)
         # the terminal event and its public twin in one script: sealing the log queues the public event
-        first = await self.store.append_terminal(state.task_id, event, public) > 0
+        first = await self.store.append_terminal(state.task_id, decided.event, public) > 0
         # the client has its terminal event; the bookkeeping writes are independent of each other
         writes = [self.store.release(state.task_id)]
         if first:
             metrics.task_finished(state.status, state.mode)
-            turn = state.child is None  # a worker's task is no turn of the person's session (team mode)
-            if turn:  # rule G6: the tenant's tokens of the day (a worker's are in its parent's usage)
-                writes.append(tokenbudget.add_used(self.redis, state.tenant_id, state.usage.total_tokens, now))
-            if turn and state.status == "completed":
-                writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or "",
-                                                  n=state.turn_no))
-            elif turn and state.status == "needs_input":  # the reply continues with this evidence (rule E10)
-                writes.append(self.tasks.add_turn(state.session_id, state.question, state.answer or "",
-                                                  evidence=[e.model_dump(mode="json") for e in state.evidence],
-                                                  n=state.turn_no))
+            spans.record_task(state, ended_at(state))  # rule O6: the task's span ends with its terminal outcome
+            if decided.tokens:
+                writes.append(tokenbudget.add_used(self.redis, state.tenant_id, decided.tokens, ended_at(state)))
+            if (turn := decided.turn) is not None:
+                writes.append(self.tasks.add_turn(state.session_id, turn.question, turn.answer,
+                                                  evidence=turn.evidence, n=turn.n or None))
         await asyncio.gather(*writes)
 
-    async def report_to_parent(self, state: TaskState, deps: Deps) -> None:
-        """Rule D5: send an ended worker's result to its supervisor's delegate call (a ``tool.result``
+    async def report_to_parent(self, state: TaskState, result: ToolResultPayload) -> None:
+        """Rule D5: send an ended worker's ``result`` to its supervisor's delegate call (a ``tool.result``
         keyed by the parent's task id; the parent drops a repeat)."""
         assert state.child is not None
-        c = state.child
-        result = parent_of(state).child(ToolResult, task_id=c.parent_task_id, payload=team.child_result(deps, state))
-        await bus.publish(self.broker, topics.TOOL_RESULTS, result)
+        await bus.publish(self.broker, topics.TOOL_RESULTS,
+                          parent_of(state).child(ToolResult, task_id=state.child.parent_task_id, payload=result))
 
     async def cancel_child(self, state: TaskState, child_task_id: str, reason: str) -> None:
         """Rule D8: publish a ``task.cancelled`` for the worker's task ``child_task_id``."""

@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from contracts.api import ApprovalRecord, SessionContext
-from contracts.events import AgentEvent
-from contracts.evidence import Citation
+from contracts.api import ApprovalRecord, SessionContext, TaskView
+from contracts.events import AgentEvent, ToolResultPayload
+from contracts.memory import CacheEntry, MemoryItem
 from contracts.stream import StreamEvent
-from services.orchestrator.agent.deps import Deps
-from services.orchestrator.agent.effects import Summarise, UpdateApproval
+from services.orchestrator.agent.effects import Announcement, Summarise, UpdateApproval
 from services.orchestrator.agent.state import PendingCall, TaskState
 
 
@@ -29,10 +28,16 @@ class Checkpoints(Protocol):
         """The latest checkpoint, or None."""
 
     async def save(self, state: TaskState, lease_ttl_s: float | None = None, events: Sequence[StreamEvent] = (),
-                   wake_at: float | None = None, public: Sequence[AgentEvent] = ()) -> TaskState:
+                   wake_at: float | None = None, public: Sequence[AgentEvent] = (),
+                   unless_cancelled: bool = False, view: TaskView | None = None) -> TaskState:
         """Compare-and-set ``state`` (bumping its version) with its outbox (events, wake-up at epoch
-        seconds, lease for ``lease_ttl_s`` seconds, public events) in one atomic write; raises
-        ``store.StaleState`` when someone saved since it was loaded."""
+        seconds, lease for ``lease_ttl_s`` seconds, public events) and the task's record ``view`` (rule
+        O11) in one atomic write; raises
+        ``checkpointing.StaleState`` when someone saved since it was loaded, and (``unless_cancelled``,
+        rule O10) ``checkpointing.CancelSeen`` when the task's cancel flag is set; neither writes anything."""
+
+    def saw_no_cancel(self, state: TaskState) -> bool:
+        """Rule O10: True (once) when this process saved ``state`` and that save found no cancel flag."""
 
     async def take_lease(self, task_id: str, ttl_s: float) -> None:
         """Hold (or renew) the task's lease for ``ttl_s`` seconds."""
@@ -75,15 +80,15 @@ class Outbound(Protocol):
     async def public(self, state: TaskState, kind: str, **fields: object) -> None:
         """Put a public agent event in the outbox for a step that saved no checkpoint."""
 
-    async def write_view(self, state: TaskState, latency_ms: float | None = None,
-                         citations: list[Citation] | None = None) -> None:
+    async def write_view(self, view: TaskView) -> None:
         """Write the task's record (``GET /v1/tasks/{id}``)."""
 
-    async def announce(self, state: TaskState, citations: list[Citation] | None = None) -> None:
-        """The ended task's terminal event, record, session turn and public event (idempotent)."""
+    async def announce(self, state: TaskState, decided: Announcement) -> None:
+        """Write what the ended task tells (``decided``): its record, terminal event, public event, session
+        turn and tokens of the day; release its lease and wake-up (idempotent: the log seals once)."""
 
-    async def report_to_parent(self, state: TaskState, deps: Deps) -> None:
-        """Rule D5: an ended worker's result to its supervisor."""
+    async def report_to_parent(self, state: TaskState, result: ToolResultPayload) -> None:
+        """Rule D5: an ended worker's ``result`` to its supervisor's delegate call."""
 
     async def cancel_child(self, state: TaskState, child_task_id: str, reason: str) -> None:
         """Rule D8: cancel a worker's task."""
@@ -105,8 +110,9 @@ class Remembering(Protocol):
     async def save_context(self, session_id: str, context: SessionContext) -> None:
         """Write the session's structured state and rolling summary (rules M6, M7)."""
 
-    async def remember(self, state: TaskState, citations: list[Citation]) -> None:
-        """Keep what a finished task taught (rules M1, M2, C2)."""
+    async def remember(self, state: TaskState, items: Sequence[MemoryItem], entry: CacheEntry | None) -> None:
+        """Keep what a finished task taught: merge ``items`` into the user's memory (rules M1, M2) and
+        write ``entry`` to the semantic cache (rule C2), then send them to the retriever for vectors."""
 
 
 class Signals(Protocol):

@@ -8,9 +8,10 @@ client events). ``PublicRelay`` then publishes them to Kafka, oldest first, as C
 binary mode (``contracts.cloudevents``), and deletes each entry once Kafka acked it.
 
 One relay at a time keeps each task's events in order: a replica holds ``PUBLIC_RELAY``
-(``lock_ttl_s`` seconds, renewed every pass) while it relays; when it dies another replica's
+(``lock_ttl_s`` seconds, renewed at most every ``block_ms``) while it relays; when it dies another replica's
 relay takes over after the lock lapses and first republishes what was sent but not yet deleted
-(delivery is at least once; consumers deduplicate on ``ce_id``).
+(delivery is at least once; consumers deduplicate on ``ce_id``). On Redis Cluster the outbox is one
+stream per task shard, in the task's hash slot (rule O8), and the relay reads every shard.
 """
 
 from __future__ import annotations
@@ -18,46 +19,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
-from typing import Any
 
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from conduit.runtime import bus
 from contracts import cloudevents, topics
-from contracts.envelope import Envelope
-from contracts.events import AgentEvent, AgentEventPayload
-from services.orchestrator.agent.state import TaskState
+from contracts.events import AgentEvent
 
 log = logging.getLogger("conduit.orchestrator.public")
 
 OUTBOX = keys.PUBLIC_OUTBOX
 LOCK = keys.PUBLIC_RELAY
+CLUSTER_POLL_MS = 200
+"""On Redis Cluster: milliseconds between two reads of the outbox shards when all were empty."""
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
 """
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-
-
-def parent_of(state: TaskState) -> Envelope:
-    """The envelope header of the event that last moved ``state`` (parent of what the task sends).
-
-    A checkpoint without a cause (written before causes were kept) gets a fixed id per task.
-    """
-    cause = state.cause_id or uuid.uuid5(uuid.NAMESPACE_URL, f"conduit:task:{state.task_id}")
-    return Envelope(type="orchestrator.cause", event_id=cause, **state.envelope_fields())
-
-
-def agent_event(state: TaskState, kind: str, fields: dict[str, Any]) -> AgentEvent:
-    """The public ``AgentEvent`` of ``kind`` (``AgentEventPayload`` fields) for ``state``'s task; a
-    worker's task (team mode) names its supervisor's task in ``parent_task_id``."""
-    parent = state.child.parent_task_id if state.child else None
-    return parent_of(state).child(AgentEvent, payload=AgentEventPayload(  # type: ignore[return-value]
-        kind=kind, parent_task_id=parent, **fields))
 
 
 class PublicRelay:
@@ -81,10 +65,19 @@ class PublicRelay:
         self._release = redis.register_script(_RELEASE)
         self.published = 0
         """Entries this relay published (for tests and logs)."""
+        self._renewed_at = float("-inf")
+        self._sent: list[tuple[str, list[bytes]]] = []
+        """Rule O11: (outbox, entry ids) published and not yet deleted: deleted in the next read's round trip."""
 
     async def hold(self) -> bool:
-        """Take or renew the relay lock; True while this replica holds it."""
-        return bool(await self._renew(keys=[LOCK], args=[self.owner, int(self.lock_ttl_s * 1000)]))
+        """Take or renew the relay lock; True while this replica holds it. Rule O11: renewed at most every
+        ``block_ms`` (a pass per event would renew it per event; it lives ``lock_ttl_s``, 10 times that)."""
+        now = time.monotonic()
+        if now - self._renewed_at < self.block_ms / 1000:
+            return True
+        held = bool(await self._renew(keys=[LOCK], args=[self.owner, int(self.lock_ttl_s * 1000)]))
+        self._renewed_at = now if held else float("-inf")
+        return held
 
     async def pump(self) -> int:
         """Publish the oldest waiting entries (waiting up to ``block_ms`` for one); return how many.
@@ -92,8 +85,8 @@ class PublicRelay:
         An entry that does not parse is dropped with an error log. Raises what the publish
         raises (broker down): the entries stay for the next pass.
         """
-        found = await self.redis.xread({OUTBOX: "0-0"}, count=self.batch, block=self.block_ms)
-        entries = found[0][1] if found else []
+        boxes = await self._read()
+        entries = [entry for _, rows in boxes for entry in rows]
         if not entries:
             return 0
         events: list[AgentEvent] = []
@@ -105,9 +98,37 @@ class PublicRelay:
         # sends enter the producer in order (one partition per task keeps each task's order)
         await asyncio.gather(*(bus.publish(self.broker, topics.AGENT_EVENTS, e, headers=cloudevents.headers(e))
                                for e in events))
-        await self.redis.xdel(OUTBOX, *[entry_id for entry_id, _ in entries])
+        self._sent = [(box, [entry_id for entry_id, _ in rows]) for box, rows in boxes]
+        if slots.clustered():
+            await self._delete_sent()
         self.published += len(events)
         return len(entries)
+
+    async def _delete_sent(self) -> None:
+        for box, ids in self._sent:
+            await self.redis.xdel(box, *ids)
+        self._sent = []
+
+    async def _read(self) -> list[tuple[str, list]]:
+        """``[(outbox key, entries)]``: the oldest ``batch`` entries of the outbox (waiting up to ``block_ms``);
+        on Redis Cluster of each outbox shard (rule O8), read without blocking, then a short sleep when all are empty."""
+        if not slots.clustered():  # rule O11: the last pass's deletion and this read in one round trip
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for box, ids in self._sent:
+                    pipe.xdel(box, *ids)
+                pipe.xread({OUTBOX: "0-0"}, count=self.batch, block=self.block_ms)
+                found = (await pipe.execute())[-1]
+            self._sent = []
+            return [(OUTBOX, found[0][1])] if found else []
+        boxes = keys.all_public_outboxes()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for box in boxes:
+                pipe.xrange(box, count=self.batch)
+            found = await pipe.execute()
+        got = [(box, rows) for box, rows in zip(boxes, found) if rows]
+        if not got:
+            await asyncio.sleep(min(self.block_ms, CLUSTER_POLL_MS) / 1000)
+        return got
 
     async def run(self) -> None:
         """Forever: relay while holding the lock, else wait for it; a failed pass is retried after 1 s."""

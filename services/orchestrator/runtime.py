@@ -28,7 +28,7 @@ import structlog
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
-from conduit.records import controls, keys, sessions
+from conduit.records import controls, keys, sessions, slots
 from conduit.records.modelhealth import ModelHealth
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
@@ -38,22 +38,23 @@ from conduit.records import mcp as mcp_records
 from conduit.runtime.toolcatalog import available_tools, unavailable_tools
 from contracts.api import SessionContext
 from contracts.envelope import utcnow
-from contracts.evidence import Citation
+from contracts.memory import CacheEntry, MemoryItem
 from contracts.events import ApprovalDecided, QuestionAsked, TaskCancelled, ToolResult, ToolResultPayload
-from services.orchestrator import router, sweeper
-from services.orchestrator.agent import approvals, endings, planning, recording, routing, timers
+from services.orchestrator import router, spans, sweeper
+from services.orchestrator.agent import announcing, approvals, endings, planning, recording, routing, timers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import Step, Summarise
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.hooks import Hooks, NoHooks
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.memoryio import MemoryIO
-from services.orchestrator.model import Model
+from conduit.runtime.llm.model import Model
 from services.orchestrator.outputs import Outputs
 from services.orchestrator.steps import ModelSteps
 from services.orchestrator.summaries import SessionSummaries
 from services.orchestrator.interpreter import Interpreter, Ports
-from services.orchestrator.store import SAVE_RETRIES, StaleState, StateStore, Transition
+from services.orchestrator.checkpointing import SAVE_RETRIES, StaleState, Transition
+from services.orchestrator.store import StateStore
 
 log = structlog.get_logger("conduit.orchestrator")
 
@@ -70,15 +71,15 @@ BUS_PING_TIMEOUT_S = 1.0
 
 def model_from_settings(settings: Settings) -> Model | None:
     """The OpenAI-compatible model of ``settings``, or None when no endpoint is configured."""
-    if not settings.model_configured and not settings.models:
+    if not settings.llm.configured and not settings.llm.models:
         return None
-    if settings.models:  # rule A20: named endpoints, each call routed by its model's name
+    if settings.llm.models:  # rule A20: named endpoints, each call routed by its model's name
         from services.orchestrator.modelroute import RoutedModel
 
-        return RoutedModel(settings)
-    from services.orchestrator.openai_model import ModelClient
+        return RoutedModel(settings.llm)
+    from conduit.runtime.llm.openai_model import ModelClient
 
-    return ModelClient(settings)
+    return ModelClient(settings.llm)
 
 
 def caused_by(event_id: UUID, fn: Transition) -> Transition:
@@ -108,9 +109,9 @@ class Orchestrator:
         self.settings = settings
         self.redis = redis
         self.broker = broker
-        self.events = TaskEventLog(redis, settings.task_events_ttl_s, settings.task_events_maxlen)
-        self.tasks = TaskStore(redis, settings.task_events_ttl_s)
-        self.store = StateStore(redis, settings.task_events_ttl_s, self.events, lease_ttl_s=settings.lease_ttl_s)
+        self.events = TaskEventLog(redis, settings.gateway.task_events_ttl_s, settings.gateway.task_events_maxlen)
+        self.tasks = TaskStore(redis, settings.gateway.task_events_ttl_s)
+        self.store = StateStore(redis, settings.gateway.task_events_ttl_s, self.events, lease_ttl_s=settings.agent.lease_ttl_s)
         self.model: Model | None = model_from_settings(settings) if model is ... else model
         self.deps = Deps.from_settings(settings, model_configured=self.model is not None)
         metrics.watch_breakers(self.deps)  # conduit_circuit_breaker_open, read at scrape time
@@ -120,7 +121,7 @@ class Orchestrator:
         self.summaries = SessionSummaries(settings, redis, self.model)
         replica = Replica(self)
         self.interpreter = Interpreter(Ports(self.store, self.out, replica, replica, replica), self.deps,
-                                       settings.lease_ttl_s)
+                                       settings.agent.lease_ttl_s)
         self.steps = ModelSteps(self.interpreter, self.model, settings, ModelHealth(redis))
         self.timers_from = time.monotonic() + sweeper.TIMER_GRACE_S
         self._bus_up, self._bus_checked_at = True, float("-inf")
@@ -141,6 +142,7 @@ class Orchestrator:
         """Start a task. A redelivered question (checkpoint exists) changes nothing."""
         s = self.settings
         child = event.payload.child is not None  # a worker's task (team mode): no session history, no pre-router
+        waiting = None if child else self.memory.ahead(event)  # rule M13: its reply is waited for beside the reads
         # six independent reads in one round trip's time (each costs a loopback send here)
         existing, sealed, turns, context, catalog, marks = await asyncio.gather(
             self.store.load(event.task_id), self.events.is_sealed(event.task_id),
@@ -149,19 +151,24 @@ class Orchestrator:
             mcp_records.load_catalog(self.redis, event.tenant_id),
             self._no_marks() if child else self.memory.marks(event))
         if existing is not None and existing.terminal and existing.child is not None:
-            await self.out.report_to_parent(existing, self.deps)  # the parent asked again (rule A14): its result may be lost
+            await self.apply(existing.task_id, announcing.again, loaded=existing)  # the parent asked again (rule A14): its result may be lost
         if existing is not None or sealed:
+            if waiting is not None:
+                waiting.cancel()
             return  # redelivered, or the gateway gave up on this task (publish timed out) and told the client
         await self.hooks.reached("question", event.task_id)  # mid-handler, before the offset is committed
         # rules M3, C1 (fail-open; a worker's task has neither memory nor cache); rule M8: asked only
-        # when the user has memory items or the tenant cache entries (``marks``)
-        recalled = Recalled() if child else await self.memory.before(event, first_turn=not turns, marks=marks)
+        # when the user has memory items or the tenant cache entries (``marks``); rule M13: sent ahead
+        recalled = Recalled() if child else await self.memory.before(event, first_turn=not turns, marks=marks,
+                                                                     waiting=waiting)
         route = None if child or recalled.cached is not None else await router.decide(
-            s, event.payload.question, routing.domain_for(s.tenant_domains, event.tenant_id))
+            s.router, s.llm, event.payload.question, routing.domain_for(s.tenancy.tenant_domains, event.tenant_id))
         asked = event.payload.allowed_tools
         mcp_tools = [t for t in (catalog.tools if catalog else []) if asked is None or t.name in asked]
-        step = planning.start(self.deps, event, available_tools(s, asked, self.unavailable),
+        traced, trace_parent = spans.task_context(event)  # rule O6: the task span's context, in the checkpoint
+        step = planning.start(self.deps, traced, available_tools(s.web, asked, self.unavailable),
                               turns, route=route, recalled=recalled, now=utcnow(), context=context, mcp_tools=mcp_tools)
+        step.state.trace_parent = trace_parent
         try:  # the lease is taken in the same script as the save: a crash after it is resumed by the sweeper
             await self.apply(event.task_id, lambda _state: step, loaded=step.state, attempts=1, new_task=True)
         except StaleState:
@@ -211,7 +218,7 @@ class Orchestrator:
         state = await self.store.load(task_id)
         waiting = timers.awaiting(state) if state is not None else []
         if waiting:
-            raw = await self.redis.mget([keys.tool_result(c.idempotency_key) for c in waiting])
+            raw = await slots.mget(self.redis, [keys.tool_result(c.idempotency_key) for c in waiting])
             stored = [ToolResultPayload.model_validate_json(r) for r in raw if r is not None]
             if stored and await self.apply(task_id, lambda st: timers.take_stored(deps, st, stored, utcnow()),
                                            loaded=state) is not None:
@@ -260,10 +267,6 @@ class Orchestrator:
         (None: no task, or nothing to do; ``attempts=1``: a lost race raises ``StaleState``)."""
         return await self.interpreter.apply(task_id, fn, loaded=loaded, attempts=attempts, new_task=new_task)
 
-    async def carry_out(self, step: Step, new_task: bool = False) -> None:
-        """``Interpreter.carry_out``: carry out ``step``'s effects in order."""
-        await self.interpreter.carry_out(step, new_task=new_task)
-
 
 class Replica:
     """The orchestrator's own ports: background work, session and memory writes, metrics, fault
@@ -279,10 +282,10 @@ class Replica:
         self.orch.summaries.spawn(effect)
 
     async def save_context(self, session_id: str, context: SessionContext) -> None:
-        await sessions.save_context(self.orch.redis, session_id, context, self.orch.settings.task_events_ttl_s)
+        await sessions.save_context(self.orch.redis, session_id, context, self.orch.settings.gateway.task_events_ttl_s)
 
-    async def remember(self, state: TaskState, citations: list[Citation]) -> None:
-        await self.orch.memory.remember(state, citations)
+    async def remember(self, state: TaskState, items: list[MemoryItem], entry: CacheEntry | None) -> None:
+        await self.orch.memory.remember(state, items, entry)
 
     def count(self, name: str, args: tuple[str, ...]) -> None:
         getattr(metrics, name)(*args)

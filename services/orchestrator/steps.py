@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import structlog
@@ -25,13 +26,14 @@ from redis.exceptions import RedisError
 from conduit.runtime import metrics
 from conduit.runtime.settings import Settings
 from contracts.stream import AnswerDelta, AnswerReset, ThinkingDelta
-from services.orchestrator.agent import endings, planning
+from services.orchestrator import spans
+from services.orchestrator.agent import announcing, endings, planning
 from services.orchestrator.agent.stepplan import StepPlan
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.deltas import DeltaWriter
 from services.orchestrator.interpreter import Interpreter
-from services.orchestrator.model import MODEL_TIMEOUT, Model, ModelError, ModelResponse
-from services.orchestrator.store import StaleState
+from conduit.runtime.llm.model import MODEL_TIMEOUT, Model, ModelError, ModelResponse
+from services.orchestrator.checkpointing import CancelSeen, StaleState
 
 
 log = structlog.get_logger("conduit.orchestrator")
@@ -84,11 +86,11 @@ class ModelSteps:
         t.add_done_callback(lambda _t: self.running.pop(task_id, None) if self.running.get(task_id) is _t else None)
 
     async def _renew_lease(self, task_id: str) -> None:
-        every = max(0.5, self.settings.lease_ttl_s / 3)
+        every = max(0.5, self.settings.agent.lease_ttl_s / 3)
         while True:
             await asyncio.sleep(every)
             try:
-                await self.store.take_lease(task_id, self.settings.lease_ttl_s)
+                await self.store.take_lease(task_id, self.settings.agent.lease_ttl_s)
             except RedisError as exc:  # Redis restarting: the next renewal may reach it (else the lease lapses)
                 log.warning("lease renewal failed", error=repr(exc))
 
@@ -104,14 +106,13 @@ class ModelSteps:
             state = fresh if fresh is not None else await store.load(task_id)
             if state is None or not (state.terminal or planning.resumable(state)):
                 await store.drop_lease(task_id)
-            elif state.terminal:
-                await self.out.announce(state)
-                if state.child is not None:  # rule D5: the worker's result may not have reached its supervisor
-                    await self.out.report_to_parent(state, self.interp.deps)
+            elif state.terminal:  # ended but maybe never announced; a worker's result may not have reached its supervisor
+                await self.interp.apply(task_id, announcing.again, loaded=state)
             else:
                 if resumed:
                     await self.out.emit(task_id, AnswerReset(reason="resumed from checkpoint after a replica failure"))
-                await self._step(state)
+                with spans.step_span(state, resumed):  # rule O6: a child of the task's span
+                    await self._step(state, fresh is not None)
         except StaleState:
             log.info("step superseded by a newer checkpoint")
         except asyncio.CancelledError:
@@ -132,11 +133,13 @@ class ModelSteps:
                 self.running.pop(task_id, None)
                 self.spawn(task_id)
 
-    async def _step(self, state: TaskState) -> None:
+    async def _step(self, state: TaskState, fresh: bool = False) -> None:
         deps, task_id, apply, now = self.interp.deps, state.task_id, self.interp.apply, self.clock
-        if await self.store.cancel_requested(task_id):
+        # rule O10: a step from the state this process just saved (``fresh``) has the flag from that save's script
+        if not (fresh and self.store.saw_no_cancel(state)) and await self.store.cancel_requested(task_id):
             await apply(task_id, lambda st: endings.cancel(st, "cancelled by user", now()), loaded=state, attempts=1)
             return
+        state = state.fork()  # rule A34: the step is counted on a copy; the checkpoint as loaded stays as it was
         plan = planning.plan_step(deps, state, now())
         if plan.stop is not None:  # rules E2-E4: no call may run; the task ends with a wrap-up
             await self.out.emit(task_id, plan.started)
@@ -153,13 +156,15 @@ class ModelSteps:
             await apply(task_id, lambda st: planning.on_model_failed(deps, st, error, streamed, now(), code, endpoint),
                         loaded=state, attempts=1)
             return
-        cancelled = await self.store.cancel_requested(task_id)
-        await apply(task_id, lambda st: planning.on_reply(deps, st, plan, reply, now(), cancelled),
-                    loaded=state, attempts=1)
+        try:  # rule O10: the cancel read rides in the save; only a set flag costs a second round trip
+            await apply(task_id, lambda st: planning.on_reply(deps, st, plan, reply, now(), False),
+                        loaded=state, attempts=1, unless_cancelled=True)
+        except CancelSeen:  # applied again to the stored checkpoint, as cancelled
+            await apply(task_id, lambda st: planning.on_reply(deps, st, plan, reply, now(), True), attempts=1)
 
     def _thinking_writer(self, state: TaskState, started: "asyncio.Future[None]") -> DeltaWriter | None:
         """A writer of ``thinking`` events when the task's tenant is in ``thinking_tenants`` (else None)."""
-        if state.tenant_id not in self.settings.thinking_tenants:
+        if state.tenant_id not in self.settings.tenancy.thinking_tenants:
             return None
         out, task_id = self.out, state.task_id
 
@@ -179,7 +184,7 @@ class ModelSteps:
             await out.emit(task_id, AnswerDelta(text=text))
 
         deltas = DeltaWriter(emit_delta, after=started)  # one append in flight; text arriving meanwhile joins the next
-        last_check = [0.0]
+        last_check = [time.monotonic()]  # rule O10: the step read the flag as it started; polled from here on
 
         async def should_stop() -> bool:
             now = time.monotonic()
@@ -209,6 +214,15 @@ class ModelSteps:
                 if thinking is not None:
                     await thinking.flush()
 
+        requested = plan.model or self.settings.llm.model
+        with spans.model_span(state, plan, requested):  # rule O7: the GenAI conventions
+            reply = await self._timed(call, plan, state, deltas, streamed)
+            spans.model_outcome(reply, requested)
+        return reply
+
+    async def _timed(self, call: Callable[[], Awaitable[ModelResponse]], plan: StepPlan, state: TaskState,
+                     deltas: DeltaWriter, streamed: list[bool]) -> ModelResponse | ModelError:
+        """Run ``call`` within the step's time limit; feed the breaker, health and metrics."""
         t0 = time.perf_counter()
         try:  # rules E1, E2: the whole call is bounded by the hard cap and the time left
             resp = await asyncio.wait_for(call(), plan.timeout_s)
@@ -229,5 +243,5 @@ class ModelSteps:
         await self.health.succeeded()
         metrics.observe_model_call(resp.first_token_s, resp.total_s, resp.usage.prompt_tokens,
                                    resp.usage.completion_tokens, "ok", model=plan.endpoint or "default",
-                                   tenant=metrics.tenant_label(state.tenant_id, self.settings.tenants))
+                                   tenant=metrics.tenant_label(state.tenant_id, self.settings.tenancy.tenants))
         return resp

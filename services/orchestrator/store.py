@@ -11,35 +11,42 @@
   killed) any replica's sweeper claims the task and resumes it from its checkpoint.
 - ``conduit:tool_deadlines`` (sorted set, score = earliest tool deadline): tasks
   waiting for tool results; at the deadline missing results become timeouts.
+- On Redis Cluster the leases, tool deadlines and public outbox are one key per task shard, in the
+  slot of the shard's tasks, so the save stays one script (rule O8, ``conduit.records.slots``).
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from conduit.records.taskstream import APPEND_EVENT_LUA, TaskEventLog
+from contracts.api import TaskView
 from contracts.stream import StreamEvent
 from contracts.events import AgentEvent
-from services.orchestrator.agent.effects import IN_SAVE, Effect, Emit, HoldLease, Public, Step, Wake
+from services.orchestrator.agent.effects import Effect, Step
 from services.orchestrator.agent.state import TaskState
-from services.orchestrator.public import OUTBOX, agent_event
+from services.orchestrator.checkpointing import SAVE_RETRIES, CancelSeen, StaleState, Transition, transition
 
-if TYPE_CHECKING:
-    from services.orchestrator.ports import Checkpoints
-
+CLEAN_KEPT = 4096
+"""Saves whose cancel-flag answer is kept for the model step that may start from them (rule O10)."""
 LEASES = keys.LEASES
 TOOL_DEADLINES = keys.TOOL_DEADLINES
 
 _CAS = APPEND_EVENT_LUA + """
--- KEYS: checkpoint, leases, the task's event log, its seq counter, its seal, tool deadlines, public outbox
+-- KEYS: checkpoint, leases, the task's event log, its seq counter, its seal, tool deadlines, public outbox,
+--       cancel flag, task record
 -- ARGV: expected version, checkpoint JSON, checkpoint TTL, lease expiry ('' = none), task id,
 --       log maxlen, log TTL, tool wake-up time ('' = none), number n of client events,
---       then (type, data, terminal) per client event, then one public AgentEvent JSON each
+--       '1' to write nothing when the cancel flag is set (rule O10), the task record's JSON ('' = none,
+--       kept as long as the checkpoint; rule O11), then (type, data, terminal) per client event, then
+--       one public AgentEvent JSON each
+-- returns 0: stale (nothing written); 1: saved; 2: the cancel flag is set (nothing written);
+--         3: saved, and the cancel flag is set (rule O10: the next step's first read)
 if ARGV[4] ~= '' then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) end
 local cur = redis.call('GET', KEYS[1])
 local expected = tonumber(ARGV[1])
@@ -49,15 +56,18 @@ if cur then
 elseif expected ~= 0 then
   return 0
 end
+if ARGV[10] == '1' and redis.call('EXISTS', KEYS[8]) == 1 then return 2 end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+if ARGV[11] ~= '' then redis.call('SET', KEYS[9], ARGV[11], 'EX', ARGV[3]) end
 if ARGV[8] ~= '' then redis.call('ZADD', KEYS[6], ARGV[8], ARGV[5]) end
 local n = tonumber(ARGV[9])
-for i = 10, 9 + 3 * n, 3 do
+for i = 12, 11 + 3 * n, 3 do
   append_event(KEYS[3], KEYS[4], KEYS[5], ARGV[i], ARGV[i + 1], ARGV[6], ARGV[7], ARGV[i + 2])
 end
-for j = 10 + 3 * n, #ARGV do
+for j = 12 + 3 * n, #ARGV do
   redis.call('XADD', KEYS[7], '*', 'task', ARGV[5], 'data', ARGV[j])
 end
+if redis.call('EXISTS', KEYS[8]) == 1 then return 3 end
 return 1
 """
 
@@ -76,18 +86,6 @@ if tonumber(s) > tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 """
-
-
-SAVE_RETRIES = 8
-"""Attempts of a load → transition → save before giving up (optimistic concurrency)."""
-
-
-class StaleState(Exception):
-    """A save lost the race: another writer saved a newer version first."""
-
-
-Transition = Callable[[TaskState], "Step | None"]
-"""A transition of the agent core bound to its event and time: state → ``Step`` (None: nothing to do)."""
 
 
 class StateStore:
@@ -109,6 +107,8 @@ class StateStore:
         self._cas = redis.register_script(_CAS)
         self._claim = redis.register_script(_CLAIM)
         self._terminal = redis.register_script(_TERMINAL)
+        self._clean: OrderedDict[str, int] = OrderedDict()
+        """Task id -> the version whose save found no cancel flag (rule O10; the last ``CLEAN_KEPT``)."""
 
     @staticmethod
     def key(task_id: str) -> str:
@@ -122,7 +122,8 @@ class StateStore:
 
     async def save(self, state: TaskState, lease_ttl_s: float | None = None,
                    events: Sequence[StreamEvent] = (), wake_at: float | None = None,
-                   public: Sequence[AgentEvent] = ()) -> TaskState:
+                   public: Sequence[AgentEvent] = (), unless_cancelled: bool = False,
+                   view: TaskView | None = None) -> TaskState:
         """Save ``state`` if nobody saved since it was loaded; bump its version.
 
         With ``lease_ttl_s`` (seconds), the task's lease is taken in the same script
@@ -135,27 +136,43 @@ class StateStore:
         checkpoint that waits for tools always has a sweeper wake-up. ``public`` events go to
         the public outbox (``services.orchestrator.public``) in the same script.
         Raises StaleState when the stored version differs (the caller reloads); then
-        nothing is written and no event appended.
+        nothing is written and no event appended. With ``unless_cancelled`` the script also reads the
+        task's cancel flag (rule O10: the step's cancel read in its save's round trip) and raises
+        ``CancelSeen``, writing nothing, when it is set. ``view``: the task's record, written in the same
+        script (rule O11) with the checkpoint's TTL (both are ``task_events_ttl_s``).
         """
         expected = state.version
         state.version = expected + 1
         log = self.events
         args: list = [expected, state.model_dump_json(), self.ttl_s,
                       time.time() + lease_ttl_s if lease_ttl_s is not None else "", state.task_id, log.maxlen, log.ttl_s,
-                      wake_at if wake_at is not None else "", len(events)]
+                      wake_at if wake_at is not None else "", len(events), "1" if unless_cancelled else "",
+                      view.model_dump_json() if view is not None else ""]
         for event in events:
             args += log.encode(event)
         args += [e.model_dump_json() for e in public]
-        ok = await self._cas(keys=[self.key(state.task_id), LEASES, *log.keys(state.task_id), TOOL_DEADLINES, OUTBOX],
-                             args=args)
-        if not ok:
+        t = state.task_id  # rule O8: every key of the script in the task's hash slot (conduit.records.slots)
+        ok = await self._cas(keys=[self.key(t), keys.leases_of(t), *log.keys(t), keys.tool_deadlines_of(t),
+                                   keys.public_outbox_of(t), keys.cancel(t), keys.task(t)], args=args)
+        if ok not in (1, 3):
             state.version = expected
-            raise StaleState(state.task_id)
+            raise CancelSeen(state.task_id) if ok == 2 else StaleState(state.task_id)
+        self._clean.pop(t, None)
+        if ok == 1:  # rule O10: a model step started from this very state need not read the flag again
+            self._clean[t] = state.version
+            while len(self._clean) > CLEAN_KEPT:
+                self._clean.popitem(last=False)
         return state
+
+    def saw_no_cancel(self, state: TaskState) -> bool:
+        """Rule O10: True once, when this process saved ``state`` (this version) and its save's script found
+        no cancel flag; a model step starting from it skips its first cancel read."""
+        return self._clean.pop(state.task_id, None) == state.version
 
     async def transition(self, task_id: str, fn: Transition, *, loaded: TaskState | None = None,
                          attempts: int = SAVE_RETRIES,
-                         before_save: Callable[[Step], Awaitable[None]] | None = None) -> Step | None:
+                         before_save: Callable[[Step], Awaitable[None]] | None = None,
+                         unless_cancelled: bool = False) -> Step | None:
         """Apply ``fn`` to the task's checkpoint and save the result with compare-and-set.
 
         The one place where a checkpoint is loaded, changed and saved. ``fn`` gets a freshly
@@ -171,7 +188,7 @@ class StateStore:
         Returns None when the task does not exist.
         """
         return await transition(self, self.lease_ttl_s, task_id, fn, loaded=loaded, attempts=attempts,
-                                before_save=before_save)
+                                before_save=before_save, unless_cancelled=unless_cancelled)
 
     async def append_terminal(self, task_id: str, event: StreamEvent, public: AgentEvent | None) -> int:
         """Append the terminal ``event`` to the task's log and, if it sealed the log, ``public`` to the
@@ -179,39 +196,38 @@ class StateStore:
         log = self.events
         args = [*log.encode(event)[:2], log.maxlen, log.ttl_s, log.encode(event)[2],
                 public.model_dump_json() if public is not None else "", task_id]
-        return int(await self._terminal(keys=[*log.keys(task_id), OUTBOX], args=args))
+        return int(await self._terminal(keys=[*log.keys(task_id), keys.public_outbox_of(task_id)], args=args))
 
     async def add_public(self, events: Sequence[AgentEvent]) -> None:
         """Put ``events`` in the public outbox outside a save (a step that wrote no checkpoint)."""
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with slots.atomic(self.redis) as pipe:
             for e in events:
-                pipe.xadd(OUTBOX, {"task": e.task_id, "data": e.model_dump_json()})
+                pipe.xadd(keys.public_outbox_of(e.task_id), {"task": e.task_id, "data": e.model_dump_json()})
             await pipe.execute()
 
     # ------------------------------------------------------------- leases
     async def take_lease(self, task_id: str, ttl_s: float) -> None:
         """Hold (or renew) the task's lease for ``ttl_s`` seconds."""
-        await self.redis.zadd(LEASES, {task_id: time.time() + ttl_s})
+        await self.redis.zadd(keys.leases_of(task_id), {task_id: time.time() + ttl_s})
 
     async def expire_lease(self, task_id: str) -> None:
         """Mark the lease lapsed now, so any replica's sweeper resumes the task at once (graceful hand-over)."""
-        await self.redis.zadd(LEASES, {task_id: 0}, xx=True)
+        await self.redis.zadd(keys.leases_of(task_id), {task_id: 0}, xx=True)
 
     async def drop_lease(self, task_id: str) -> None:
         """Release the task's lease (the step finished or handed over to tools)."""
-        await self.redis.zrem(LEASES, task_id)
+        await self.redis.zrem(keys.leases_of(task_id), task_id)
 
     async def release(self, task_id: str) -> None:
         """Drop a finished task's lease and tool deadline (one round trip)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrem(LEASES, task_id)
-            pipe.zrem(TOOL_DEADLINES, task_id)
+            pipe.zrem(keys.leases_of(task_id), task_id)
+            pipe.zrem(keys.tool_deadlines_of(task_id), task_id)
             await pipe.execute()
 
     async def expired_leases(self, limit: int = 50) -> list[str]:
         """Task ids whose lease lapsed (their holder died or stalled)."""
-        raw = await self.redis.zrangebyscore(LEASES, "-inf", time.time(), start=0, num=limit)
-        return [r.decode() if isinstance(r, bytes) else r for r in raw]
+        return await slots.zrange_due(self.redis, keys.all_leases(), limit)
 
     async def claim(self, zset: str, task_id: str, hold_s: float) -> bool:
         """Atomically claim a due entry of ``zset`` by pushing its score ``hold_s`` into the future.
@@ -224,16 +240,15 @@ class StateStore:
     # ------------------------------------------------------- tool deadlines
     async def set_tool_deadline(self, task_id: str, at_epoch_s: float) -> None:
         """Wake the sweeper for ``task_id`` at ``at_epoch_s`` (epoch seconds)."""
-        await self.redis.zadd(TOOL_DEADLINES, {task_id: at_epoch_s})
+        await self.redis.zadd(keys.tool_deadlines_of(task_id), {task_id: at_epoch_s})
 
     async def clear_tool_deadline(self, task_id: str) -> None:
         """Forget the task's tool deadline (all results are in)."""
-        await self.redis.zrem(TOOL_DEADLINES, task_id)
+        await self.redis.zrem(keys.tool_deadlines_of(task_id), task_id)
 
     async def due_tool_deadlines(self, limit: int = 50) -> list[str]:
         """Task ids whose tool deadline passed."""
-        raw = await self.redis.zrangebyscore(TOOL_DEADLINES, "-inf", time.time(), start=0, num=limit)
-        return [r.decode() if isinstance(r, bytes) else r for r in raw]
+        return await slots.zrange_due(self.redis, keys.all_tool_deadlines(), limit)
 
     async def request_cancel(self, task_id: str) -> None:
         """Flag the task as cancelled so a running model stream stops at its next chunk."""
@@ -242,33 +257,3 @@ class StateStore:
     async def cancel_requested(self, task_id: str) -> bool:
         """True once a cancel was requested."""
         return bool(await self.redis.exists(keys.cancel(task_id)))
-
-
-async def transition(checkpoints: "Checkpoints", lease_ttl_s: float, task_id: str, fn: Transition, *,
-                     loaded: TaskState | None = None, attempts: int = SAVE_RETRIES,
-                     before_save: Callable[[Step], Awaitable[None]] | None = None) -> Step | None:
-    """``StateStore.transition`` over any ``ports.Checkpoints`` (the unit tests' in-memory fake runs
-    this same loop): load, apply ``fn``, save with the step's outbox (``Emit``, ``Wake``,
-    ``HoldLease`` for ``lease_ttl_s`` seconds, ``Public``), return the step without those effects;
-    reload and apply again after a lost race, at most ``attempts`` times, then raise ``StaleState``."""
-    for attempt in range(attempts):
-        state = loaded if attempt == 0 and loaded is not None else await checkpoints.load(task_id)
-        if state is None:
-            return None
-        step = fn(state)
-        if step is None or not step.save:
-            return step
-        if before_save is not None:
-            await before_save(step)
-        events = [e.event for e in step.effects if isinstance(e, Emit)]
-        wakes = [e.at for e in step.effects if isinstance(e, Wake)]
-        lease = any(isinstance(e, HoldLease) for e in step.effects)
-        public = [agent_event(step.state, e.kind, e.fields) for e in step.effects if isinstance(e, Public)]
-        try:
-            await checkpoints.save(step.state, lease_ttl_s=lease_ttl_s if lease else None, events=events,
-                                   wake_at=wakes[-1] if wakes else None, public=public)
-        except StaleState:
-            continue
-        step.effects = [e for e in step.effects if not isinstance(e, IN_SAVE)]
-        return step
-    raise StaleState(task_id)

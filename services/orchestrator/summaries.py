@@ -19,7 +19,7 @@ from conduit.records import sessions
 from conduit.runtime.settings import Settings
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.effects import Summarise
-from services.orchestrator.model import Model
+from conduit.runtime.llm.model import Model
 
 log = structlog.get_logger("conduit.orchestrator.summaries")
 
@@ -50,11 +50,11 @@ class SessionSummaries:
             reply = await asyncio.wait_for(
                 self.model.stream(effect.messages, None, _ignore, max_tokens=context_rules.SUMMARY_MAX_TOKENS,
                                   model=effect.model),
-                self.settings.context_summary_timeout_s)
+                self.settings.agent.context_summary_timeout_s)
             written = await sessions.update_context(
                 self.redis, effect.session_id,
                 lambda ctx: context_rules.with_model_summary(ctx, effect.upto, reply.content),
-                self.settings.task_events_ttl_s)
+                self.settings.gateway.task_events_ttl_s)
         except Exception:  # noqa: BLE001 - fail-open: the extracted summary stays
             log.warning("session summary failed", session_id=effect.session_id, exc_info=True)
             return False

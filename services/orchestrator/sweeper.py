@@ -34,7 +34,6 @@ import structlog
 
 from conduit.records import controls, keys, questions
 from conduit.runtime import owners
-from services.orchestrator.store import LEASES, TOOL_DEADLINES
 
 if TYPE_CHECKING:
     from services.orchestrator.host import OrchestratorView as Orchestrator
@@ -53,12 +52,12 @@ RUNS_KEPT_S = 3600.0
 
 async def sweep(orch: "Orchestrator") -> None:
     """One pass: resume tasks with lapsed leases; fire due tool timers."""
-    s, store = orch.settings, orch.store
+    s, store = orch.settings.agent, orch.store
     for task_id in await store.expired_leases():
         if task_id in orch.running and not orch.running[task_id].done():
             await store.take_lease(task_id, s.lease_ttl_s)
             continue
-        if await store.claim(LEASES, task_id, s.lease_ttl_s):
+        if await store.claim(keys.leases_of(task_id), task_id, s.lease_ttl_s):
             log.warning("resuming task after lease lapsed", task_id=task_id)
             orch.steps.spawn(task_id, resumed=True)
     await _start_lost_questions(orch)
@@ -70,7 +69,7 @@ async def sweep(orch: "Orchestrator") -> None:
     if time.monotonic() < orch.timers_from:
         return  # just started: consume results waiting in the topic before declaring anything late
     for task_id in await store.due_tool_deadlines():
-        if await store.claim(TOOL_DEADLINES, task_id, CLAIM_HOLD_S):
+        if await store.claim(keys.tool_deadlines_of(task_id), task_id, CLAIM_HOLD_S):
             await orch.wake(task_id)
 
 
@@ -93,10 +92,14 @@ async def rescue_orphans(orch: "Orchestrator") -> list[str]:
     async with redis.pipeline(transaction=False) as pipe:
         if orch.owner is not None:
             pipe.hset(keys.STEPS, orch.owner, json.dumps({"tasks": sorted(orch.running), "at": time.time()}))
-        pipe.zremrangebyscore(keys.TOOL_RUNS, "-inf", time.time() - RUNS_KEPT_S)
-        pipe.zrange(keys.TOOL_RUNS, 0, -1)
+        runs_keys = keys.all_tool_runs()  # one per shard on Redis Cluster (rule O8)
+        for runs_key in runs_keys:
+            pipe.zremrangebyscore(runs_key, "-inf", time.time() - RUNS_KEPT_S)
+            pipe.zrange(runs_key, 0, -1)
         pipe.hgetall(keys.STEPS)
-        *_, members, steps = await pipe.execute()
+        *found, steps = await pipe.execute()
+    found = found[1:] if orch.owner is not None else found  # the HSET's reply first
+    members = [m for rows in found[1::2] for m in rows]
     runs = {m: run for m in members if (run := owners.parse_run(m)) is not None}
     stepping, stale = steps_of_others(steps, orch.owner, time.time())
     if stale:  # not rewritten for a minute: its replica is long gone (its leases lapsed by their TTL)
@@ -112,7 +115,7 @@ async def rescue_orphans(orch: "Orchestrator") -> list[str]:
             await _wake_waiting(redis)
     rescued = []
     for member, (owner, task_id, idempotency_key) in runs.items():
-        if owner in dead and await redis.zrem(keys.TOOL_RUNS, member):
+        if owner in dead and await redis.zrem(keys.tool_runs_of(idempotency_key), member):
             log.warning("re-sending a tool call whose owner is gone (rule A23)", task_id=task_id,
                         idempotency_key=idempotency_key, owner=owner)
             await orch.rescue(task_id, idempotency_key, owner)
@@ -124,10 +127,10 @@ async def _wake_waiting(redis: Any) -> None:
     """Rule A27: an orchestrator is gone, and with it the tool results it had consumed but not
     recorded, and those waiting in its partitions until a rebalance: every task waiting for tools
     wakes now (``TOOL_DEADLINES`` scores lowered to now), and its wake-up reads the stored results."""
-    waiting = await redis.zrange(TOOL_DEADLINES, 0, -1)
-    if waiting:
-        now = time.time()
-        await redis.zadd(TOOL_DEADLINES, {t: now for t in waiting}, lt=True)
+    for deadlines in keys.all_tool_deadlines():
+        waiting = await redis.zrange(deadlines, 0, -1)
+        if waiting:
+            await redis.zadd(deadlines, {t: time.time() for t in waiting}, lt=True)
 
 
 async def _start_lost_questions(orch: "Orchestrator") -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.stream import Usage
-from services.orchestrator.model import Messages, ModelError, ModelResponse, OnDelta, ShouldStop, ToolCallRequest, ToolSchemas
+from conduit.runtime.llm.model import Messages, ModelError, ModelResponse, OnDelta, ShouldStop, ToolCallRequest, ToolSchemas
 
 
 @dataclass
@@ -60,7 +60,7 @@ class FunctionModel:
                      should_stop: ShouldStop | None = None, max_tokens: int | None = None,
                      on_thinking: OnDelta | None = None, model: str | None = None,
                      timeout_s: float | None = None) -> ModelResponse:
-        """Stream the reply ``fn`` gives (see ``services.orchestrator.model.Model``); ``max_tokens``
+        """Stream the reply ``fn`` gives (see ``conduit.runtime.llm.model.Model``); ``max_tokens``
         is recorded in ``max_tokens_seen``, ``model`` in ``models_seen``, ``timeout_s`` in ``timeouts_seen``."""
         self.calls.append(([dict(m) for m in messages], tools))
         self.max_tokens_seen.append(max_tokens)

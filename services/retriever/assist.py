@@ -2,8 +2,9 @@
 
 - rule K11, ``rerank``: a cross-encoder ``/rerank`` endpoint (``rerank.RerankEndpoint``, ``rerank_url``) reorders
   the top ``rerank_top_n`` (24) fused candidates before the top k are cut;
-- rule K12, ``model_rewrite``: the model's rewrite of the question (``modelhelp.ModelHelp.rewrite``), started
-  in a worker thread beside the first round; its query and sub-queries become more rounds (``pipeline``);
+- rule K12, ``model_rewrite``: the model's rewrite of the question (``modelhelp.ModelHelp.rewrite``), sent
+  beside the first round (rule K18: a coroutine on the model help's own loop); its query and sub-queries become
+  more rounds (``pipeline``);
 - rule K13, ``model_rerank``: without a rerank endpoint, the model orders the top
   ``retrieval_model_rerank_top_n`` (10) candidates.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from conduit.policy.breaker import CircuitBreaker
 from conduit.runtime import metrics
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import LlmSettings, RetrievalSettings, Settings
 from services.retriever.modelhelp import ModelHelp
 from services.retriever.rounds import Attempt, Rewrite
 from services.retriever.packing import select_passages
@@ -93,17 +94,19 @@ class SearchAssist:
     """The helpers of one retriever (thread-safe; shared by its searches).
 
     Args:
-        settings: ``rerank_*``, ``retrieval_model_*``, ``model_breaker_*``.
+        retrieval: ``rerank_*``, ``retrieval_model_*`` (``settings.retrieval``).
+        llm: ``model_breaker_*``, whether a model is configured (``settings.llm``).
         endpoint: the rerank endpoint (rule K11), or None.
         model: the model's help (rules K12, K13), or None; its rerank runs only without ``endpoint``.
     """
 
-    def __init__(self, settings: Settings, endpoint: RerankEndpoint | None = None, model: ModelHelp | None = None) -> None:
-        self.settings, self.endpoint, self.model = settings, endpoint, model
-        self.rewrite_on = model is not None and settings.model_rewrite_on
-        self.model_rerank_on = model is not None and endpoint is None and settings.model_rerank_on
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kb-assist")
-        self._breakers = {key: Breaker(settings.model_breaker_failures, settings.model_breaker_cooldown_s)
+    def __init__(self, retrieval: RetrievalSettings, llm: LlmSettings, endpoint: RerankEndpoint | None = None,
+                 model: ModelHelp | None = None) -> None:
+        self.retrieval, self.endpoint, self.model = retrieval, endpoint, model
+        self.rewrite_on = model is not None and retrieval.model_rewrite_on(llm.configured)
+        self.model_rerank_on = model is not None and endpoint is None and retrieval.model_rerank_on(llm.configured)
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kb-assist")  # rule K11 (blocking httpx)
+        self._breakers = {key: Breaker(llm.model_breaker_failures, llm.model_breaker_cooldown_s)
                           for key in ("endpoint", "model")}
 
     @classmethod
@@ -111,28 +114,31 @@ class SearchAssist:
         """The helpers the settings turn on (``rerank_url``; a model with ``retrieval_model_rewrite`` /
         ``retrieval_model_rerank``), or None when none is."""
         endpoint = None
-        if settings.rerank_url:
-            endpoint = RerankEndpoint(settings.rerank_url, model=settings.rerank_model, api_key=settings.rerank_api_key,
-                                      protocol=settings.rerank_protocol, timeout_s=settings.rerank_timeout_s)
-        wants_model = settings.model_rewrite_on or settings.model_rerank_on
+        if settings.retrieval.rerank_url:
+            endpoint = RerankEndpoint(settings.retrieval.rerank_url, model=settings.retrieval.rerank_model, api_key=settings.retrieval.rerank_api_key,
+                                      protocol=settings.retrieval.rerank_protocol, timeout_s=settings.retrieval.rerank_timeout_s)
+        on = settings.llm.configured
+        wants_model = settings.retrieval.model_rewrite_on(on) or settings.retrieval.model_rerank_on(on)
         if endpoint is None and not wants_model:
             return None
-        return cls(settings, endpoint, ModelHelp(settings) if wants_model else None)
+        return cls(settings.retrieval, settings.llm, endpoint,
+                   ModelHelp(settings.retrieval, settings.llm) if wants_model else None)
 
     @property
     def depth(self) -> int:
         """Fused candidates the reorder reads (0: none)."""
         if self.endpoint is not None:
-            return self.settings.rerank_top_n
-        return self.settings.retrieval_model_rerank_top_n if self.model_rerank_on else 0
+            return self.retrieval.rerank_top_n
+        return self.retrieval.retrieval_model_rerank_top_n if self.model_rerank_on else 0
 
     def _breaker(self, stage: str) -> Breaker:
         return self._breakers["endpoint" if stage == "rerank" else "model"]
 
-    def _start(self, stage: str, fn: Callable[[], Any], timeout_s: float) -> Pending:
+    def _start(self, stage: str, send: Callable[[], Future], timeout_s: float) -> Pending:
+        """Send a call (``send()`` returns its future) unless the stage's breaker is open."""
         if not self._breaker(stage).allow():
             return Pending(stage, None, time.perf_counter(), timeout_s, outcome="open")
-        return Pending(stage, self._pool.submit(fn), time.perf_counter(), timeout_s)
+        return Pending(stage, send(), time.perf_counter(), timeout_s)
 
     def _finish(self, pending: Pending) -> tuple[Any, str, str, float]:
         """Wait for ``pending`` within its time limit: (value or None, outcome, why it failed ("" when ok), milliseconds
@@ -163,8 +169,9 @@ class SearchAssist:
         """Rule K12: send the rewrite call (None when it is off); ``rewritten`` collects it."""
         if not self.rewrite_on or self.model is None:
             return None
-        timeout_s = self.settings.retrieval_model_rewrite_timeout_s
-        return self._start("model_rewrite", lambda: self.model.rewrite(question, timeout_s), timeout_s)
+        timeout_s = self.retrieval.retrieval_model_rewrite_timeout_s
+        model = self.model
+        return self._start("model_rewrite", lambda: model.rewrite(question, timeout_s), timeout_s)
 
     def rewritten(self, pending: Pending, attempts: list[Attempt]) -> Rewrite | None:
         """The rewrite (None: failed open), its ``Attempt`` appended (``returned`` = ``kept`` = queries it gave)."""
@@ -189,13 +196,13 @@ class SearchAssist:
         return ranked
 
     def _by_endpoint(self, question: str, ranked: list[Hit], attempts: list[Attempt]) -> list[Hit]:
-        s, endpoint = self.settings, self.endpoint
+        s, endpoint = self.retrieval, self.endpoint
         n = min(len(ranked), s.rerank_top_n)
         if n < 2 or endpoint is None:
             return ranked
         docs = [candidate_text(h, question, s.rerank_max_chars) for h in ranked[:n]]
-        scores, outcome, detail, ms = self._finish(self._start("rerank", lambda: endpoint.scores(question, docs),
-                                                               s.rerank_timeout_s))
+        scores, outcome, detail, ms = self._finish(self._start(
+            "rerank", lambda: self._pool.submit(endpoint.scores, question, docs), s.rerank_timeout_s))
         given = [x for x in scores or [] if x is not None]
         attempts.append(Attempt(f"rerank:{outcome}", detail, n, len(given),
                                 round(max(given), 4) if given else None, ms))
@@ -207,7 +214,7 @@ class SearchAssist:
         return [ranked[i] for i in order_by_scores(scores)] + ranked[n:]
 
     def _by_model(self, question: str, ranked: list[Hit], attempts: list[Attempt]) -> list[Hit]:
-        s, model = self.settings, self.model
+        s, model = self.retrieval, self.model
         n = min(len(ranked), s.retrieval_model_rerank_top_n)
         if n < 2 or model is None:
             return ranked

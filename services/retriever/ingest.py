@@ -10,7 +10,7 @@ stores a ``content_hash`` (embedder name + index text + payload). A batch first
 reads the stored hashes and embeds only new or changed chunks, so re-ingesting an
 unchanged source writes nothing and takes seconds; a new version's stale points are
 deleted (every point of the document whose id is not in the new version: a moved split
-or a changed article changes child/item ids). Embedding runs in batches of ``settings.ingest_batch_size``.
+or a changed article changes child/item ids). Embedding runs in batches of ``settings.retrieval.ingest_batch_size``.
 
 Measured here (2 cores, USE, full corpus 23,490 articles): see docs/retrieval.md.
 """
@@ -38,7 +38,7 @@ from services.retriever.store import PUBLIC_TENANT, ChunkPoint, VectorStore, edg
 log = logging.getLogger("conduit.retriever.ingest")
 
 CORPUS_MARKER = "kb-corpus.json"
-"""File in ``settings.data_dir`` written after a complete law-corpus ingest (read by ``corpus_ready``)."""
+"""File in ``settings.stack.data_dir`` written after a complete law-corpus ingest (read by ``corpus_ready``)."""
 
 
 @dataclass
@@ -187,7 +187,7 @@ def _run(settings: Settings, documents: list[tuple[str, list[Chunk]]], summary: 
     own_store = store is None
     store = store or open_store(settings, embedder.dim)
     try:
-        indexer = Indexer(store, embedder, SparseEncoder(), batch_size=settings.ingest_batch_size, prebuilt=prebuilt,
+        indexer = Indexer(store, embedder, SparseEncoder(), batch_size=settings.retrieval.ingest_batch_size, prebuilt=prebuilt,
                           prebuilt_sparse=prebuilt_sparse, second=second)
         total = sum(len(chunks) for _, chunks in documents)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -226,7 +226,7 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
             and item chunks already stored are removed; benchmarks).
 
     Vectors come from the shipped law index of the embedder (``lawindex``, one file per model)
-    when it exists and ``settings.law_index`` is on; a file that does not match this corpus
+    when it exists and ``settings.retrieval.law_index`` is on; a file that does not match this corpus
     (package version, laws.db, chunking) raises ``LawIndexError`` naming the build command
     before anything is written. Without a file for the embedder (e.g. ``openai``) the chunks are embedded.
 
@@ -242,7 +242,7 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
     sparse = law_index_for(settings, lawindex.SPARSE_MODEL, every)
     summary = _run(settings, documents, IngestSummary(), "laws.db", progress, embedder, store, prebuilt, sparse)
     if limit_laws is None and law_names is None:
-        marker = Path(settings.data_dir) / CORPUS_MARKER
+        marker = Path(settings.stack.data_dir) / CORPUS_MARKER
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps({
             "laws": summary.documents, "chunks": summary.chunks, "embedder": summary.embedder,
@@ -254,11 +254,11 @@ def ingest_law_db(settings: Settings, *, limit_laws: int | None = None, law_name
 
 def law_index_for(settings: Settings, embedder_name: str, chunks: list[Chunk]) -> lawindex.LawIndex | None:
     """The shipped law index for ``embedder_name`` (``lawindex.SPARSE_MODEL``: the sparse vectors), checked
-    against ``chunks`` (None when ``settings.law_index`` is off or no file exists for that model).
+    against ``chunks`` (None when ``settings.retrieval.law_index`` is off or no file exists for that model).
     Raises ``LawIndexError``."""
-    if not settings.law_index:
+    if not settings.retrieval.law_index:
         return None
-    index = lawindex.find(embedder_name, Path(settings.law_index_dir) if settings.law_index_dir else None)
+    index = lawindex.find(embedder_name, Path(settings.retrieval.law_index_dir) if settings.retrieval.law_index_dir else None)
     if index is None:
         log.info("no shipped law index for %s: the law chunks are embedded (%s)", embedder_name, lawindex.BUILD_COMMAND)
         return None
@@ -303,10 +303,10 @@ def ingest_paths(settings: Settings, paths: list[Path], tenant_id: str = "defaul
         documents.append((chunks[0].document_id, chunks))
     if not documents:
         return summary
-    if second is None and settings.retrieval_second_stage:
+    if second is None and settings.retrieval.retrieval_second_stage:
         from services.retriever.embeddings import E5Embedder  # noqa: PLC0415
 
-        second = E5Embedder(threads=settings.embedding_threads)
+        second = E5Embedder(threads=settings.retrieval.embedding_threads)
     return _run(settings, documents, summary, "files", progress, embedder, store, second=second)
 
 
@@ -318,8 +318,8 @@ def corpus_ready(settings: Settings) -> bool:
     while the retriever runs). Qdrant server: the public chunk count reaches the number of
     current articles.
     """
-    if not settings.qdrant_url:
-        marker = Path(settings.data_dir) / CORPUS_MARKER
+    if not settings.retrieval.qdrant_url:
+        marker = Path(settings.stack.data_dir) / CORPUS_MARKER
         if not (marker.is_file() and (edge_path(settings) / "edge_config.json").is_file()):
             return False
         try:
@@ -330,12 +330,12 @@ def corpus_ready(settings: Settings) -> bool:
 
     try:
         expected = lawdb.count_current_articles()
-        client = QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key)
+        client = QdrantClient(url=settings.retrieval.qdrant_url, api_key=settings.retrieval.qdrant_api_key)
         try:
-            if not client.collection_exists(settings.qdrant_collection):
+            if not client.collection_exists(settings.retrieval.qdrant_collection):
                 return False
             public = models.Filter(must=[models.FieldCondition(key="tenant_id", match=models.MatchValue(value=PUBLIC_TENANT))])
-            return client.count(settings.qdrant_collection, count_filter=public, exact=True).count >= expected
+            return client.count(settings.retrieval.qdrant_collection, count_filter=public, exact=True).count >= expected
         finally:
             client.close()
     except Exception as exc:  # noqa: BLE001 - readiness is a yes/no question

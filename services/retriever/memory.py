@@ -43,6 +43,7 @@ from contracts.memory import (
     RecallReply,
 )
 from services.retriever.embeddings import Embedder, EmbeddingError
+from services.retriever.memorybatch import IndexBatcher
 from services.retriever.replicas import owner_replica, shard_dir
 from services.retriever.sparse import SparseVec
 from services.retriever.store import ChunkPoint, ClientVectorStore, EdgeVectorStore, SearchFilter, StoreError, VectorStore
@@ -60,11 +61,11 @@ def open_memory_store(settings: Settings, dim: int) -> VectorStore:
     ``{data_dir}/replicas/K/memory``, rule K10) or collection ``{qdrant_collection}_memory`` on the
     configured server; exact dense search. Raises ``StoreError``."""
     store: VectorStore
-    if settings.qdrant_url:
-        store = ClientVectorStore(f"{settings.qdrant_collection}_memory", dim, settings.rrf_k,
-                                  url=settings.qdrant_url, api_key=settings.qdrant_api_key)
+    if settings.retrieval.qdrant_url:
+        store = ClientVectorStore(f"{settings.retrieval.qdrant_collection}_memory", dim, settings.retrieval.rrf_k,
+                                  url=settings.retrieval.qdrant_url, api_key=settings.retrieval.qdrant_api_key)
     else:
-        store = EdgeVectorStore(shard_dir(settings, "memory"), dim, settings.rrf_k)
+        store = EdgeVectorStore(shard_dir(settings, "memory"), dim, settings.retrieval.rrf_k)
     store.exact = True
     return store
 
@@ -102,18 +103,26 @@ class MemoryIndex:
               cache: CacheEntry | None) -> tuple[list[ChunkPoint], list[str]]:
         """The points of ``items`` and ``cache`` (embedded) and the point ids of ``replaced`` items:
         ``(points, delete_ids)`` for ``apply``. Raises ``EmbeddingError``."""
-        points = []
-        if items:
-            vecs = self.embedder.embed([i.text for i in items])
-            points += [ChunkPoint(_point_id("memory", i.id), v, EMPTY,
-                                  {"tenant_id": i.tenant_id, "document_id": user_scope(i.tenant_id, i.user_id),
-                                   "item_id": i.id, "position": 0}) for i, v in zip(items, vecs)]
-        if cache is not None:
-            vec = self.embedder.embed_query(cache.question)
-            points.append(ChunkPoint(_point_id("cache", f"{cache.tenant_id}:{cache.id}"), vec, EMPTY,
-                                     {"tenant_id": cache.tenant_id, "document_id": cache_scope(cache.tenant_id),
-                                      "entry_id": cache.id, "position": 0}))
-        return points, [_point_id("memory", i) for i in replaced]
+        return self.embed_many([(items, replaced, cache)])[0]
+
+    def embed_many(self, requests: list[tuple[list[MemoryItem], list[str], CacheEntry | None]]
+                   ) -> list[tuple[list[ChunkPoint], list[str]]]:
+        """``embed`` of several requests with one backend call for all their items and one for all their
+        cache questions (rule M15); ``(points, delete_ids)`` per request, in order. Raises ``EmbeddingError``."""
+        vecs = iter(self.embedder.embed([i.text for items, _, _ in requests for i in items]))
+        queries = [c.question for _, _, c in requests if c is not None]
+        qvecs = iter(self.embedder.embed_queries(queries) if queries else [])
+        out = []
+        for items, replaced, cache in requests:
+            points = [ChunkPoint(_point_id("memory", i.id), next(vecs), EMPTY,
+                                 {"tenant_id": i.tenant_id, "document_id": user_scope(i.tenant_id, i.user_id),
+                                  "item_id": i.id, "position": 0}) for i in items]
+            if cache is not None:
+                points.append(ChunkPoint(_point_id("cache", f"{cache.tenant_id}:{cache.id}"), next(qvecs), EMPTY,
+                                         {"tenant_id": cache.tenant_id, "document_id": cache_scope(cache.tenant_id),
+                                          "entry_id": cache.id, "position": 0}))
+            out.append((points, [_point_id("memory", i) for i in replaced]))
+        return out
 
     def apply(self, points: list[ChunkPoint], delete_ids: list[str]) -> None:
         """Delete the points ``delete_ids``, upsert ``points``, flush at most every ``FLUSH_EVERY_S``
@@ -137,10 +146,18 @@ class MemoryIndex:
         """Remove the points of cache entries whose records are gone."""
         self.store.delete_ids([_point_id("cache", f"{tenant_id}:{e}") for e in entry_ids])
 
+    def cosines(self, query: str, texts: list[str]) -> list[float]:
+        """Cosine of ``query`` (embedded as a query) to each of ``texts`` (as passages), as stored items are.
+        Raises ``EmbeddingError``."""
+        if not texts:
+            return []
+        return [float(x) for x in self.embedder.embed(texts) @ self.embedder.embed_query(query)]
+
     def search(self, tenant_id: str, user_id: str | None, query: str, limit: int,
                with_memory: bool, with_cache: bool) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
         """(memory item id, cosine) of the user's best ``limit`` items and (cache entry id, cosine) of
-        the tenant's best 3 entries, each list best first."""
+        the tenant's best 3 entries, each list best first. Rule M14: one query vector serves both searches,
+        and the embedder's query cache serves a ``kb_search`` of the same text."""
         vec = self.embedder.embed_query(query)
         mem: list[tuple[str, float]] = []
         hits_cache: list[tuple[str, float]] = []
@@ -169,6 +186,8 @@ class MemoryRequests:
     def __init__(self, index: MemoryIndex, redis: Redis, publish: Callable[[Envelope], Awaitable[None]] | None = None,
                  replica: int = 1, replicas: int = 1) -> None:
         self.index, self.redis = index, redis
+        self.batcher = IndexBatcher(index)
+        """Rule M15: index requests embedded in batches, after the recalls."""
         self.publish = publish if replicas > 1 else None
         self.replica, self.replicas = replica, replicas
 
@@ -199,11 +218,11 @@ class MemoryRequests:
         p = event.payload
         try:
             if self.publish is None:
-                await asyncio.to_thread(self.index.index, p.items, p.replaced, p.cache)
+                await asyncio.to_thread(self.index.apply, *await self.batcher.submit(p.items, p.replaced, p.cache))
                 return
             if owner_replica(str(event.event_id), self.replicas) != self.replica:
                 return
-            points, delete_ids = await asyncio.to_thread(self.index.embed, p.items, p.replaced, p.cache)
+            points, delete_ids = await self.batcher.submit(p.items, p.replaced, p.cache)
         except (EmbeddingError, StoreError) as exc:
             log.warning("memory index for task %s failed: %s", event.task_id, exc)
             return
@@ -221,10 +240,17 @@ class MemoryRequests:
         started = time.perf_counter()
         reply = RecallReply(request_id=p.request_id)
         try:
-            mem, cache = await asyncio.to_thread(self.index.search, event.tenant_id, event.user_id, p.query, p.limit,
-                                                 p.with_memory, p.with_cache)
-            reply.candidates = await self._candidates(event, mem)
-            reply.cached, reply.similarity = await self._cached(event.tenant_id, cache, p.min_similarity)
+            with self.batcher.recalling():  # rule M15: no index batch is embedded meanwhile
+                # rule M13: the user's records are read while the question is embedded and searched
+                live = asyncio.ensure_future(self._live(event))
+                try:
+                    mem, cache = await asyncio.to_thread(self.index.search, event.tenant_id, event.user_id, p.query,
+                                                         p.limit, p.with_memory, p.with_cache)
+                except BaseException:
+                    live.cancel()
+                    raise
+                reply.candidates = await self._candidates(event, mem, await live)
+                reply.cached, reply.similarity = await self._cached(event.tenant_id, cache, p.min_similarity)
         except (EmbeddingError, StoreError) as exc:
             reply = RecallReply(request_id=p.request_id, outcome="error", message=str(exc)[:300])
         reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
@@ -232,14 +258,28 @@ class MemoryRequests:
         log.info("recall %s served by replica %d: %s in %.0f ms", p.request_id, self.replica, reply.outcome,
                  reply.duration_ms)
 
-    async def _candidates(self, event: MemoryRecallRequested, hits: list[tuple[str, float]]) -> list[RecallCandidate]:
-        if not hits or not event.user_id:
+    async def _live(self, event: MemoryRecallRequested) -> dict[str, MemoryItem]:
+        """The user's stored items by id (none without a user or when memory was not asked for)."""
+        if not event.user_id or not event.payload.with_memory:
+            return {}
+        return {i.id: i for i in await records.list_items(self.redis, event.tenant_id, event.user_id, utcnow())}
+
+    async def _candidates(self, event: MemoryRecallRequested, hits: list[tuple[str, float]],
+                          live: dict[str, MemoryItem]) -> list[RecallCandidate]:
+        """The hits joined with their records (``live``), plus every fact of the user the search did not return,
+        with its cosine (rule M10 may admit a fact by its words or topic; a user has one fact per topic, so few)."""
+        if not event.user_id or not (hits or event.payload.with_memory):
             return []
-        found = await records.get_items(self.redis, event.tenant_id, event.user_id, [i for i, _ in hits], utcnow())
-        stale = [i for i, _ in hits if i not in found]
+        stale = [i for i, _ in hits if i not in live]
         if stale:
             await asyncio.to_thread(self.index.store.delete_ids, [_point_id("memory", i) for i in stale])
-        return [RecallCandidate(item=found[i], relevance=cos) for i, cos in hits if i in found]
+        out = [RecallCandidate(item=live[i], relevance=cos) for i, cos in hits if i in live]
+        seen = {i for i, _ in hits}
+        facts = [i for i in live.values() if i.type == "fact" and i.id not in seen]
+        if facts:
+            cosines = await asyncio.to_thread(self.index.cosines, event.payload.query, [i.text for i in facts])
+            out += [RecallCandidate(item=i, relevance=c) for i, c in zip(facts, cosines)]
+        return out
 
     async def _cached(self, tenant_id: str, hits: list[tuple[str, float]],
                       min_similarity: float) -> tuple[CacheEntry | None, float | None]:

@@ -6,24 +6,33 @@
   locator and most relevant paragraphs) by how well they answer the question; it answers
   ``{"order": [3, 1, 2, ...]}``. Candidates it leaves out keep their order after the ones it names.
 
-One non-streamed chat completion each, through the ``openai`` client of the endpoint the orchestrator uses
-(``OPENAI_BASE_URL``, ``OPENAI_API_KEY``; model ``retrieval_model_name`` or ``CONDUIT_MODEL``), no retries,
+One non-streamed chat completion each to the endpoint the orchestrator uses (``OPENAI_BASE_URL``,
+``OPENAI_API_KEY``; model ``retrieval_model_name`` or ``CONDUIT_MODEL``), no retries,
 ``retrieval_model_max_tokens`` tokens at most, temperature 0. Both system prompts start with ``RETRIEVAL_MARK``
 (the scripted test model answers such calls apart from its script). Errors raise ``StageError`` with an
 outcome (``rerank.StageError``); the caller (``assist.SearchAssist``) bounds the wait and fails open.
+
+Rule K18 (docs/retrieval.md "What the model's help costs"): the calls go through the orchestrator's lean client
+(``conduit.runtime.llm.openai_model.ModelClient``: an orjson body through the SDK's ``post``, the reply read raw),
+as coroutines on one event loop of their own (a daemon thread, ``kb-model``), not through the SDK's typed
+synchronous ``create`` in a pool worker: the search thread hands a call over and waits on its future.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import Future
 from typing import Any
 
-import httpx
 import openai
+import orjson
 
-from conduit.runtime.settings import Settings
+from conduit.runtime.llm.model import MODEL_CONTENT_FILTERED, MODEL_TIMEOUT, PROTOCOL_CODES, ModelError
+from conduit.runtime.llm.openai_model import ModelClient
+from conduit.runtime.settings import LlmSettings, RetrievalSettings
 from services.retriever.rerank import StageError
 from services.retriever.rounds import MAX_SUB_QUERIES, Rewrite
 
@@ -49,7 +58,7 @@ def _json(text: str) -> Any:
         match = re.search(pattern, text or "", re.DOTALL)
         if match:
             try:
-                return json.loads(match.group(0))
+                return orjson.loads(match.group(0))
             except ValueError:
                 continue
     raise StageError("malformed", f"no JSON in {text[:200]!r}")
@@ -102,49 +111,83 @@ def rerank_prompt(question: str, candidates: Sequence[str]) -> str:
     return f"问题：{question}\n\n候选：\n" + "\n".join(lines)
 
 
+def outcome_of(exc: ModelError) -> str:
+    """The ``StageError`` outcome of a failed call: by HTTP status as before (5xx and 429 ``server_error``, another
+    4xx ``rejected``), else ``timeout`` (the SDK's), ``malformed`` (an answer the reader could not use) or
+    ``unavailable`` (no connection)."""
+    if exc.status is not None:
+        return "server_error" if exc.status >= 500 or exc.status == 429 else "rejected"
+    if exc.code == MODEL_TIMEOUT or isinstance(exc.__cause__, openai.APITimeoutError):
+        return "timeout"
+    return "malformed" if exc.code in PROTOCOL_CODES or exc.code == MODEL_CONTENT_FILTERED else "unavailable"
+
+
+async def _ignore(_: str) -> None:
+    """The answer arrives whole (no stream): nothing to do per piece."""
+
+
 class ModelHelp:
-    """The rewrite and rerank calls (thread-safe: one pooled ``openai.OpenAI`` client).
+    """The rewrite and rerank calls (rule K18: coroutines of one ``ModelClient`` on this object's own event loop;
+    thread-safe: ``rewrite`` and ``rerank`` only hand a call to that loop and return its future).
 
     Args:
-        settings: ``openai_base_url``, ``openai_api_key``, ``retrieval_model_name`` / ``model``,
-            ``retrieval_model_max_tokens``, ``model_connect_timeout_s``.
+        retrieval: ``retrieval_model_name``, ``retrieval_model_max_tokens`` (``settings.retrieval``).
+        llm: ``openai_base_url``, ``openai_api_key``, ``model``, ``model_connect_timeout_s``,
+            ``model_read_timeout_s`` (``settings.llm``).
     """
 
-    def __init__(self, settings: Settings) -> None:
-        self.model = settings.retrieval_model_name or settings.model
-        self.max_tokens = settings.retrieval_model_max_tokens
-        self.client = openai.OpenAI(base_url=settings.openai_base_url, api_key=settings.openai_api_key or "not-needed",
-                                    max_retries=0, timeout=httpx.Timeout(30.0, connect=settings.model_connect_timeout_s))
+    def __init__(self, retrieval: RetrievalSettings, llm: LlmSettings) -> None:
+        self.model = retrieval.retrieval_model_name or llm.model
+        self.max_tokens = retrieval.retrieval_model_max_tokens
+        self.client = ModelClient(llm, streaming=False, temperature=0.0, max_retries=0)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kb-model", daemon=True)
+        self._thread.start()
 
-    def ask(self, system: str, user: str, timeout_s: float) -> str:
-        """The content of one non-streamed chat completion. Raises ``StageError`` (``timeout``, ``unavailable``,
-        ``server_error``, ``rejected``, ``malformed``: no content)."""
+    async def ask(self, system: str, user: str, timeout_s: float) -> str:
+        """The content of one non-streamed chat completion, within ``timeout_s`` seconds. Raises ``StageError``
+        (``timeout``, ``unavailable``, ``server_error``, ``rejected``, ``malformed``: no usable content)."""
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         try:
-            reply = self.client.chat.completions.create(
-                model=self.model, messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-                max_tokens=self.max_tokens, temperature=0, timeout=timeout_s)
-        except openai.APITimeoutError as exc:
-            raise StageError("timeout", f"{type(exc).__name__}: {exc}"[:300]) from exc
-        except openai.APIConnectionError as exc:
-            raise StageError("unavailable", f"{type(exc).__name__}: {exc}"[:300]) from exc
-        except openai.APIStatusError as exc:
-            code = exc.status_code
-            raise StageError("server_error" if code >= 500 or code == 429 else "rejected", f"HTTP {code}: {exc}"[:300]) from exc
-        except (openai.OpenAIError, httpx.HTTPError, ValueError) as exc:
-            raise StageError("malformed", f"{type(exc).__name__}: {exc}"[:300]) from exc
-        content = reply.choices[0].message.content if reply.choices else None
-        if not content:
+            async with asyncio.timeout(timeout_s):
+                reply = await self.client.stream(messages, None, _ignore, max_tokens=self.max_tokens, model=self.model,
+                                                 timeout_s=timeout_s)
+        except TimeoutError as exc:
+            raise StageError("timeout", f"no answer within {timeout_s:g} s") from exc
+        except ModelError as exc:
+            raise StageError(outcome_of(exc), f"{exc.code}: {exc}"[:300]) from exc
+        if not reply.content:
             raise StageError("malformed", "empty answer")
-        return content
+        return reply.content
 
-    def rewrite(self, question: str, timeout_s: float) -> Rewrite:
-        """Rule K12: the model's rewrite of ``question``. Raises ``StageError``."""
-        return parse_rewrite(self.ask(REWRITE_INSTRUCTION, question, timeout_s))
+    def _submit(self, call: Coroutine) -> Future:
+        return asyncio.run_coroutine_threadsafe(call, self._loop)
 
-    def rerank(self, question: str, candidates: Sequence[str], timeout_s: float) -> list[int]:
-        """Rule K13: 0-based positions of ``candidates`` in the model's order (all of them). Raises ``StageError``."""
-        return parse_order(self.ask(RERANK_INSTRUCTION, rerank_prompt(question, candidates), timeout_s), len(candidates))
+    async def _rewrite(self, question: str, timeout_s: float) -> Rewrite:
+        return parse_rewrite(await self.ask(REWRITE_INSTRUCTION, question, timeout_s))
+
+    async def _rerank(self, question: str, candidates: Sequence[str], timeout_s: float) -> list[int]:
+        return parse_order(await self.ask(RERANK_INSTRUCTION, rerank_prompt(question, candidates), timeout_s),
+                           len(candidates))
+
+    def rewrite(self, question: str, timeout_s: float) -> Future:
+        """Rule K12: send the rewrite of ``question``; the future gives a ``Rewrite`` or raises ``StageError``."""
+        return self._submit(self._rewrite(question, timeout_s))
+
+    def rerank(self, question: str, candidates: Sequence[str], timeout_s: float) -> Future:
+        """Rule K13: send the rerank; the future gives the 0-based positions of ``candidates`` in the model's order
+        (all of them) or raises ``StageError``."""
+        return self._submit(self._rerank(question, candidates, timeout_s))
 
     def close(self) -> None:
-        """Close the connection pool."""
-        self.client.close()
+        """Close the connection pool and stop the loop (waits at most 2 s for the pool)."""
+        if self._loop.is_closed():
+            return
+        try:
+            self._submit(self.client.client.close()).result(timeout=2.0)
+        except Exception:  # noqa: BLE001 - closing must not fail a shutdown
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=2.0)
+        if not self._thread.is_alive():
+            self._loop.close()

@@ -43,14 +43,16 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import RetrievalSettings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
+from services.retriever.follow import attach_refs
 from services.retriever.rounds import Attempt, plan_rounds
 from services.retriever.packing import hit_text, pack
 from services.retriever.rescoring import Fusion, SecondStage, fuse
 from services.retriever.sparse import SparseEncoder, jieba_tokenizer
+from services.retriever.refgraph import RefGraph
 from services.retriever.store import Hit, SearchFilter, VectorStore
 
 if TYPE_CHECKING:
@@ -140,7 +142,7 @@ class KbSearcher:
     """Runs ``kb_search`` over an open store with an embedder (both thread-safe).
 
     Args:
-        settings: retrieval settings (``retrieval_*``, ``chunk_max_chars``,
+        retrieval: ``settings.retrieval`` (``retrieval_*``, ``chunk_max_chars``,
             ``context_max_chars``, ``retrieval_candidates``).
         embedder, store: see ``embeddings.py`` / ``store``.
         encoder: sparse query encoder (default ``SparseEncoder()``).
@@ -148,16 +150,18 @@ class KbSearcher:
         assist: the rerank endpoint and the model's help (rules K11-K13, ``assist.py``; None: off).
     """
 
-    def __init__(self, settings: Settings, embedder: Embedder, store: VectorStore,
+    def __init__(self, retrieval: RetrievalSettings, embedder: Embedder, store: VectorStore,
                  encoder: SparseEncoder | None = None, stage2: SecondStage | None = None,
                  assist: SearchAssist | None = None) -> None:
-        self.settings, self.embedder, self.store = settings, embedder, store
+        self.retrieval, self.embedder, self.store = retrieval, embedder, store
         self.encoder = encoder or SparseEncoder()
         self.stage2, self.assist = stage2, assist
+        self.refs: RefGraph | None = None
+        """The law corpus's reference graph (rule K16: law passages carry what they cite; None: no refs)."""
 
     def fusion(self) -> Fusion:
         """Second-stage fusion parameters from the settings (rule K7)."""
-        s = self.settings
+        s = self.retrieval
         return Fusion(w_first=1.0, w_e5=s.retrieval_stage2_weight, k=s.retrieval_stage2_k,
                       law_boost=s.retrieval_stage2_law_boost)
 
@@ -168,7 +172,7 @@ class KbSearcher:
         Dense branches: the query as given and, when expansion adds terms, the expanded
         query (both embedded in one backend call); sparse branch: the expanded query.
         """
-        s = self.settings
+        s = self.retrieval
         expanded = expand_query(query) if s.retrieval_query_expansion else query
         vectors = self.embedder.embed_queries([query] if expanded == query else [query, expanded])
         if len(vectors) < DENSE_BRANCHES:  # no expansion: the question's own list counts twice
@@ -228,7 +232,7 @@ class KbSearcher:
             scores = fuse(range(1, len(first) + 1), [h.second for h in first],
                           [h.payload.get("document_id") for h in first], self.fusion())
             first = [first[i] for i in sorted(range(len(first)), key=lambda i: (-scores[i], i))]
-        return first[: max(self.settings.retrieval_top_k, depth)]
+        return first[: max(self.retrieval.retrieval_top_k, depth)]
 
     def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
                sub_queries: list[str] | None = None, collections: list[str] | None = None) -> SearchOutcome:
@@ -240,7 +244,7 @@ class KbSearcher:
         at most 2 with the rewrite's, rule K12): one more round each. Returns evidence in fused order or the
         reranker's (K11, K13; empty when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
         """
-        s = self.settings
+        s = self.retrieval
         flt = SearchFilter.scoped(tenant_id, document_ids, collections)
         # rule Q3: e5's nearest law chunks join the pool only when the whole law corpus is in scope
         law_whole = (not document_ids and not collections) or "law" in (collections or [])
@@ -283,7 +287,8 @@ class KbSearcher:
         ranked = self._ranked(merged, e5 is not None, self.assist.depth if self.assist is not None else 0)
         if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
             ranked = self.assist.finish(query, ranked, attempts)
-        evidence = pack(ranked[: s.retrieval_top_k], query, s.chunk_max_chars, s.context_max_chars)
+        evidence = attach_refs(self.refs, pack(ranked[: s.retrieval_top_k], query, s.chunk_max_chars,
+                                               s.context_max_chars))  # rule K16
         log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
                  [(a.kind, a.kept, a.best) for a in attempts], len(evidence))
         return SearchOutcome(evidence, attempts)

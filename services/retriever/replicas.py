@@ -39,7 +39,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from conduit.runtime.settings import Settings
 from contracts import topics
 
@@ -56,7 +56,7 @@ APPLIED_TTL_S = 7 * 86400
 
 def replicated(settings: Settings) -> bool:
     """True when each replica holds its own copy of the store: the embedded store and N > 1 replicas."""
-    return not settings.qdrant_url and settings.retriever_replicas > 1
+    return not settings.retrieval.qdrant_url and settings.retrieval.retriever_replicas > 1
 
 
 def replica_dir(data_dir: Path | str, replica: int) -> Path:
@@ -69,19 +69,19 @@ def replica_dir(data_dir: Path | str, replica: int) -> Path:
 
 def shard_dir(settings: Settings, name: str) -> Path:
     """This process's folder of shard ``name`` (one of ``SHARD_DIRS``): ``replica_dir(...) / name``."""
-    return replica_dir(settings.data_dir, settings.retriever_replica) / name
+    return replica_dir(settings.stack.data_dir, settings.retrieval.retriever_replica) / name
 
 
 def writes_group(settings: Settings) -> str | None:
     """The consumer group of this replica's writes consumer: ``conduit-retriever-writes-K`` when
     ``replicated``, else None (the writes are read in the shared group with the reads)."""
-    return topics.retriever_writes_group(settings.retriever_replica) if replicated(settings) else None
+    return topics.retriever_writes_group(settings.retrieval.retriever_replica) if replicated(settings) else None
 
 
 def applies_needed(settings: Settings) -> int:
     """How many replicas must index a document before its record says ``ingested``: N when
     ``replicated``, else 1."""
-    return settings.retriever_replicas if replicated(settings) else 1
+    return settings.retrieval.retriever_replicas if replicated(settings) else 1
 
 
 def owner_replica(key: str, replicas: int) -> int:
@@ -129,7 +129,7 @@ async def mark_applied(redis: Redis, tenant_id: str, document_id: str, request_i
     if needed <= 1:
         return True
     key = keys.document_applied(tenant_id, document_id, request_id)
-    async with redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(redis) as pipe:
         pipe.sadd(key, str(replica))
         pipe.expire(key, APPLIED_TTL_S)
         pipe.scard(key)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from conduit.records import memory as memory_records
 from conduit.records import replies
 from contracts.documents import (
@@ -118,10 +118,12 @@ class RetrieverRequests:
     # ------------------------------------------------------------------ search
     def _searcher_for(self, top_k: int | None) -> KbSearcher:
         s = self.searcher
-        if top_k is None or top_k == s.settings.retrieval_top_k:
+        if top_k is None or top_k == s.retrieval.retrieval_top_k:
             return s
-        return KbSearcher(s.settings.model_copy(update={"retrieval_top_k": top_k}), s.embedder, s.store, s.encoder,
+        copy = KbSearcher(s.retrieval.model_copy(update={"retrieval_top_k": top_k}), s.embedder, s.store, s.encoder,
                           stage2=s.stage2, assist=s.assist)
+        copy.refs = s.refs  # rule K16
+        return copy
 
     async def search(self, event: SearchRequested) -> None:
         """Run the search and LPUSH its ``SearchReply`` (dropped when past ``deadline_at``)."""
@@ -163,7 +165,7 @@ class RetrieverRequests:
                                             p.collection)
             summary = IngestSummary()
             s = self.searcher
-            indexer = Indexer(s.store, s.embedder, s.encoder, batch_size=s.settings.ingest_batch_size,
+            indexer = Indexer(s.store, s.embedder, s.encoder, batch_size=s.retrieval.ingest_batch_size,
                               second=s.stage2.embedder if s.stage2 else None)  # rule K7: the doc's e5 vectors
             await asyncio.to_thread(indexer.index, [(p.index_document_id, chunks)], summary)
             await memory_records.invalidate_document(self.redis, event.tenant_id, p.index_document_id)
@@ -194,7 +196,7 @@ class RetrieverRequests:
         await memory_records.invalidate_document(self.redis, event.tenant_id, p.index_document_id)
         record = await self._record(event.tenant_id, p.document_id)
         if record is not None and record.request_id == str(event.event_id):
-            async with self.redis.pipeline(transaction=True) as pipe:
+            async with slots.atomic(self.redis) as pipe:
                 pipe.delete(keys.document(event.tenant_id, p.document_id))
                 pipe.srem(keys.documents(event.tenant_id), p.document_id)
                 await pipe.execute()

@@ -82,7 +82,7 @@ class SecondStage:
         index: the shipped e5 law index (``LawIndex`` of the same model), already ``check``-ed.
         fusion: the fusion parameters.
 
-    Memory: the vectors as float32, 38,795 x 384 x 4 B = 60 MB.
+    Memory: the vectors as float32, 38,795 x 384 x 4 B = 60 MB (the index's int8 copy is not kept).
     """
 
     def __init__(self, embedder: Embedder, index: LawIndex, fusion: Fusion | None = None) -> None:
@@ -90,8 +90,8 @@ class SecondStage:
             raise ValueError(f"second stage: embedder {embedder.name} but index of {index.model}")
         self.embedder, self.fusion = embedder, fusion or Fusion()
         self.matrix = dequantise(index.vectors)
-        self._ids = [str(uuid.UUID(bytes=bytes(i))) for i in index.ids]
-        self._row = {bytes(i): n for n, i in enumerate(index.ids)}
+        self._ids = index.ids  # (n, 16) uint8 UUID bytes; only the nearest few become strings
+        self._row = index.row_of
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="e5-query")
 
     def start(self, forms: Sequence[str], nearest: int = 0) -> Future:
@@ -137,7 +137,7 @@ class SecondStage:
         scores = (self.matrix @ np.asarray(queries, np.float32).T).max(axis=1)
         top = np.argpartition(-scores, min(n, len(scores) - 1))[:n]
         top = top[np.argsort(-scores[top])]
-        return [(self._ids[i], float(scores[i])) for i in top]
+        return [(str(uuid.UUID(bytes=bytes(self._ids[i]))), float(scores[i])) for i in top]
 
     def close(self) -> None:
         """Stop the worker threads."""

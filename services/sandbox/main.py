@@ -93,7 +93,7 @@ async def publish_status(service: ToolService, setup: Setup | None = None) -> No
             try:
                 now = time.time()
                 await service.redis.hset(keys.SANDBOX_STATUSES, status_field(),
-                                         sandboxstatus.encode(ok, service.settings.sandbox_unsafe, reason, now))
+                                         sandboxstatus.encode(ok, service.settings.sandbox.sandbox_unsafe, reason, now))
                 if gone := sandboxstatus.stale(await service.redis.hgetall(keys.SANDBOX_STATUSES), now):
                     await service.redis.hdel(keys.SANDBOX_STATUSES, *gone)
             except Exception as exc:  # noqa: BLE001 - Redis down: readiness says so by itself
@@ -109,16 +109,16 @@ def build_service(settings: Settings, setup: Setup | None = None) -> ToolService
 
     ``setup`` overrides the probed isolation (``isolation.discover()``), e.g. to test refusal.
     """
-    limits = Limits.from_settings(settings)
+    limits = Limits.from_settings(settings.sandbox)
     service: ToolService
 
     async def code_exec(args: CodeExecArgs, request: ToolRequested) -> ToolOutput:
         try:
-            result = await run_code(args.code, limits, allow_unsafe=settings.sandbox_unsafe, setup=setup)
+            result = await run_code(args.code, limits, allow_unsafe=settings.sandbox.sandbox_unsafe, setup=setup)
         except SandboxUnavailable as exc:
             raise ToolFailure("sandbox_unavailable", off_message(str(exc)),
                               hint="compute without code_exec", kind="forbidden") from exc
-        store = ArtifactStore(service.redis, settings.sandbox_artifact_ttl_s)
+        store = ArtifactStore(service.redis, settings.sandbox.sandbox_artifact_ttl_s)
         refs = [(await store.save(name, data, task_id=request.task_id, tenant_id=request.tenant_id,
                                   user_id=request.user_id)).ref() for name, data in result.files]
         text = format_output(result, limits)
@@ -128,8 +128,8 @@ def build_service(settings: Settings, setup: Setup | None = None) -> ToolService
         return ToolOutput(output=text, artifacts=refs)
 
     service = ToolService("sandbox", topics.TOOL_REQUESTS_SANDBOX, topics.GROUP_SANDBOX, settings,
-                          timeout_s=settings.sandbox_timeout_s + 5)
-    service.concurrency = settings.sandbox_concurrency
+                          timeout_s=settings.sandbox.sandbox_timeout_s + 5)
+    service.concurrency = settings.sandbox.sandbox_concurrency
     service.tool("code_exec", code_exec)  # type: ignore[arg-type]
     return service
 
@@ -139,7 +139,7 @@ def main(settings: Settings) -> None:
     ok, reason = sandbox_status()
     if ok:
         log.info("sandbox ready: %s", reason)
-    elif settings.sandbox_unsafe:
+    elif settings.sandbox.sandbox_unsafe:
         log.warning("SANDBOX UNSAFE: no isolation (%s); code runs as a plain subprocess", reason)
     else:
         log.error("sandbox unavailable, code_exec will be refused and not offered: %s", off_message(reason))

@@ -2,15 +2,15 @@
 
 Isolation comes from ``isolation`` (bubblewrap). Limits, all enforced per run:
 
-- wall time ``timeout_s`` (settings.sandbox_timeout_s, default 10 s): the whole sandbox is killed;
+- wall time ``timeout_s`` (settings.sandbox.sandbox_timeout_s, default 10 s): the whole sandbox is killed;
 - CPU time ``cpu_s`` (default: the wall time rounded up), open files, file size (``file_bytes``),
   process count (``max_procs``) and no core dumps via ``prlimit`` around the interpreter;
 - resident memory: a watchdog polls the process tree every ``poll_s`` (50 ms) and kills it
-  once the summed RSS passes ``memory_mb`` (settings.sandbox_memory_mb); no address-space
+  once the summed RSS passes ``memory_mb`` (settings.sandbox.sandbox_memory_mb); no address-space
   limit (rule S2, docs/rules.md: it breaks numpy);
 - the watchdog also kills a tree larger than ``max_procs`` (``RLIMIT_NPROC`` does not bind
   host root, so this is the backstop when bwrap has to run as root);
-- output: stdout + stderr together are kept up to ``output_bytes`` (settings.sandbox_output_bytes);
+- output: stdout + stderr together are kept up to ``output_bytes`` (settings.sandbox.sandbox_output_bytes);
   past that the run is stopped and ``truncated`` is set;
 - output files: what the code leaves in ``/tmp/out`` (``./out``) when it exits comes back in
   ``RunResult.files`` (at most ``max_files`` regular files, ``max_file_bytes`` in total, read
@@ -18,7 +18,7 @@ Isolation comes from ``isolation`` (bubblewrap). Limits, all enforced per run:
   A run killed by a limit returns no files. Unsafe mode returns none either.
 
 Without a working bubblewrap ``run_code`` raises ``SandboxUnavailable`` unless
-``allow_unsafe`` (settings.sandbox_unsafe): then it runs ``python -I -B`` as a plain
+``allow_unsafe`` (settings.sandbox.sandbox_unsafe): then it runs ``python -I -B`` as a plain
 subprocess with the same limits (no RLIMIT_NPROC: outside a user namespace it would count
 every process of the service's uid), an environment without the service's variables and
 a temporary working directory, and logs a loud warning every time.
@@ -38,7 +38,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import SandboxSettings
 from services.sandbox import isolation, watchdog
 
 log = logging.getLogger("conduit.sandbox.runner")
@@ -70,11 +70,11 @@ class Limits:
     max_file_bytes: int = 8 * MIB
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "Limits":
+    def from_settings(cls, sandbox: SandboxSettings) -> "Limits":
         """Limits from ``sandbox_timeout_s``, ``sandbox_memory_mb`` and ``sandbox_output_bytes``."""
-        return cls(timeout_s=settings.sandbox_timeout_s, memory_mb=settings.sandbox_memory_mb,
-                   output_bytes=settings.sandbox_output_bytes,
-                   max_files=settings.sandbox_artifact_max_files, max_file_bytes=settings.sandbox_artifact_max_bytes)
+        return cls(timeout_s=sandbox.sandbox_timeout_s, memory_mb=sandbox.sandbox_memory_mb,
+                   output_bytes=sandbox.sandbox_output_bytes,
+                   max_files=sandbox.sandbox_artifact_max_files, max_file_bytes=sandbox.sandbox_artifact_max_bytes)
 
     @property
     def cpu_seconds(self) -> int:

@@ -16,6 +16,8 @@ from html.parser import HTMLParser
 
 import trafilatura
 
+from services.web import tfidf
+
 CHUNK_SIZE = 600
 """Characters per chunk (rule W2)."""
 CHUNK_OVERLAP = 100
@@ -158,17 +160,9 @@ def rerank(query: str, chunks: list[str], top: int = TOP_CHUNKS) -> list[tuple[i
         return []
     if not query.strip():
         return [(i, 0.0) for i in range(min(top, len(chunks)))]
-    # scikit-learn is imported on first use (about 1.5 s idle, 6 s on a busy 2-core machine): a web
-    # replica restarted after a crash joins its consumer group while ``warm_up`` imports it
-    from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415
-    from sklearn.metrics.pairwise import linear_kernel  # noqa: PLC0415
-
-    try:
-        matrix = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 3), lowercase=True,
-                                 sublinear_tf=True).fit_transform([*chunks, query])
-    except ValueError:  # empty vocabulary (e.g. only one-character tokens)
+    scores = tfidf.cosines(query, chunks)  # rule O13: plain Python, no scikit-learn in the service
+    if scores is None:  # empty vocabulary (no text at all)
         return [(i, 0.0) for i in range(min(top, len(chunks)))]
-    scores = linear_kernel(matrix[-1], matrix[:-1]).ravel()
     order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
     return [(i, float(scores[i])) for i in order[:top]]
 
@@ -176,10 +170,9 @@ def rerank(query: str, chunks: list[str], top: int = TOP_CHUNKS) -> list[tuple[i
 def warm_up() -> None:
     """Run extraction and reranking once on a tiny page so lazy imports and caches load now.
 
-    trafilatura and scikit-learn load parts of themselves on first use (about 0.1 s
-    idle, over 1 s on a busy 2-core machine; importing scikit-learn 1.5 to 6 s); call this at
-    service start, in a thread beside the consumer's start-up (``start_warm_up``), so the first search
-    does not spend its 6 s page budget on it.
+    trafilatura loads parts of itself on first use (about 0.1 s idle, over 1 s on a busy 2-core
+    machine); call this at service start, in a thread beside the consumer's start-up (``start_warm_up``),
+    so the first search does not spend its 6 s page budget on it.
     """
     body = "增值税 warm up text. " * 40
     sample = f"<html><head><title>t</title></head><body><article><p>{body}</p></article></body></html>"

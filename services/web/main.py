@@ -31,9 +31,9 @@ log = logging.getLogger("conduit.web")
 def build_service(settings: Settings) -> ToolService:
     """A ``ToolService("web", ...)`` with ``web_search`` and ``web_fetch`` registered (not started)."""
     extract.start_warm_up()  # beside the consumer group join, not before it
-    provider = configured_provider(settings)
-    policy = AddressPolicy(allow_private=settings.web_allow_private)
-    if settings.web_allow_private:
+    provider = configured_provider(settings.web)
+    policy = AddressPolicy(allow_private=settings.web.web_allow_private)
+    if settings.web.web_allow_private:
         log.warning("web_allow_private is on: pages on loopback and private addresses can be fetched (tests only)")
     if provider is None:
         log.warning("no search provider configured: web_search is refused (web_fetch still works)")
@@ -50,7 +50,7 @@ def build_service(settings: Settings) -> ToolService:
             args.url, args.reason, policy, journal=FetchJournal(service.redis, request.payload.idempotency_key)))
 
     service = ToolService("web", topics.TOOL_REQUESTS_WEB, topics.GROUP_WEB, settings)
-    service.concurrency = settings.web_concurrency  # rule T7
+    service.concurrency = settings.web.web_concurrency  # rule T7
     service.tool("web_search", web_search)  # type: ignore[arg-type]
     service.tool("web_fetch", web_fetch)  # type: ignore[arg-type]
     return service

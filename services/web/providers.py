@@ -13,7 +13,7 @@ The provider's own address is operator configuration, so it is called with a pla
 httpx client (it may well live on a private network); the *result* URLs are
 untrusted and only ever fetched through ``safefetch``.
 
-``configured_provider(settings)`` picks SearXNG when ``searxng_url`` is set, else
+``configured_provider(web)`` picks SearXNG when ``searxng_url`` is set, else
 Tavily when ``tavily_api_key`` is set, else ``None`` (web tools are not offered).
 Errors: ``ToolFailure("search_failed", kind="transient")`` for network errors,
 HTTP errors and malformed answers; ``401`` and ``403`` (a wrong or revoked key, rule E9 in
@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import WebSettings
 from conduit.runtime.toolservice import ToolFailure
 
 log = logging.getLogger("conduit.web.providers")
@@ -136,15 +136,15 @@ class TavilyProvider:
         return _hits(body.get("results") if isinstance(body, dict) else None, n)
 
 
-def configured_provider(settings: Settings) -> SearchProvider | None:
+def configured_provider(web: WebSettings) -> SearchProvider | None:
     """The provider the settings configure: SearXNG first, then Tavily; ``None`` when neither is set."""
-    if settings.searxng_url:
-        return SearxngProvider(settings.searxng_url)
-    if settings.tavily_api_key:
-        return TavilyProvider(settings.tavily_api_key)
+    if web.searxng_url:
+        return SearxngProvider(web.searxng_url)
+    if web.tavily_api_key:
+        return TavilyProvider(web.tavily_api_key)
     return None
 
 
-def web_tools_available(settings: Settings) -> bool:
+def web_tools_available(web: WebSettings) -> bool:
     """True when a search provider is configured, i.e. ``web_search``/``web_fetch`` may be offered to the model."""
-    return configured_provider(settings) is not None
+    return configured_provider(web) is not None

@@ -3,11 +3,10 @@
 ``fetch(url, policy) -> FetchedPage``. Rules (brief for the web service):
 
 - only ``http``/``https`` URLs without user info;
-- every TCP connection goes through ``_GuardedBackend``: the host is resolved once,
-  *every* address is checked against ``AddressPolicy`` and the socket connects to a
-  checked address (no second DNS lookup, so DNS rebinding cannot swap the address);
-  refused: loopback, private, link-local, multicast, reserved, unspecified, any other
-  non-global address, and cloud metadata addresses (``METADATA_ADDRESSES``);
+- every TCP connection goes through the SSRF guard (``conduit.runtime.ssrf``, rule T11): the host is
+  resolved once, *every* address is checked against ``AddressPolicy`` and the socket connects to a
+  checked address; refused: loopback, private, link-local, multicast, reserved, unspecified, any other
+  non-global address, and cloud metadata addresses;
 - redirects are followed by hand, at most ``MAX_REDIRECTS`` (5) hops, each hop checked again;
 - the body is streamed and the fetch stops past ``MAX_BYTES`` (2 MB, decoded size; gzip and
   deflate are inflated here with a bounded output, so a compression bomb cannot blow up);
@@ -22,20 +21,17 @@ Errors are ``ToolFailure``: kind ``forbidden`` (scheme, blocked address),
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import re
-import socket
-import ssl
 import zlib
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import certifi
-import httpcore
 import httpx
 
+from conduit.runtime.ssrf import METADATA_ADDRESSES, AddressPolicy, BlockedAddress, guarded_transport
 from conduit.runtime.toolservice import ToolFailure
+
+__all__ = ["METADATA_ADDRESSES", "AddressPolicy", "BlockedAddress", "FetchedPage", "check_url", "fetch", "guarded_client"]
 
 MAX_BYTES = 2_000_000
 """Largest body accepted (bytes after content decoding; brief: 2 MB)."""
@@ -45,141 +41,12 @@ DEFAULT_TIMEOUT_S = 10.0
 """Deadline of one fetch including redirects (seconds)."""
 USER_AGENT = "ConduitBot/0.1 (question answering; fetches single pages on request)"
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(ipaddress.ip_address(a) for a in (
-    "169.254.169.254",  # AWS, GCP, Azure, OpenStack instance metadata
-    "fd00:ec2::254",    # AWS IMDS over IPv6
-    "169.254.170.2",    # AWS ECS task metadata
-    "100.100.100.200",  # Alibaba Cloud metadata
-    "168.63.129.16",    # Azure wire server (a public address)
-))
-"""Never fetched, whatever the policy."""
-
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-@dataclass(frozen=True)
-class AddressPolicy:
-    """Which resolved addresses a fetch may connect to.
-
-    Args:
-        allow_private: TESTS ONLY (``settings.web_allow_private``): also allow loopback and
-            private (RFC 1918, ULA) addresses. Link-local and metadata stay blocked.
-        allow_addresses: exact addresses allowed despite the rules (e.g. one trusted
-            intranet host); metadata addresses can never be allowed.
-    """
-
-    allow_private: bool = False
-    allow_addresses: frozenset[str] = field(default_factory=frozenset)
-
-    def block_reason(self, ip: IPAddress) -> str | None:
-        """Why ``ip`` must not be contacted, or ``None`` when it may."""
-        embedded = _embedded_ipv4(ip)
-        if embedded is not None:
-            reason = self.block_reason(embedded)
-            return f"{reason} (embedded in {ip})" if reason else None
-        if ip in METADATA_ADDRESSES:
-            return "a cloud metadata address"
-        if ip.is_link_local:
-            return "a link-local address"
-        if str(ip) in self.allow_addresses:
-            return None
-        if ip.is_unspecified:
-            return "an unspecified address"
-        if ip.is_multicast:
-            return "a multicast address"
-        if ip.is_loopback:
-            return None if self.allow_private else "a loopback address"
-        if ip.is_private:
-            return None if self.allow_private else "a private address"
-        if ip.is_reserved:
-            return "a reserved address"
-        if not ip.is_global:
-            return "a non-public address"
-        return None
-
-
-def _embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address carried inside an IPv6 one (mapped, 6to4, Teredo, NAT64), if any."""
-    if not isinstance(ip, ipaddress.IPv6Address):
-        return None
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if ip.teredo is not None:
-        return ip.teredo[1]
-    if ip in _NAT64:
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
-
-
-class BlockedAddress(Exception):
-    """Raised inside the connection layer when a host resolves to a refused address."""
-
-    def __init__(self, host: str, ip: str, reason: str) -> None:
-        super().__init__(f"{host} resolves to {ip}, {reason}")
-        self.host, self.ip, self.reason = host, ip, reason
-
-
-class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore network backend that resolves, checks every address, then connects to a checked one."""
-
-    def __init__(self, policy: AddressPolicy) -> None:
-        self.policy = policy
-        self.inner = httpcore.AnyIOBackend()
-
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None, socket_options: Any = None) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout)
-        except (OSError, TimeoutError) as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        addresses: list[IPAddress] = []
-        for info in infos:
-            ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-            reason = self.policy.block_reason(ip)
-            if reason:
-                raise BlockedAddress(host, str(ip), reason)
-            if ip not in addresses:
-                addresses.append(ip)
-        if not addresses:
-            raise httpcore.ConnectError(f"{host} has no address")
-        last: Exception | None = None
-        for ip in addresses:
-            try:
-                return await self.inner.connect_tcp(str(ip), port, timeout=timeout, local_address=local_address,
-                                                    socket_options=socket_options)
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                last = exc
-        assert last is not None
-        raise last
-
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Any = None) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not allowed")
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
-
 
 def guarded_client(policy: AddressPolicy, timeout_s: float = DEFAULT_TIMEOUT_S) -> httpx.AsyncClient:
-    """An httpx client whose every connection is checked by ``policy``; no redirects, no env proxies.
-
-    httpx's transport does not take a network backend, so its connection pool is
-    replaced by one built on ``_GuardedBackend`` (relies on ``AsyncHTTPTransport._pool``,
-    stable across httpx 0.2x).
-    """
-    transport = httpx.AsyncHTTPTransport(trust_env=False, retries=0)
-    transport._pool = httpcore.AsyncConnectionPool(  # noqa: SLF001 - see docstring
-        ssl_context=ssl.create_default_context(cafile=certifi.where()),
-        max_connections=20,
-        network_backend=_GuardedBackend(policy),
-    )
+    """An httpx client whose every connection is checked by ``policy`` (``conduit.runtime.ssrf``, rule T11);
+    no redirects, no env proxies."""
     return httpx.AsyncClient(
-        transport=transport, follow_redirects=False, trust_env=False,
+        transport=guarded_transport(policy), follow_redirects=False, trust_env=False,
         timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
         headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1",
                  "Accept-Encoding": "gzip, deflate"},

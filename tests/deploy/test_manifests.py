@@ -34,7 +34,7 @@ import pytest
 yaml = pytest.importorskip("yaml", reason="PyYAML (installed with the dev dependency kubernetes-validate) is needed")
 
 from ops.services import SERVICES  # noqa: E402
-from conduit.runtime.settings import Settings  # noqa: E402
+from conduit.runtime.settings import GROUPS, Settings  # noqa: E402
 from contracts import topics  # noqa: E402
 from contracts.channels import CHANNELS  # noqa: E402
 
@@ -299,7 +299,7 @@ def test_probes(base: list[Obj]) -> None:
         ready, live = main["readinessProbe"], main["livenessProbe"]
         if service == "gateway":
             ports = {p["name"]: p["containerPort"] for p in main["ports"]}
-            assert ports == {"http": Settings().gateway_port}
+            assert ports == {"http": Settings().gateway.gateway_port}
             assert ready["httpGet"] == {"path": "/readyz", "port": "http"}
             assert live["httpGet"] == {"path": "/healthz", "port": "http"}
         else:
@@ -370,7 +370,7 @@ def test_gateway_ingress_is_sse_friendly(base: list[Obj]) -> None:
     notes = ingress["metadata"]["annotations"]
     assert notes["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
     assert int(notes["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 300
-    assert int(notes["nginx.ingress.kubernetes.io/proxy-read-timeout"]) > Settings().sse_heartbeat_s
+    assert int(notes["nginx.ingress.kubernetes.io/proxy-read-timeout"]) > Settings().gateway.sse_heartbeat_s
     hpa = _one(base, "HorizontalPodAutoscaler", "conduit-gateway")
     assert hpa["spec"]["minReplicas"] >= 2
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= 300
@@ -462,14 +462,14 @@ def test_every_deployment_is_annotated_for_prometheus_on_a_real_metrics_port(ren
         assert declared[port].get("protocol", "TCP") == "TCP"
         env = {e["name"]: e.get("value") for e in main.get("env", [])}
         if service == "gateway":
-            assert port == Settings().gateway_port == int(config["CONDUIT_GATEWAY_PORT"])
+            assert port == Settings().gateway.gateway_port == int(config["CONDUIT_GATEWAY_PORT"])
             assert declared[port]["name"] == "http"
             assert "CONDUIT_METRICS_PORT" not in env, "the gateway serves /metrics on its HTTP port"
         else:
             assert port == METRICS_PORT, service
             assert declared[port]["name"] == "metrics", service
             assert env.get("CONDUIT_METRICS_PORT") == str(port), f"{service}: metrics server not started on {port}"
-            assert Settings(metrics_port=env["CONDUIT_METRICS_PORT"]).metrics_port == port
+            assert Settings(metrics_port=env["CONDUIT_METRICS_PORT"]).observability.metrics_port == port
 
 
 def test_network_policies_admit_prometheus_on_the_metrics_port_only(base: list[Obj]) -> None:
@@ -499,8 +499,9 @@ def test_network_policies_admit_prometheus_on_the_metrics_port_only(base: list[O
     assert scraped == {f"conduit-{s}" for s in SERVICES}
 
 
-def test_web_reaches_the_internet_but_no_private_address(base: list[Obj]) -> None:
-    policy = _policy_for(base, _one(base, "Deployment", "conduit-web"))
+@pytest.mark.parametrize("service", ["web", "gateway"])  # the gateway: A2A push notifications (rule T12)
+def test_web_reaches_the_internet_but_no_private_address(base: list[Obj], service: str) -> None:
+    policy = _policy_for(base, _one(base, "Deployment", f"conduit-{service}"))
     blocks = [peer["ipBlock"] for rule in policy["spec"]["egress"] for peer in rule["to"] if "ipBlock" in peer]
     v4 = [b for b in blocks if b["cidr"] == "0.0.0.0/0"]
     assert len(v4) == 1 and set(PRIVATE_V4) <= set(v4[0]["except"])
@@ -515,7 +516,7 @@ def test_web_reaches_the_internet_but_no_private_address(base: list[Obj]) -> Non
 
 
 def test_only_the_retriever_and_ingest_reach_qdrant_and_nothing_internal_has_internet(base: list[Obj]) -> None:
-    for service in ("retriever", "gateway", "ingest-laws"):
+    for service in ("retriever", "ingest-laws"):
         policy = _policy_for(base, _one(base, "Job" if service == "ingest-laws" else "Deployment", f"conduit-{service}"))
         assert not any("ipBlock" in p for r in policy["spec"]["egress"] for p in r["to"]), service
     qdrant = _policy_for(base, _one(base, "StatefulSet", "qdrant"))
@@ -594,7 +595,7 @@ def test_keda_scales_each_consumer_group_on_its_topics(base: list[Obj]) -> None:
 def _settings_keys() -> set[str]:
     """Environment variable names ``Settings`` reads: CONDUIT_<FIELD> plus the plain aliases."""
     keys = set()
-    for name, field in Settings.model_fields.items():
+    for name, field in ((n, f) for group in GROUPS.values() for n, f in group.model_fields.items()):
         keys.add(f"CONDUIT_{name.upper()}")
         alias = field.validation_alias
         if alias is not None:
@@ -602,7 +603,9 @@ def _settings_keys() -> set[str]:
     return keys
 
 
-NON_SETTINGS_ENV = {"OMP_WAIT_POLICY", "XDG_CACHE_HOME"}
+NON_SETTINGS_ENV = {"OMP_WAIT_POLICY", "XDG_CACHE_HOME", "OTEL_EXPORTER_OTLP_ENDPOINT"}
+"""Environment read outside the settings: numeric libraries, caches, and the OpenTelemetry standard variable
+``conduit.runtime.tracing.traces_endpoint`` reads (rule O5)."""
 
 
 def test_configmaps_hold_real_settings(base: list[Obj], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -617,11 +620,11 @@ def test_configmaps_hold_real_settings(base: list[Obj], monkeypatch: pytest.Monk
         monkeypatch.setenv(key, value)
     settings = Settings()
     kafka = _one(base, "Kafka", "conduit")
-    assert settings.bootstrap_servers() == f"{kafka['metadata']['name']}-kafka-bootstrap.{NAMESPACE}.svc:9092"
-    assert settings.kafka_partitions == PARTITIONS
-    assert settings.redis() == f"redis://{_one(base, 'Service', 'redis')['metadata']['name']}.{NAMESPACE}.svc:6379/0"
-    assert settings.qdrant_url == f"http://{_one(base, 'Service', 'qdrant')['metadata']['name']}.{NAMESPACE}.svc:6333"
-    assert settings.gateway_host == "0.0.0.0"
+    assert settings.bus.bootstrap_servers() == f"{kafka['metadata']['name']}-kafka-bootstrap.{NAMESPACE}.svc:9092"
+    assert settings.bus.kafka_partitions == PARTITIONS
+    assert settings.store.url() == f"redis://{_one(base, 'Service', 'redis')['metadata']['name']}.{NAMESPACE}.svc:6379/0"
+    assert settings.retrieval.qdrant_url == f"http://{_one(base, 'Service', 'qdrant')['metadata']['name']}.{NAMESPACE}.svc:6333"
+    assert settings.gateway.gateway_host == "0.0.0.0"
 
 
 def _locked_version(package: str) -> str:

@@ -1,7 +1,7 @@
 """Offline checks of the monitoring files: k8s/monitoring (PodMonitor, PrometheusRule) and the compose
 Prometheus and Grafana services (deploy/prometheus, deploy/grafana).
 
-The rules themselves are tested with promtool in tests/unit/test_alert_rules.py; here: the PrometheusRule
+The rules themselves are tested with promtool in tests/deploy/test_alert_rules.py; here: the PrometheusRule
 carries exactly deploy/prometheus/alerts.yml's groups, the PodMonitor reaches every service's metrics port
 in both namespaces and labels it ``service``, and compose mounts files that exist.
 """

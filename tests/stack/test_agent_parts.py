@@ -12,7 +12,7 @@ from conduit.runtime.settings import Settings
 from conduit.records.taskstream import TaskEventLog
 from testkit.scripted_model import ScriptedModel, Turn
 from contracts.stream import AnswerDelta, TaskCompleted, TaskFailed
-from services.orchestrator.openai_model import ModelClient, ModelError
+from conduit.runtime.llm.openai_model import ModelClient, ModelError
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def model_server():
 async def test_model_client_streams_deltas_and_assembles_tool_calls(model_server):
     model_server.push(Turn(content="你好，世界", chunks=3),
                       Turn(tool_calls=[{"name": "kb_search", "arguments": {"query": "增值税", "reason": "r"}}]))
-    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k").llm)
     seen: list[str] = []
 
     async def on_delta(t: str) -> None:
@@ -43,7 +43,7 @@ async def _noop(_: str) -> None:
 
 async def test_model_client_retries_before_first_token_then_gives_up(model_server):
     model_server.push(Turn(status=503, retry_after_s=0.1), Turn(content="ok"))
-    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k").llm)
     r = await client.stream([{"role": "user", "content": "q"}], None, _noop)
     assert r.content == "ok" and r.retries == 1
     model_server.push(Turn(status=500), Turn(status=500), Turn(status=500))
@@ -56,7 +56,7 @@ async def test_model_client_waits_the_retry_after_it_is_given(model_server):
     """A 429 with ``Retry-After: 2`` is retried no sooner than 2 s later: full jitter alone waits at
     most 0.5 s before the first retry, so the gap (arrival times at the server) shows the header won."""
     model_server.push(Turn(status=429, retry_after_s=2.0), Turn(content="ok"))
-    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k"))
+    client = ModelClient(Settings(openai_base_url=model_server.base_url, openai_api_key="k").llm)
     r = await client.stream([{"role": "user", "content": "q"}], None, _noop)
     assert r.content == "ok" and r.retries == 1
     refused, retried = model_server.received_at[-2:]
@@ -66,7 +66,7 @@ async def test_model_client_waits_the_retry_after_it_is_given(model_server):
 async def test_model_endpoint_down_fails_fast():
     from ops.infra import free_port
 
-    client = ModelClient(Settings(openai_base_url=f"http://127.0.0.1:{free_port()}/v1", openai_api_key="k"))
+    client = ModelClient(Settings(openai_base_url=f"http://127.0.0.1:{free_port()}/v1", openai_api_key="k").llm)
     with pytest.raises(ModelError):
         await asyncio.wait_for(client.stream([{"role": "user", "content": "q"}], None, _noop), timeout=20)
 
@@ -89,7 +89,8 @@ async def test_event_log_seq_replay_and_single_terminal(redis):
 async def test_checkpoint_save_appends_its_outbox_events_atomically(redis):
     """A save's events and tool wake-up land with it, in order; a stale save writes none (``StateStore``'s outbox)."""
     from services.orchestrator.agent.state import TaskState
-    from services.orchestrator.store import LEASES, TOOL_DEADLINES, StaleState, StateStore
+    from services.orchestrator.checkpointing import StaleState
+    from services.orchestrator.store import LEASES, TOOL_DEADLINES, StateStore
 
     log = TaskEventLog(redis, ttl_s=60)
     store = StateStore(redis, ttl_s=60, events=log)
@@ -134,7 +135,7 @@ async def test_tool_request_of_a_cancelled_task_does_not_run(settings, redis):
         await svc.handle(ToolRequested(task_id=task_id, session_id="s", payload=ToolRequestPayload(
             call_id=call_id, tool="kb_search", arguments={"query": "q", "reason": "r"}, step=1,
             idempotency_key=f"{task_id}:1:{call_id}")))
-        result = await await_tool_result(settings.bootstrap_servers(), call_id, timeout_s=30)
+        result = await await_tool_result(settings.bus.bootstrap_servers(), call_id, timeout_s=30)
         assert result.payload.error and result.payload.error.error_code == "task_cancelled" and ran == []
     finally:
         await svc.broker.stop()

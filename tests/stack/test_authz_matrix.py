@@ -306,13 +306,18 @@ def test_mcp_endpoint_authenticates_like_the_api(world: World) -> None:
 def test_a2a_is_scoped(world: World) -> None:
     """``POST /v1/a2a``: alice's task is hers and her admin's; for anyone else it does not exist (JSON-RPC
     -32001, like a missing id) and every A2A method says nothing of it; no credential is a 401 ``ErrorBody``."""
+    hook = "https://push.example/hook"  # push configs (rule T12): an outsider learns nothing, not even the URL check
     methods = {"tasks/get": {"id": world.task_id}, "GetTask": {"id": world.task_id},
-               "tasks/resubscribe": {"id": world.task_id}, "tasks/cancel": {"id": world.task_id}}
+               "tasks/resubscribe": {"id": world.task_id}, "tasks/cancel": {"id": world.task_id},
+               "tasks/pushNotificationConfig/set": {"taskId": world.task_id, "pushNotificationConfig": {"url": hook}},
+               "tasks/pushNotificationConfig/get": {"id": world.task_id},
+               "tasks/pushNotificationConfig/list": {"id": world.task_id},
+               "CreateTaskPushNotificationConfig": {"taskId": world.task_id, "url": hook}}
     with world.client() as c:
         for caller in CALLERS:
             for method, params in methods.items():
                 if caller in ("owner", "admin") and method not in ("tasks/get", "GetTask"):
-                    continue  # no orchestrator here: a cancel would wait, a resubscribe stream on
+                    continue  # no orchestrator here: a cancel would wait, a resubscribe stream on; no DNS for a hook
                 headers = {**world.headers[caller], **({"A2A-Version": "1.0"} if method[0].isupper() else {})}
                 r = c.post("/v1/a2a", json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params},
                            headers=headers)

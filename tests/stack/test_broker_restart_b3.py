@@ -26,7 +26,7 @@ def test_services_that_live_through_a_broker_restart_read_its_new_topics_from_th
                                   api_key=stack.admin_key))
         assert events[-1].event == "task.completed", [e.event for e in events]
     broker.restart()
-    asyncio.run(bus.ensure_topics(stack.settings))  # as `conduit up`'s supervisor does after a broker restart
+    asyncio.run(bus.ensure_topics(stack.settings.bus))  # as `conduit up`'s supervisor does after a broker restart
     stack.wait_ready(90)
     web_log = stack.log_dir / "web.log"
     assert wait_until(lambda: "rule B3" in web_log.read_text(errors="replace"), 60), "the web service never rewound"

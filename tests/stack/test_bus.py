@@ -47,15 +47,15 @@ async def test_an_event_failing_every_time_is_dead_lettered_after_5_attempts(set
         if event.task_id == after:
             handled_after.set()
 
-    await bus.ensure_topics(settings)
+    await bus.ensure_topics(settings.bus)
     broker = bus.make_broker(settings, client_id=consumer)
-    bus.subscribe(broker, settings, redis, topic=topics.QUESTIONS, group_id=consumer, model=QuestionAsked,
+    bus.subscribe(broker, settings.bus, redis, topic=topics.QUESTIONS, group_id=consumer, model=QuestionAsked,
                   handler=handler, consumer_name=consumer)
     await broker.start()
     try:
         event = _question(poison)
         await bus.publish(broker, topics.QUESTIONS, event)
-        dead = await await_dead_letter(settings.bootstrap_servers(), consumer, poison)
+        dead = await await_dead_letter(settings.bus.bootstrap_servers(), consumer, poison)
         await bus.publish(broker, topics.QUESTIONS, _question(after))
         await asyncio.wait_for(handled_after.wait(), timeout=60)
     finally:
@@ -71,13 +71,13 @@ async def test_an_event_failing_every_time_is_dead_lettered_after_5_attempts(set
 
 async def test_serve_process_starts_and_stops_in_order(settings: Settings) -> None:
     service = f"proc-{uuid.uuid4().hex[:6]}"
-    redis = Redis.from_url(settings.redis())
+    redis = Redis.from_url(settings.store.url())
     broker = bus.make_broker(settings, client_id=service)
 
     async def handler(event: QuestionAsked) -> None:
         pass
 
-    bus.subscribe(broker, settings, redis, topic=topics.QUESTIONS, group_id=service, model=QuestionAsked,
+    bus.subscribe(broker, settings.bus, redis, topic=topics.QUESTIONS, group_id=service, model=QuestionAsked,
                   handler=handler, consumer_name=service)
     ready, background_started, background_cancelled = asyncio.Event(), asyncio.Event(), asyncio.Event()
     order: list[str] = []
@@ -102,7 +102,7 @@ async def test_serve_process_starts_and_stops_in_order(settings: Settings) -> No
                                                ready=on_ready, drain=drain, stop=stop))
     await asyncio.wait_for(ready.wait(), timeout=60)
     await asyncio.wait_for(background_started.wait(), timeout=10)
-    probe = Redis.from_url(settings.redis())
+    probe = Redis.from_url(settings.store.url())
     try:
         async def beating() -> None:  # the heartbeat's first write follows ready within a loop turn or two
             while not await probe.exists(alive_key(service)):
@@ -120,14 +120,14 @@ async def test_serve_process_starts_and_stops_in_order(settings: Settings) -> No
 async def _serve_gated(settings: Settings, service: str, handler) -> tuple[asyncio.Task, asyncio.Event, Any]:
     """Serve one consumer of ``conduit.questions`` through ``serve_process`` (so its fetch gate runs)."""
     broker = bus.make_broker(settings, client_id=service)
-    bus.subscribe(broker, settings, Redis.from_url(settings.redis()), topic=topics.QUESTIONS, group_id=service,
+    bus.subscribe(broker, settings.bus, Redis.from_url(settings.store.url()), topic=topics.QUESTIONS, group_id=service,
                   model=QuestionAsked, handler=handler, consumer_name=service)
     ready, stop = asyncio.Event(), asyncio.Event()
 
     async def on_ready() -> None:
         ready.set()
 
-    served = asyncio.create_task(serve_process(service, settings, broker, Redis.from_url(settings.redis()),
+    served = asyncio.create_task(serve_process(service, settings, broker, Redis.from_url(settings.store.url()),
                                                ready=on_ready, stop=stop))
     await asyncio.wait_for(ready.wait(), timeout=60)
     [gate] = bus.fetch_gates(broker)
@@ -145,7 +145,7 @@ async def _until(check, timeout: float) -> None:
 async def test_an_idle_consumer_stops_fetching_and_a_publish_wakes_it(settings: Settings) -> None:
     """Rule B1: after the quiet period the consumer sends no fetch; the publisher's doorbell wakes it,
     well before its next probe (60 s), also after a long idle period."""
-    gated = settings.model_copy(update={"kafka_idle_after_s": 0.3, "kafka_idle_probe_s": 60.0})
+    gated = settings.changed({"kafka_idle_after_s": 0.3, "kafka_idle_probe_s": 60.0})
     service = f"idle-{uuid.uuid4().hex[:6]}"
     got: dict[str, float] = {}
     served, stop, gate = await _serve_gated(gated, service, lambda e: _note(got, e))
@@ -175,11 +175,11 @@ async def test_an_idle_consumer_stops_fetching_and_a_publish_wakes_it(settings: 
 
 async def test_a_message_without_a_bell_is_fetched_by_the_idle_probe(settings: Settings) -> None:
     """A lost bell (the publisher rings none here) costs at most the probe interval, not the message."""
-    gated = settings.model_copy(update={"kafka_idle_after_s": 0.3, "kafka_idle_probe_s": 1.0})
+    gated = settings.changed({"kafka_idle_after_s": 0.3, "kafka_idle_probe_s": 1.0})
     service = f"probe-{uuid.uuid4().hex[:6]}"
     got: dict[str, float] = {}
     served, stop, gate = await _serve_gated(gated, service, lambda e: _note(got, e))
-    silent = bus.make_broker(settings.model_copy(update={"kafka_idle_after_s": 0.0}), client_id=f"{service}-pub")
+    silent = bus.make_broker(settings.changed({"kafka_idle_after_s": 0.0}), client_id=f"{service}-pub")
     await silent.start()
     try:
         await _until(lambda: gate.paused and gate.consumers() and gate.consumers()[0].assignment(), 60)

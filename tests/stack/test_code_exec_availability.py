@@ -19,7 +19,7 @@ from services.sandbox.main import build_service, publish_status, status_field
 async def test_code_exec_is_hidden_while_the_sandbox_reports_no_isolation(infra_stack, settings: Settings) -> None:
     url = infra_stack.redis_url.rsplit("/", 1)[0] + "/8"  # a database of its own: no real replica's keys
     missing = (None, NOT_INSTALLED)
-    service = build_service(settings.model_copy(update={"redis_url": url}), setup=missing)
+    service = build_service(settings.changed({"redis_url": url}), setup=missing)
     redis: Redis = service.redis
     await redis.flushdb()
     try:
@@ -34,13 +34,13 @@ async def test_code_exec_is_hidden_while_the_sandbox_reports_no_isolation(infra_
             assert body["reason"] == off_message(NOT_INSTALLED)
             hidden = await unavailable_tools(redis)
             assert hidden == {"code_exec"}
-            assert "code_exec" not in available_tools(settings, None, hidden)
-            assert "kb_search" in available_tools(settings, None, hidden)
+            assert "code_exec" not in available_tools(settings.web, None, hidden)
+            assert "kb_search" in available_tools(settings.web, None, hidden)
             # one replica that isolates is enough
             await redis.hset(keys.SANDBOX_STATUSES, "other-host:1",
                              sandboxstatus.encode(True, False, "bubblewrap", time.time()))
             assert await unavailable_tools(redis) == frozenset()
-            assert "code_exec" in available_tools(settings, None, await unavailable_tools(redis))
+            assert "code_exec" in available_tools(settings.web, None, await unavailable_tools(redis))
         finally:
             status.cancel()
     finally:

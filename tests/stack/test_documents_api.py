@@ -59,11 +59,11 @@ def in_process_kb_search(tmp_path_factory, query: str) -> list[str]:
     settings = Settings(data_dir=tmp_path_factory.mktemp("docs-api-local"))
     embedder = make_embedder(settings)
     store = open_store(settings, embedder.dim)
-    stage2 = open_second_stage(settings) if settings.retrieval_second_stage else None  # as the service (rule K7)
+    stage2 = open_second_stage(settings) if settings.retrieval.retrieval_second_stage else None  # as the service (rule K7)
     try:
         ingest_law_db(settings, law_names=[VAT_LAW], progress=False, embedder=embedder, store=store)
-        searcher = KbSearcher(settings, embedder, store, stage2=stage2)
-        return [e.chunk_id for e in kb_search(searcher, query, settings.default_tenant)]
+        searcher = KbSearcher(settings.retrieval, embedder, store, stage2=stage2)
+        return [e.chunk_id for e in kb_search(searcher, query, settings.identity.default_tenant)]
     finally:
         store.close()
         if stage2 is not None:

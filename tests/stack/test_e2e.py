@@ -274,7 +274,7 @@ def test_crash_right_after_the_first_save_loses_no_public_event(stack, model):
     restart_orchestrator(stack, OPENAI_BASE_URL=stack.extra_env["OPENAI_BASE_URL"])  # resumes once the lease lapses
     events = list(stream_task(stack.gateway_url, created["task_id"], read_timeout_s=90, api_key=stack.admin_key))
     assert events[-1].event == "task.completed"
-    public = asyncio.run(_public_records(stack.settings.bootstrap_servers(), created["task_id"], "task.completed"))
+    public = asyncio.run(_public_records(stack.settings.bus.bootstrap_servers(), created["task_id"], "task.completed"))
     kinds: dict[str, str] = {}
     for _, event in public:  # at least once: a record sent again carries the same event id
         kinds.setdefault(event["event_id"], event["payload"]["kind"])

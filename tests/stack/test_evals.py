@@ -1,4 +1,4 @@
-"""``conduit eval --fast`` over a real private stack (retriever, orchestrator, gateway processes on the
+"""``conduit evals policy --fast`` over a real private stack (retriever, orchestrator, gateway processes on the
 session's tansu and Redis; real law articles; a model endpoint that is down, so answers fall back)."""
 
 from __future__ import annotations

@@ -263,10 +263,18 @@ async def test_sse_streams_prior_and_live_events_then_stops(client, log, gw):
     await log.append(task_id, AnswerDelta(text="Hel"))  # before the client connects
     hub = gw.app.state.gateway.hub
 
+    subs: list = []
+
     async def orchestrator() -> None:
         assert await until(lambda: task_id in hub._topics, 10)  # the client is connected and its log read
-        await log.append(task_id, AnswerDelta(text="lo"))
-        await log.append(task_id, AnswerDelta(text="!"))
+        sub = next(iter(hub._topics[task_id].subs))
+        subs.append(sub)
+        # each delta finds the stream waiting with nothing in hand: the hub writes it straight to the response
+        for seq, text in ((3, "lo"), (4, "!")):
+            waiting = lambda seq=seq: sub.last == seq - 1 and sub._waiter is not None and not sub._waiter.done()  # noqa: E731
+            assert await until(waiting, 10)
+            await log.append(task_id, AnswerDelta(text=text))
+        assert await until(lambda: sub.last == 4, 10)
         await log.append(task_id, completed("Hello!"))
         await log.append(task_id, AnswerDelta(text="after terminal"))  # refused: log sealed
 
@@ -283,6 +291,7 @@ async def test_sse_streams_prior_and_live_events_then_stops(client, log, gw):
                                             "task.completed"]
     assert "".join(parse_stream_event(e["data"]).text for e in events[1:4]) == "Hello!"
     assert parse_stream_event(events[-1]["data"]).answer == "Hello!"
+    assert subs[0].written >= 1  # written by the hub (Subscription.sink), in order with the rest
 
 
 async def test_resume_after_last_event_id(client, log):

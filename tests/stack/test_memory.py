@@ -195,7 +195,9 @@ def test_the_same_first_question_is_answered_from_the_cache_until_the_document_c
     def hit() -> list[SseEvent]:
         return ask(stack, keys["carol"], CACHED_Q)[1]
 
+    # rule M15: the entry is embedded in a batch after the running recalls, so a question right after may miss
     assert wait_until(lambda: hit()[-1].data["cache"] == "hit", 30), "the second first turn never hit the cache"
+    calls = len(sent_for(model, CACHED_Q))  # the misses while it was being indexed called the model
     events = hit()
     done = events[-1].data
     types = [e.event for e in events]
@@ -255,7 +257,7 @@ def test_the_page_marks_recalled_facts_and_cached_answers(stack, keys):
     pytest.importorskip("playwright")
     from playwright.sync_api import expect
 
-    erin = new_key(stack.settings.redis(), T1, "erin", "member")
+    erin = new_key(stack.settings.store.url(), T1, "erin", "member")
     ask(stack, erin, "我叫赵六")
     assert wait_until(lambda: any(i["text"] == "我叫赵六" for i in memory_of(stack, erin)["items"]), 30)
     question = "Nebula 员工打车每次的报销上限？"

@@ -18,7 +18,7 @@ from testkit.provider_shapes import SHAPES
 from testkit.scripted_model import ScriptedModel, Turn
 from testkit.scripted_model import evidence_number as _number_of
 from testkit.stack import model_env, start_stack
-from services.orchestrator.openai_model import ModelClient, ModelError
+from conduit.runtime.llm.openai_model import ModelClient, ModelError
 
 ARGS = {"query": "增值税 征收率", "reason": "查法条"}
 WEB = {"queries": ["增值税 征收率 2026"], "reason": "核对"}
@@ -26,7 +26,7 @@ VAT_LAW = "中华人民共和国增值税法"
 
 
 def client(model: ScriptedModel, **fields) -> ModelClient:
-    return ModelClient(Settings(openai_base_url=model.base_url, openai_api_key="k", model="scripted", **fields))
+    return ModelClient(Settings(openai_base_url=model.base_url, openai_api_key="k", model="scripted", **fields).llm)
 
 
 async def _collect(model: ScriptedModel, **fields):
@@ -156,7 +156,7 @@ async def test_an_endpoint_configured_without_streaming_is_asked_for_one_reply(m
     tool calls included, goes through the same reader (its text arrives in one piece)."""
     before = len(model.requests)
     model.push(Turn(tool_calls=[{"name": "kb_search", "arguments": ARGS}]), Turn(content="征收率为3%。"))
-    whole = ModelClient(Settings(openai_base_url=model.base_url, openai_api_key="k", model="scripted"), streaming=False)
+    whole = ModelClient(Settings(openai_base_url=model.base_url, openai_api_key="k", model="scripted").llm, streaming=False)
     texts: list[str] = []
 
     async def on_delta(t: str) -> None:

@@ -42,7 +42,7 @@ def spans():
 async def test_one_question_is_one_trace_and_metrics_move(settings, spans):
     consumer = f"obs-{uuid.uuid4().hex[:6]}"
     bad_topic = f"conduit.test.obs.{uuid.uuid4().hex[:6]}"
-    await bus.ensure_topics(settings, (bad_topic,))
+    await bus.ensure_topics(settings.bus, (bad_topic,))
     seen: dict[str, dict] = {}
 
     async def handler(event: QuestionAsked) -> None:
@@ -51,8 +51,8 @@ async def test_one_question_is_one_trace_and_metrics_move(settings, spans):
     consumer_broker = bus.make_broker(settings, client_id=consumer)
     from redis.asyncio import Redis
 
-    redis = Redis.from_url(settings.redis())
-    bus.subscribe(consumer_broker, settings, redis, topic=(topics.QUESTIONS, bad_topic), group_id=consumer,
+    redis = Redis.from_url(settings.store.url())
+    bus.subscribe(consumer_broker, settings.bus, redis, topic=(topics.QUESTIONS, bad_topic), group_id=consumer,
                   model=QuestionAsked, handler=handler, consumer_name=consumer)
     app = create_app(settings)
     ok_before = sample("conduit_consumer_handling_seconds_count", consumer=consumer, outcome="ok")

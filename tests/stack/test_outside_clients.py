@@ -79,7 +79,8 @@ def test_sdk_gets_a_cited_answer(client: openai.OpenAI, model) -> None:
     assert ext["status"] == "completed" and ext["task_id"] == raw.headers["x-task-id"]
     assert any(c["index"] == n and c["locator"] == "第十一条" for c in ext["citations"])
     assert done.choices[0].finish_reason == "stop" and done.usage and done.usage.total_tokens > 0
-    assert model.requests[-2]["tools"] and [t["function"]["name"] for t in model.requests[-2]["tools"]] == ["kb_search"]
+    assert model.requests[-2]["tools"] and [t["function"]["name"] for t in model.requests[-2]["tools"]] == [
+        "kb_search", "kb_follow"]  # rule A30: kb_follow goes with kb_search
 
     # the follow-up (history as the SDK user keeps it) continues the same session
     model.push(Turn(content="一般纳税人适用一般计税方法。"))
@@ -131,7 +132,7 @@ def test_example_subscriber_prints_a_tasks_cloudevents(client: openai.OpenAI, st
     raw = client.chat.completions.with_raw_response.create(model="conduit", messages=[{"role": "user", "content": QUESTION}])
     task_id = raw.headers["x-task-id"]
     run = subprocess.run([sys.executable, str(ROOT / "examples" / "subscriber.py"), "--bootstrap",
-                          stack.settings.bootstrap_servers(), "--from-beginning", "--task", task_id, "--until-terminal",
+                          stack.settings.bus.bootstrap_servers(), "--from-beginning", "--task", task_id, "--until-terminal",
                           "--timeout", "90", "--fetch-max-wait-ms", "10"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = [json.loads(line) for line in run.stdout.splitlines()]

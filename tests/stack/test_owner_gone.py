@@ -65,7 +65,7 @@ def test_a_call_whose_replica_is_sigkilled_is_sent_again_at_once_and_answered(st
     thread = threading.Thread(target=client)
     thread.start()
     assert site.arrived.wait(60), "no web replica asked for the page"
-    with redis_sync.Redis.from_url(stack.settings.redis()) as r:
+    with redis_sync.Redis.from_url(stack.settings.store.url()) as r:
         victim = runner_of(stack, r)
     stack.procs[victim].proc.kill()
     killed_at = time.monotonic()
@@ -81,7 +81,7 @@ def test_a_call_whose_replica_is_sigkilled_is_sent_again_at_once_and_answered(st
     assert [e.event for e in events if e.event.startswith("task.") and e.event != "task.accepted"][-1] == "task.completed"
     tools = [e.data for e in events if e.event == "tool.completed"]
     assert len(tools) == 1 and tools[0]["outcome"] == "ok"
-    logs = stack.settings.data_dir / "logs"
+    logs = stack.settings.stack.data_dir / "logs"
     assert any("whose owner is gone" in p.read_text(encoding="utf-8", errors="replace")
                for p in logs.glob("orchestrator*.log"))
     survivor = "web-2" if victim == "web" else "web"
@@ -102,7 +102,7 @@ def test_a_model_step_whose_orchestrator_is_sigkilled_resumes_before_its_lease_l
         events.append(ev)
         if ev.event == "answer.delta" and killed_at is None:
             time.sleep(0.6)  # the replica's sweeper has listed the step (every 0.5 s)
-            with redis_sync.Redis.from_url(stack.settings.redis()) as r:
+            with redis_sync.Redis.from_url(stack.settings.store.url()) as r:
                 listed = {k.decode(): json.loads(v)["tasks"] for k, v in r.hgetall(keys.STEPS).items()}
             owner = next(o for o, tasks in listed.items() if created["task_id"] in tasks)
             victim = next(name for name, proc in stack.procs.items() if proc.pid == owners.parse(owner)[2])
@@ -110,8 +110,8 @@ def test_a_model_step_whose_orchestrator_is_sigkilled_resumes_before_its_lease_l
             killed_at = time.monotonic()
     took_s = time.monotonic() - killed_at
     assert events[-1].event == "task.completed", [e.event for e in events][-5:]
-    assert took_s < stack.settings.lease_ttl_s, f"{took_s:.1f} s: the lease lapsed, rule A24 did not act"
-    logs = stack.settings.data_dir / "logs"
+    assert took_s < stack.settings.agent.lease_ttl_s, f"{took_s:.1f} s: the lease lapsed, rule A24 did not act"
+    logs = stack.settings.stack.data_dir / "logs"
     assert any("whose replica is gone (rule A24)" in p.read_text(encoding="utf-8", errors="replace")
                for p in logs.glob("orchestrator*.log"))
     print(f"completed {took_s:.2f} s after the SIGKILL (3 s of streaming again included)")

@@ -329,7 +329,7 @@ def test_the_login_link_signs_in_once_and_two_users_see_only_their_own_sessions(
 
 def test_an_error_is_a_readable_sentence_and_the_question_is_kept(browser, stack):
     page = open_page(browser, stack)
-    too_long = "税" * (stack.settings.max_question_chars + 1)
+    too_long = "税" * (stack.settings.gateway.max_question_chars + 1)
     ask(page, too_long)
     expect(page.locator("#banner")).to_contain_text("问题太长了")
     expect(page.locator("#banner")).not_to_contain_text("{")

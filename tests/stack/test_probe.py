@@ -87,7 +87,7 @@ def test_redis_outage_fails_readiness_but_not_liveness() -> None:
 
 async def test_topics_waits_for_every_contract_topic(infra_stack) -> None:  # noqa: ANN001 - conftest fixture
     settings = Settings(kafka_bootstrap_servers=infra_stack.bootstrap)
-    await bus.ensure_topics(settings)
+    await bus.ensure_topics(settings.bus)
     assert await probe.missing_topics(infra_stack.bootstrap, topics.ALL_TOPICS) == []
     assert await probe.missing_topics(infra_stack.bootstrap, ("conduit.never-created",)) == ["conduit.never-created"]
 

@@ -11,11 +11,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ops import infra
 from conduit.runtime.redis_client import InlineSendConnection, make_redis
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import StoreSettings
 
 
 async def test_commands_scripts_and_pipelines_use_the_inline_connection(settings):
-    client = make_redis(settings)
+    client = make_redis(settings.store)
     try:
         assert client.connection_pool.connection_class is InlineSendConnection
         await client.set("conduit:test:inline", b"v", ex=30)
@@ -33,8 +33,7 @@ async def test_a_send_to_a_hung_redis_times_out_and_drops_the_connection(tmp_pat
     """A real redis-server stopped with SIGSTOP: the kernel buffers fill, the send must give up after the timeout."""
     port = infra.free_port()
     proc = infra.start_redis(port, tmp_path / "redis", tmp_path / "redis.log", persist=False)
-    client = make_redis(Settings(redis_url=f"redis://127.0.0.1:{port}/0", redis_socket_timeout_s=0.5,
-                                 data_dir=tmp_path / "data"))
+    client = make_redis(StoreSettings(redis_url=f"redis://127.0.0.1:{port}/0", redis_socket_timeout_s=0.5))
     try:
         assert await client.ping()
         os.kill(proc.pid, signal.SIGSTOP)

@@ -198,12 +198,12 @@ def searcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KbSearcher]:
     embedder = UseEmbedder()
     store = open_store(settings, embedder.dim)
     ingest_law_db(settings, law_names=[VAT, PIT], progress=False, embedder=embedder, store=store)
-    yield KbSearcher(settings, embedder, store)
+    yield KbSearcher(settings.retrieval, embedder, store)
     store.close()
 
 
 def _with(searcher: KbSearcher, assist: SearchAssist) -> KbSearcher:
-    return KbSearcher(assist.settings.model_copy(update={"data_dir": searcher.settings.data_dir}), searcher.embedder,
+    return KbSearcher(assist.retrieval, searcher.embedder,
                       searcher.store, searcher.encoder, assist=assist)
 
 

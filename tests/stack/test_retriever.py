@@ -85,7 +85,7 @@ def kb(law_kb: Path, tmp_path: Path, embedder: UseEmbedder) -> Iterator[KB]:
     settings = Settings(data_dir=data)
     store = open_store(settings, embedder.dim)
     assert isinstance(store, EdgeVectorStore)
-    yield KB(settings, store, KbSearcher(settings, embedder, store))
+    yield KB(settings, store, KbSearcher(settings.retrieval, embedder, store))
     store.close()
 
 
@@ -105,7 +105,7 @@ def test_sample_question_finds_vat_article_11_first(kb: KB) -> None:
     # RRF sums stay tiny: three branches (question and expansion dense, or the question's twice; sparse)
     # of at most 1/60 each (Qdrant: 1/(position + k), position from 0)
     assert first.metadata["fused_score"] <= 3 / 60 + 1e-6
-    s = kb.settings
+    s = kb.settings.retrieval
     assert len(outcome.evidence) <= s.retrieval_top_k
     assert all(e.score is None or e.score >= s.retrieval_min_score for e in outcome.evidence)
     assert not outcome.retried  # best cosine >= 0.5: no compressed retry
@@ -125,7 +125,7 @@ def test_compressed_retry_fires_when_best_score_is_low(kb: KB) -> None:
 
 def test_multi_topic_query_searches_a_missing_topic(kb: KB) -> None:
     # expansion off: the first round sees only the colloquial 个税 (with it on, 个人所得税 is searched at once)
-    kb.searcher.settings = kb.settings.model_copy(update={"retrieval_query_expansion": False})
+    kb.searcher.retrieval = kb.settings.retrieval.model_copy(update={"retrieval_query_expansion": False})
     outcome = kb.searcher.search("发票和个税", "default")
     topic_rounds = [a for a in outcome.attempts if a.kind.startswith("topic:")]
     assert [(a.kind, a.query) for a in topic_rounds] == [("topic:个人所得税", "个人所得税")]
@@ -238,7 +238,7 @@ async def test_kb_search_tool_errors(kb: KB) -> None:
         call_id="c1", tool="kb_search", arguments={}, step=1, idempotency_key="t1:1:c1"))
     out = await tool(KbSearchArgs(query=SAMPLE, reason="r"), request)
     assert out.evidence[0].locator == "第十一条"
-    kb.searcher.settings = kb.settings.model_copy(update={"retrieval_min_score": 0.99})
+    kb.searcher.retrieval = kb.settings.retrieval.model_copy(update={"retrieval_min_score": 0.99})
     with pytest.raises(ToolFailure) as failure:
         await tool(KbSearchArgs(query=SAMPLE, reason="r"), request)
     assert failure.value.error.error_code == "kb_no_results" and failure.value.error.kind == "business"
@@ -255,7 +255,7 @@ def test_store_errors_are_clear(kb: KB, tmp_path: Path) -> None:
 def test_corpus_ready_only_after_a_complete_ingest(kb: KB, tmp_path: Path) -> None:
     assert not corpus_ready(kb.settings)  # a subset does not count
     assert not corpus_ready(Settings(data_dir=tmp_path / "nothing"))
-    marker = Path(kb.settings.data_dir) / CORPUS_MARKER
+    marker = Path(kb.settings.stack.data_dir) / CORPUS_MARKER
     marker.write_text(json.dumps({"laws": 352, "chunks": 23490, "embedder": "use-multilingual-v3"}))
     assert not corpus_ready(kb.settings)  # an older store without item chunks: ingest again (adds only the items)
     marker.write_text(json.dumps({"laws": 352, "chunks": 38795, "layout": LAW_LAYOUT}))
@@ -265,7 +265,7 @@ def test_corpus_ready_only_after_a_complete_ingest(kb: KB, tmp_path: Path) -> No
 def test_qdrant_client_local_mode_adapter(embedder: UseEmbedder) -> None:
     """The server adapter (qdrant-client) behaves like Edge: RRF k=60, dense cosine, deletes, tenants."""
     settings = Settings(data_dir=Path("/nonexistent"))
-    store = ClientVectorStore("conduit-test", embedder.dim, settings.rrf_k, location=":memory:")
+    store = ClientVectorStore("conduit-test", embedder.dim, settings.retrieval.rrf_k, location=":memory:")
     try:
         laws = [VAT, "中华人民共和国个人所得税法"]
         vat, pit = list_laws(law_names=laws)  # ordered by name: 个人所得税法 first
@@ -276,7 +276,7 @@ def test_qdrant_client_local_mode_adapter(embedder: UseEmbedder) -> None:
         assert store.count() == summary.chunks == n_vat + n_pit
         again = ingest_law_db(settings, law_names=laws, progress=False, embedder=embedder, store=store)
         assert again.embedded == 0 and store.count() == n_vat + n_pit
-        searcher = KbSearcher(settings, embedder, store)
+        searcher = KbSearcher(settings.retrieval, embedder, store)
         evidence = searcher.search(SAMPLE, "default").evidence
         assert (evidence[0].title, evidence[0].locator) == (f"《{VAT}》", "第十一条") and evidence[0].score >= 0.5
         # item chunks' hits come back as their article, once, as on Edge
@@ -365,8 +365,8 @@ async def _collect(consumer: AIOKafkaConsumer, task_ids: set[str], timeout_s: fl
 
 async def test_kb_search_over_the_bus_with_idempotency(law_kb: Path, settings: Settings, redis, infra_stack,
                                                        tmp_path: Path) -> None:
-    shutil.copytree(law_kb, settings.data_dir)
-    proc = ServiceProcess("retriever", settings_env(infra_stack.bootstrap, infra_stack.redis_url, settings.data_dir),
+    shutil.copytree(law_kb, settings.stack.data_dir)
+    proc = ServiceProcess("retriever", settings_env(infra_stack.bootstrap, infra_stack.redis_url, settings.stack.data_dir),
                           tmp_path / "logs").start()
     broker = bus.make_broker(settings, client_id="test-retriever")
     consumer = AIOKafkaConsumer(topics.TOOL_RESULTS, bootstrap_servers=infra_stack.bootstrap,

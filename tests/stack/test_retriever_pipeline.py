@@ -57,12 +57,12 @@ def searcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KbSearcher]:
     summary = ingest_paths(settings, [root / "handbook.md", root / "benefits.md"], tenant_id="orion", progress=False,
                            embedder=embedder, store=store)
     assert summary.documents == 2 and not summary.failures
-    yield KbSearcher(settings, embedder, store)
+    yield KbSearcher(settings.retrieval, embedder, store)
     store.close()
 
 
 def _with(searcher: KbSearcher, **update) -> KbSearcher:
-    return KbSearcher(searcher.settings.model_copy(update=update), searcher.embedder, searcher.store, searcher.encoder)
+    return KbSearcher(searcher.retrieval.model_copy(update=update), searcher.embedder, searcher.store, searcher.encoder)
 
 
 def test_floor_drops_hits_below_the_dense_cosine_threshold(searcher: KbSearcher) -> None:
@@ -212,7 +212,7 @@ def test_long_section_answer_is_found_through_a_child_and_returned_as_its_parent
     try:
         summary = ingest_paths(settings, [doc], tenant_id="acme", progress=False, embedder=embedder, store=store)
         assert summary.embedded == summary.chunks == len(chunks) == store.count()
-        outcome = KbSearcher(settings, embedder, store).search(LONG_QUESTION, "acme")
+        outcome = KbSearcher(settings.retrieval, embedder, store).search(LONG_QUESTION, "acme")
         first = outcome.evidence[0]
         assert first.chunk_id == parent_chunk_id(doc_id, 0) and first.locator == "员工管理细则"
         assert first.score is not None and first.score >= 0.30  # the best child's dense cosine

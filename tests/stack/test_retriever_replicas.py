@@ -118,7 +118,7 @@ def test_a_deleted_document_is_gone_from_every_replica(stack, client):
 
 def test_exactly_the_last_replica_completes_a_document(stack):
     async def run() -> list[bool]:
-        redis = Redis.from_url(stack.settings.redis())
+        redis = Redis.from_url(stack.settings.store.url())
         try:
             first = await mark_applied(redis, "default", "d1", "req-1", 1, 2)
             again = await mark_applied(redis, "default", "d1", "req-1", 1, 2)  # a redelivery on replica 1
@@ -150,7 +150,7 @@ def test_a_memory_write_is_embedded_once_and_recalled_on_every_replica(stack):
         return any(c.item.id == item.id for c in RecallReply.model_validate_json(raw).candidates)
 
     async def run() -> None:
-        redis = Redis.from_url(stack.settings.redis())
+        redis = Redis.from_url(stack.settings.store.url())
         broker = bus.make_broker(stack.settings, client_id="test-replicas", redis=redis)
         await broker.start()
         try:

@@ -131,7 +131,7 @@ def test_approval_approve_runs_exactly_what_was_approved(stack, model):
     assert any(x["phase"] == "approval" and x["decision"] == "approve" for x in trace)
     assert any(x["phase"] == "tool" and x["tool"] == "code_exec" for x in trace)
     # other teams see the approval on the public feed, between the request and the run
-    public = asyncio.run(agent_events_of(stack.settings.bootstrap_servers(), task_id, "task.completed"))
+    public = asyncio.run(agent_events_of(stack.settings.bus.bootstrap_servers(), task_id, "task.completed"))
     kinds = [e.payload.kind for e in public]
     assert kinds.index("approval.requested") < kinds.index("approval.decided") < kinds.index("tool.completed")
     decided = next(e for e in public if e.payload.kind == "approval.decided")
@@ -424,7 +424,7 @@ def test_two_replicas_share_tasks_and_run_each_tool_once(stack, model):
     for t in threads:
         t.join(timeout=120)
     try:
-        probe = redis_lib.Redis.from_url(stack.settings.redis())
+        probe = redis_lib.Redis.from_url(stack.settings.store.url())
         assert wait_until(lambda: probe.exists(alive_key("orchestrator", second.proc.pid)), 120)  # started
         deadline = time.monotonic() + 120
         sent = 6
@@ -458,6 +458,6 @@ def test_cancel_stops_a_running_sandbox_call(stack, model):
 
     task_id, events = events_of(stack, "等八秒再回答", on_event)
     assert types(events)[-1] == "task.cancelled"
-    result = asyncio.run(await_tool_result(stack.settings.bootstrap_servers(), call["id"], timeout_s=30))
+    result = asyncio.run(await_tool_result(stack.settings.bus.bootstrap_servers(), call["id"], timeout_s=30))
     assert result.payload.error is not None and result.payload.error.error_code == "task_cancelled"
     assert result.payload.duration_ms < 6000  # stopped soon after it started, not after the 8 s sleep

@@ -189,7 +189,7 @@ async def test_refuses_without_isolation_unless_unsafe(settings: Settings, monke
 @needs_bwrap
 async def test_service_keeps_serving_after_each_bomb(settings: Settings) -> None:
     """Fork bomb, memory bomb and infinite loop through the real service code path, then a normal run."""
-    service = build_service(settings.model_copy(update={"sandbox_timeout_s": 3.0, "sandbox_memory_mb": 200}))
+    service = build_service(settings.changed({"sandbox_timeout_s": 3.0, "sandbox_memory_mb": 200}))
     bombs = {
         "fork": ("import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)",
                  "stopped:"),
@@ -240,7 +240,7 @@ async def test_readiness_reports_why_isolation_is_missing(infra_stack, settings:
     url = infra_stack.redis_url.rsplit("/", 1)[0] + "/7"  # a database of its own: no real replica's keys
     missing = (None, "bubblewrap is not installed (test)")
     for unsafe, expected in [(False, 1), (True, 0)]:
-        service = build_service(settings.model_copy(update={"redis_url": url, "sandbox_unsafe": unsafe}), setup=missing)
+        service = build_service(settings.changed({"redis_url": url, "sandbox_unsafe": unsafe}), setup=missing)
         await service.redis.flushdb()
         await service.redis.set(liveness.alive_key("sandbox"), "1", ex=10)
         status = asyncio.create_task(publish_status(service, setup=missing))
@@ -273,10 +273,10 @@ def _task_id_on(partition: int, partitions: int) -> str:
 async def test_concurrency_limit_runs_n_at_once_in_task_order(settings: Settings) -> None:
     """sandbox_concurrency=2 (rule T7): two programs run at the same time, never three; two requests
     of the same task run one after the other, in order. Overlap is read from the times the programs print."""
-    settings = settings.model_copy(update={"sandbox_concurrency": 2})
+    settings = settings.changed({"sandbox_concurrency": 2})
     service = build_service(settings)
     assert service.concurrency == 2
-    await bus.ensure_topics(settings)
+    await bus.ensure_topics(settings.bus)
     service.subscribe(group_id=f"{service.group_id}-conc-{uuid.uuid4().hex[:6]}")
     await service.broker.start()
     try:
@@ -290,7 +290,7 @@ async def test_concurrency_limit_runs_n_at_once_in_task_order(settings: Settings
             await bus.publish(service.broker, topics.TOOL_REQUESTS_SANDBOX, request)
         spans = []
         for request in requests:
-            result = await await_tool_result(settings.bootstrap_servers(), request.payload.call_id, timeout_s=60)
+            result = await await_tool_result(settings.bus.bootstrap_servers(), request.payload.call_id, timeout_s=60)
             assert result.payload.outcome == "ok", result.payload
             start, end = (float(x) for x in (result.payload.output or "").splitlines()[:2])
             spans.append((start, end))
@@ -304,8 +304,8 @@ async def test_concurrency_limit_runs_n_at_once_in_task_order(settings: Settings
 
 @needs_bwrap
 async def test_bus_round_trip(settings: Settings, tmp_path: Path) -> None:
-    await bus.ensure_topics(settings)
-    env = settings_env(settings.bootstrap_servers(), settings.redis(), tmp_path / "data", CONDUIT_LOG_JSON="false")
+    await bus.ensure_topics(settings.bus)
+    env = settings_env(settings.bus.bootstrap_servers(), settings.store.url(), tmp_path / "data", CONDUIT_LOG_JSON="false")
     service = ServiceProcess("sandbox", env, tmp_path / "logs").start()
     broker = bus.make_broker(settings, client_id="test-sandbox")
     await broker.start()
@@ -313,7 +313,7 @@ async def test_bus_round_trip(settings: Settings, tmp_path: Path) -> None:
         request = _request("import numpy as np\nprint(int(np.prod([6, 7])))")
         await bus.publish(broker, topics.TOOL_REQUESTS_SANDBOX, request)
         try:
-            result = await await_tool_result(settings.bootstrap_servers(), request.payload.call_id)
+            result = await await_tool_result(settings.bus.bootstrap_servers(), request.payload.call_id)
         except AssertionError:
             raise AssertionError(service.log_path.read_text()[-3000:]) from None
         assert result.payload.outcome == "ok", result.payload.error

@@ -66,7 +66,7 @@ def _request(code: str, user_id: str | None) -> ToolRequested:
 
 
 async def test_plot_and_csv_become_artifacts_served_to_the_owner_only(settings: Settings, gateway_url: str) -> None:
-    service = build_service(settings.model_copy(update={"sandbox_timeout_s": 40.0}))
+    service = build_service(settings.changed({"sandbox_timeout_s": 40.0}))
     request = _request(PLOT, user_id="alice")
     try:
         payload = await service.execute(request)
@@ -81,8 +81,8 @@ async def test_plot_and_csv_become_artifacts_served_to_the_owner_only(settings: 
     assert plot.url == f"/v1/artifacts/{plot.id}" and plot.bytes > 1000
     assert "plot.png (image/png" in (payload.output or "")  # the model is told about the files
 
-    alice, mallory = [auth(await make_key(settings.redis(), user=u, role="member")) for u in ("alice", "mallory")]
-    admin, stranger = auth(await make_key(settings.redis())), auth(await make_key(settings.redis(), tenant="other"))
+    alice, mallory = [auth(await make_key(settings.store.url(), user=u, role="member")) for u in ("alice", "mallory")]
+    admin, stranger = auth(await make_key(settings.store.url())), auth(await make_key(settings.store.url(), tenant="other"))
     owner = {"params": {"task_id": request.task_id}, "headers": alice}
     async with httpx.AsyncClient(base_url=gateway_url, timeout=10) as client:
         got = await client.get(plot.url, **owner)

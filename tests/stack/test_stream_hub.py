@@ -211,3 +211,45 @@ async def test_release_memory_after_the_last_subscriber_leaves(make_hub, monkeyp
     hub.unsubscribe(b)
     assert await until(lambda: calls == [1], 5)
     assert isinstance(release_memory(), bool)
+
+
+async def test_direct_writes_reach_a_waiting_stream_in_order_and_the_terminal_event_wakes_it(make_hub, log):
+    """``Subscription.sink``: events that find the stream parked in ``next_batch`` are written through the sink
+    without waking it; a refused write (a full socket) and the terminal event come back through ``next_batch``."""
+    hub = make_hub(block_ms=5000)
+    t = tid()
+    await log.append(t, AnswerDelta(text="0"))  # seq 1
+    sub = hub.subscribe(t, 0)
+    written: list[int] = []
+    refuse = {4}  # the write of seq 4 is refused: it must come through next_batch, in order
+
+    def sink(events: list) -> bool:
+        if any(ev.seq in refuse for ev in events):
+            return False
+        written.extend(ev.seq for ev in events)
+        return True
+
+    got = await sub.next_batch(5)  # no sink yet: seq 1 comes through next_batch
+    assert [ev.seq for ev in got] == [1]
+    sub.sink = sink
+    returned: list[int] = []
+
+    async def stream() -> None:
+        while True:
+            batch = await sub.next_batch(5)
+            assert batch is not None
+            returned.extend(ev.seq for ev in batch)
+            if batch and batch[-1].terminal:
+                return
+
+    reader = asyncio.create_task(stream())
+    for j in range(2, 7):  # seqs 2..6, one per hub round
+        assert await until(lambda: sub._waiter is not None and not sub._waiter.done(), 10)
+        await log.append(t, AnswerDelta(text=str(j)))
+        assert await until(lambda j=j: sub.last >= j, 10)
+    await log.append(t, TaskCompleted(answer="x", latency_ms=1.0))  # seq 7
+    await asyncio.wait_for(reader, 10)
+    assert sorted(written + returned) == list(range(2, 8)) and len(written + returned) == 6
+    assert 4 in returned and 7 in returned and sub.written == len(written) >= 3
+    assert sub.last == 7
+    hub.unsubscribe(sub)

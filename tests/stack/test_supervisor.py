@@ -124,16 +124,16 @@ def test_killed_redis_and_broker_come_back_on_their_ports_with_data_and_topics(t
     st = Stack(s, services=("web",)).start()
     sup = Running(st)
     try:
-        client = redis_sync.Redis.from_url(s.redis())
+        client = redis_sync.Redis.from_url(s.store.url())
         client.set("conduit:test:kept", "1")
         for key in ("redis", "tansu"):
             old = st.infra[key].pid
             st.infra[key].kill()
             sup.wait_line(lambda x, key=key: x.startswith(f"{key} restarted"), timeout_s=120)
             assert st.infra[key].pid != old and st.infra[key].running
-        assert infra.port_open(s.embedded_redis_port) and infra.port_open(s.embedded_kafka_port)
+        assert infra.port_open(s.store.embedded_redis_port) and infra.port_open(s.bus.embedded_kafka_port)
         assert client.get("conduit:test:kept") == b"1"
-        assert asyncio.run(probe.missing_topics(s.bootstrap_servers(), topics.ALL_TOPICS)) == []
+        assert asyncio.run(probe.missing_topics(s.bus.bootstrap_servers(), topics.ALL_TOPICS)) == []
         assert sup.error is None
     finally:
         sup.stop()

@@ -153,11 +153,11 @@ def test_team_question_runs_two_workers_in_parallel_and_every_citation_resolves(
     for child in children:
         own = child_stream(stack, child)
         assert types(own).count("task.completed") == 1 and types(own).count("tool.completed") == 1
-    other = new_key(stack.settings.redis(), tenant="default", user="someone-else", role="member")
+    other = new_key(stack.settings.store.url(), tenant="default", user="someone-else", role="member")
     r = httpx.get(f"{stack.gateway_url}/v1/tasks/{children[0]}", headers=auth(other), timeout=10)
     assert r.status_code == 404
     # the public topic says whose workers they are
-    public = asyncio.run(agent_events_of(stack.settings.bootstrap_servers(), children[0], "task.completed"))
+    public = asyncio.run(agent_events_of(stack.settings.bus.bootstrap_servers(), children[0], "task.completed"))
     assert {e.payload.parent_task_id for e in public} == {task_id}
     # deleting the session deletes its workers' tasks too
     session_id = events[0].data["session_id"]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from conduit.runtime.settings import Settings
 from testkit.scripted_model import ScriptedModel, Turn
-from services.orchestrator.openai_model import ModelClient
+from conduit.runtime.llm.openai_model import ModelClient
 
 
 async def test_reasoning_deltas_reach_on_thinking_not_the_answer(model: ScriptedModel) -> None:
     model.push(Turn(reasoning="用户问增值税，先查法条。", content="答案。"))
-    client = ModelClient(Settings(openai_base_url=model.base_url, openai_api_key="t", model="scripted"))
+    client = ModelClient(Settings(openai_base_url=model.base_url, openai_api_key="t", model="scripted").llm)
     thoughts, text = [], []
 
     async def on_delta(t: str) -> None:

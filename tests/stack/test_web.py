@@ -23,7 +23,7 @@ import pytest
 
 from conduit.runtime import bus
 from testkit.bus import await_tool_result
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import Settings, WebSettings
 from conduit.runtime.toolservice import ToolFailure
 from contracts import topics
 from contracts.events import ToolRequested, ToolRequestPayload
@@ -304,9 +304,9 @@ async def test_tavily_provider_and_configuration(site) -> None:
     with pytest.raises(ToolFailure):
         await TavilyProvider("wrong", endpoint=f"{site.base}/tavily/search").search("vat")
     assert "tvly-test" not in repr(TavilyProvider("tvly-test"))
-    assert not web_tools_available(Settings(searxng_url=None, tavily_api_key=None))
-    assert isinstance(configured_provider(Settings(searxng_url="http://sx:8080", tavily_api_key="k")), SearxngProvider)
-    assert isinstance(configured_provider(Settings(searxng_url=None, tavily_api_key="k")), TavilyProvider)
+    assert not web_tools_available(WebSettings(searxng_url=None, tavily_api_key=None))
+    assert isinstance(configured_provider(WebSettings(searxng_url="http://sx:8080", tavily_api_key="k")), SearxngProvider)
+    assert isinstance(configured_provider(WebSettings(searxng_url=None, tavily_api_key="k")), TavilyProvider)
 
 
 # ---------------------------------------------------------------- bus round trip
@@ -314,10 +314,10 @@ async def test_tavily_provider_and_configuration(site) -> None:
 
 async def test_bus_round_trip(site, settings: Settings) -> None:
     """The web ToolService in-process (``ToolService.serve`` minus its signal handlers) on the real broker."""
-    settings = settings.model_copy(update={"searxng_url": f"{site.base}/sx/good", "web_allow_private": True})
+    settings = settings.changed({"searxng_url": f"{site.base}/sx/good", "web_allow_private": True})
     service = build_service(settings)
-    await bus.ensure_topics(settings)
-    bus.subscribe(service.broker, settings, service.redis, topic=service.topic, group_id=service.group_id,
+    await bus.ensure_topics(settings.bus)
+    bus.subscribe(service.broker, settings.bus, service.redis, topic=service.topic, group_id=service.group_id,
                   model=ToolRequested, handler=service.handle, consumer_name=service.name)
     await service.broker.start()
     try:
@@ -326,7 +326,7 @@ async def test_bus_round_trip(site, settings: Settings) -> None:
             call_id=call_id, tool="web_search", arguments={"query": "增值税 起征点", "reason": "test"},
             step=1, idempotency_key=f"{task_id}:1:{call_id}"))
         await bus.publish(service.broker, topics.TOOL_REQUESTS_WEB, request)
-        result = await await_tool_result(settings.bootstrap_servers(), call_id)
+        result = await await_tool_result(settings.bus.bootstrap_servers(), call_id)
         assert result.payload.outcome == "ok", result.payload.error
         assert result.payload.evidence and result.payload.evidence[0].kind == "web"
         assert result.payload.evidence[0].metadata["untrusted"] is True

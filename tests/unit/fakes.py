@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from contracts.api import ApprovalRecord, SessionContext
+from contracts.api import ApprovalRecord, SessionContext, TaskView
 from contracts.events import AgentEvent, ToolResultPayload
-from contracts.evidence import Citation
+from contracts.memory import CacheEntry, MemoryItem
 from contracts.stream import TERMINAL_TYPES, StreamEvent
-from services.orchestrator.agent import endings
-from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
+    Announcement,
     CancelChild,
     Metric,
     Notify,
@@ -32,8 +31,8 @@ from services.orchestrator.agent.effects import (
     UpdateApproval,
 )
 from services.orchestrator.agent.state import PendingCall, TaskState
-from services.orchestrator.public import agent_event
-from services.orchestrator.store import StaleState
+from services.orchestrator.checkpointing import CancelSeen, StaleState
+from services.orchestrator.envelopes import agent_event
 
 ToolFn = Callable[[PendingCall], ToolResultPayload | None]
 
@@ -95,10 +94,13 @@ class FakeCheckpoints:
         return self.w.states.get(task_id)
 
     async def save(self, state: TaskState, lease_ttl_s: float | None = None, events: Sequence[StreamEvent] = (),
-                   wake_at: float | None = None, public: Sequence[AgentEvent] = ()) -> TaskState:
+                   wake_at: float | None = None, public: Sequence[AgentEvent] = (),
+                   unless_cancelled: bool = False, view: TaskView | None = None) -> TaskState:
         stored = self.w.states.get(state.task_id)
         if (stored.version if stored is not None else 0) != state.version:
             raise StaleState(state.task_id)
+        if unless_cancelled and state.task_id in self.w.cancelled:
+            raise CancelSeen(state.task_id)
         state.version += 1
         self.w.states[state.task_id] = state
         for e in events:
@@ -108,7 +110,11 @@ class FakeCheckpoints:
         if lease_ttl_s is not None:
             self.w.leases[state.task_id] = self.w.clock().timestamp() + lease_ttl_s
         self.w.publics += [_public(e) for e in public]
+        self.w.views += view is not None
         return state
+
+    def saw_no_cancel(self, state: TaskState) -> bool:
+        return False  # the fake always reads the flag
 
     async def take_lease(self, task_id: str, ttl_s: float) -> None:
         self.w.leases[task_id] = self.w.clock().timestamp() + ttl_s
@@ -161,25 +167,18 @@ class FakeOutbound:
     async def public(self, state: TaskState, kind: str, **fields: object) -> None:
         self.w.publics.append(_public(agent_event(state, kind, dict(fields))))
 
-    async def write_view(self, state: TaskState, latency_ms: float | None = None,
-                         citations: list[Citation] | None = None) -> None:
-        endings.record_view(state, latency_ms, citations)  # built as production builds it
+    async def write_view(self, view: TaskView) -> None:
         self.w.views += 1
 
-    async def announce(self, state: TaskState, citations: list[Citation] | None = None) -> None:
-        now = self.w.clock()
-        if state.status == "completed" and citations is None:
-            citations = endings.citations_of(state)
+    async def announce(self, state: TaskState, decided: Announcement) -> None:
         was_sealed = self.w.sealed
-        self.w.log(state.task_id, endings.terminal_event(state, now, citations))
+        self.w.log(state.task_id, decided.event)
         if not was_sealed:
-            kind = {"completed": "task.completed", "failed": "task.failed", "cancelled": "task.cancelled",
-                    "needs_input": "task.needs_input"}[state.status]
-            self.w.publics.append(Public(kind, {}))
+            self.w.publics.append(Public(decided.public_kind, decided.public_fields))
         self.w.leases.pop(state.task_id, None)
         self.w.wakes.pop(state.task_id, None)
 
-    async def report_to_parent(self, state: TaskState, deps: Deps) -> None:
+    async def report_to_parent(self, state: TaskState, result: ToolResultPayload) -> None:
         """Nothing: ``teamsim.Team`` plays the bus between tasks."""
 
     async def cancel_child(self, state: TaskState, child_task_id: str, reason: str) -> None:
@@ -201,8 +200,8 @@ class FakeReplica:
     async def save_context(self, session_id: str, context: SessionContext) -> None:
         self.w.contexts.append(context)
 
-    async def remember(self, state: TaskState, citations: list[Citation]) -> None:
-        self.w.remembered.append(Remember(citations))
+    async def remember(self, state: TaskState, items: Sequence[MemoryItem], entry: CacheEntry | None) -> None:
+        self.w.remembered.append(Remember([], list(items), entry))
 
     def count(self, name: str, args: tuple[str, ...]) -> None:
         self.w.metrics.append(Metric(name, args))

@@ -31,9 +31,11 @@ class Team:
     """
 
     def __init__(self, model: FunctionModel, tools: dict[str, ToolFn] | None = None, silent: set[str] = frozenset(),
-                 failing: set[str] = frozenset(), allowed: list[str] | None = None, **fields: Any) -> None:
+                 failing: set[str] = frozenset(), allowed: list[str] | None = None, mcp_tools: list | None = None,
+                 **fields: Any) -> None:
         self.model, self.tools, self.fields, self.allowed = model, tools, fields, allowed
-        self.root = Sim(model, tools, allowed=allowed, **fields)
+        self.mcp_tools = list(mcp_tools or [])  # the tenant's MCP catalog (every task of the tree reads it)
+        self.root = Sim(model, tools, allowed=allowed, mcp_tools=self.mcp_tools, **fields)
         self.sims: dict[str, Sim] = {}
         self.silent, self.failing = set(silent), set(failing)
         self.reported: set[str] = set()
@@ -77,7 +79,9 @@ class Team:
             sim.now = parent.now
             self.sims[child_id] = sim
             allowed = q.payload.allowed_tools
-            step = planning.start(sim.deps, q, [t for t in sim.allowed if allowed is None or t in allowed], [])
+            mcp = [t for t in self.mcp_tools if allowed is None or t.name in allowed]  # as runtime.on_question
+            step = planning.start(sim.deps, q, [t for t in sim.allowed if allowed is None or t in allowed], [],
+                                  mcp_tools=mcp)
             if q.payload.question in self.failing:
                 step = endings.fail(step.state, "internal_error", "the worker crashed", sim.now)
             await sim.run(step)

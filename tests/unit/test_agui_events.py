@@ -99,3 +99,26 @@ def test_a_failure_is_run_error() -> None:
     out = dumped(tr.opening(0)) + [e for ev in events for e in dumped(tr.apply(ev))]
     StreamChecker().check_all(out)
     assert out[-1] == {"type": "RUN_ERROR", "message": "the model did not answer", "code": "model_timeout"}
+
+
+def test_progress_and_the_plan_are_state_deltas_that_apply_to_the_state() -> None:
+    """Rule A28: a step's status and number and the plan (rule A25) change the state by JSON Patch."""
+    steps = [{"goal": "查征收率", "tool": "kb_search", "status": "pending"}, {"goal": "计算", "tool": "code_exec",
+                                                                              "status": "pending"}]
+    revised = [{**steps[0], "status": "done"}, {"goal": "换个方法", "tool": "none", "status": "pending"}]
+    run = [*RUN[:2], *log(("plan.created", {"steps": steps}))[0:1], *RUN[2:8],
+           *log(("plan.step_done", {"index": 0, "status": "done"}), ("plan.step_done", {"index": 1, "status": "failed"}),
+                ("plan.revised", {"steps": revised}), ("plan.step_done", {"index": 5, "status": "done"}))]
+    run = [LoggedEvent(i, e.type, e.data) for i, e in enumerate([*run, *RUN[8:]], 1)]
+    tr = RunTranslator("s", "r1", "t")
+    events = dumped(tr.opening(0)) + [e for ev in run for e in dumped(tr.apply(ev))]
+    checker = StreamChecker()
+    checker.check_all(events)
+    deltas = [e["delta"] for e in events if e["type"] == "STATE_DELTA"]
+    assert deltas[0] == [{"op": "replace", "path": "/status", "value": "working"},
+                         {"op": "replace", "path": "/step", "value": 1}]
+    assert {"op": "add", "path": "/plan", "value": steps} in [op for d in deltas for op in d]
+    assert [{"op": "replace", "path": "/plan/1/status", "value": "failed"}] in deltas
+    assert [{"op": "replace", "path": "/plan", "value": revised}] in deltas
+    assert checker.state["plan"] == revised and checker.state["status"] == "completed"
+    assert events[-3]["snapshot"]["plan"] == revised, "the final snapshot agrees with the deltas"

@@ -46,7 +46,7 @@ class Jwks:
 
         self.server = HTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/jwks.json"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True).start()  # shutdown waits one poll
 
     def sign(self, kid: str, **claims: object) -> str:
         base = {"sub": "alice", "tenant_id": "t1", "aud": "conduit", "iss": "https://idp.test",
@@ -65,30 +65,30 @@ def jwks() -> Iterator[Jwks]:
 def test_jwks_tokens_are_verified_cached_and_refetched_on_an_unknown_kid(jwks: Jwks) -> None:
     s = Settings(auth="jwt", auth_jwt_jwks_url=jwks.url, auth_jwt_issuer="https://idp.test",
                  auth_jwks_refetch_cooldown_s=0)
-    assert decode_jwt(s, jwks.sign("k1", roles=["admin"]))["roles"] == ["admin"]
-    decode_jwt(s, jwks.sign("k1"))
+    assert decode_jwt(s.identity, jwks.sign("k1", roles=["admin"]))["roles"] == ["admin"]
+    decode_jwt(s.identity, jwks.sign("k1"))
     assert jwks.fetches == 1  # cached
     jwks.keys["k2"] = rsa.generate_private_key(public_exponent=65537, key_size=2048)  # the issuer rotates
-    assert decode_jwt(s, jwks.sign("k2"))["sub"] == "alice"
+    assert decode_jwt(s.identity, jwks.sign("k2"))["sub"] == "alice"
     assert jwks.fetches == 2  # fetched again for the unknown kid
     for bad in (jwks.sign("k1", exp=datetime.now(UTC) - timedelta(minutes=1)), jwks.sign("k1", aud="other"),
                 jwks.sign("k1", iss="https://evil.test"), jwks.sign("k1", exp=None)):
         with pytest.raises(jwt.PyJWTError):
-            decode_jwt(s, bad)
+            decode_jwt(s.identity, bad)
     forged = jwt.encode({"sub": "alice", "tenant_id": "t1", "aud": "conduit", "iss": "https://idp.test",
                          "exp": datetime.now(UTC) + timedelta(minutes=5)}, "guess-guess-guess-guess-guess-guess", algorithm="HS256",
                         headers={"kid": "k1"})
     with pytest.raises(jwt.PyJWTError):  # no HMAC tokens when a JWKS is configured
-        decode_jwt(s, forged)
+        decode_jwt(s.identity, forged)
 
 
 def test_shared_secret_tokens() -> None:
     s = Settings(auth="jwt", auth_jwt_secret="s3cret-s3cret-s3cret-s3cret-s3cret")
     good = jwt.encode({"sub": "u", "tenant_id": "t", "aud": "conduit", "exp": datetime.now(UTC) + timedelta(minutes=1)},
-                      s.auth_jwt_secret, algorithm="HS256")
-    assert decode_jwt(s, good)["sub"] == "u"
+                      s.identity.auth_jwt_secret, algorithm="HS256")
+    assert decode_jwt(s.identity, good)["sub"] == "u"
     with pytest.raises(jwt.PyJWTError):
-        decode_jwt(s, jwt.encode({"sub": "u", "aud": "conduit", "exp": datetime.now(UTC) + timedelta(minutes=1)},
+        decode_jwt(s.identity, jwt.encode({"sub": "u", "aud": "conduit", "exp": datetime.now(UTC) + timedelta(minutes=1)},
                                  "another-secret-another-secret-xx", algorithm="HS256"))
 
 
@@ -124,7 +124,7 @@ def test_tenant_policy_overrides_and_tool_narrowing() -> None:
     s = Settings(tenants={"acme": {"allowed_tools": ["kb_search", "web_search"], "model": "m-acme", "running_tasks": 3}},
                  model="m-default", running_tasks_per_tenant=50)
     acme, other = policy(s, "acme"), policy(s, "other")
-    assert (acme.model, acme.running_tasks, acme.rate_limit_per_minute) == ("m-acme", 3, s.rate_limit_tenant_per_minute)
+    assert (acme.model, acme.running_tasks, acme.rate_limit_per_minute) == ("m-acme", 3, s.limits.rate_limit_tenant_per_minute)
     assert (other.model, other.running_tasks, other.allowed_tools) == ("m-default", 50, None)
     assert narrow_tools(None, acme.allowed_tools) == ["kb_search", "web_search"]
     assert narrow_tools(["code_exec", "kb_search"], acme.allowed_tools) == ["kb_search"]

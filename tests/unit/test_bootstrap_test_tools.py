@@ -27,7 +27,7 @@ def test_the_whole_suite_without_root_names_each_skipped_group_and_its_command(c
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and run.seen == []
     assert "tests/stack/test_page.py" in lines[0] and lines[0].endswith("sudo apt-get install -y chromium")
-    assert "tests/unit/test_alert_rules.py" in lines[1] and lines[1].endswith("sudo apt-get install -y prometheus")
+    assert "tests/deploy/test_alert_rules.py" in lines[1] and lines[1].endswith("sudo apt-get install -y prometheus")
     for _, _, _, files in bootstrap.TEST_TOOLS:
         assert all((ROOT / f).is_file() for f in files)
 
@@ -44,9 +44,9 @@ def test_as_root_it_installs_what_is_missing(capsys):
 
 def test_only_the_tests_selected_count_and_present_programs_change_nothing(capsys):
     run = Commands()
-    assert bootstrap.ensure_test_tools(["tests/unit", "-x"], is_root=True, run=run, exists=missing) == {
+    assert bootstrap.ensure_test_tools(["tests/deploy", "-x"], is_root=True, run=run, exists=missing) == {
         "prometheus": "skipped" if not bootstrap.shutil.which("apt-get") else "installed"}
     assert bootstrap.ensure_test_tools(["tests/stack/test_page.py::test_x"], is_root=False, run=run,
                                        exists=lambda _p: True) == {"chromium": "present"}
-    assert bootstrap.ensure_test_tools(["tests/deploy"], is_root=False, run=run, exists=missing) == {}
+    assert bootstrap.ensure_test_tools(["tests/unit"], is_root=False, run=run, exists=missing) == {}
     assert [c[-1] for c in run.seen] == (["prometheus"] if bootstrap.shutil.which("apt-get") else [])

@@ -13,7 +13,7 @@ import pytest
 from agentsim import Reply, Sim, TestModel, kb
 from services.orchestrator.agent.effects import Effect, Step
 from services.orchestrator.interpreter import HANDLERS, unhandled
-from services.orchestrator.store import StaleState
+from services.orchestrator.checkpointing import StaleState
 from contracts.stream import StepStarted
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
 import pytest
+from fresh import Started
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT = ("import sys; from importlinter.cli import lint_imports; "
@@ -29,10 +29,14 @@ LINT = ("import sys; from importlinter.cli import lint_imports; "
 CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
 
 
-def lint(cwd: Path) -> tuple[int, str]:
-    """Run every contract of ``cwd/pyproject.toml`` in a fresh interpreter (its packages come from ``cwd``):
-    ``(exit status, output)``; 0 when all are kept."""
-    done = subprocess.run([sys.executable, "-c", LINT], cwd=cwd, capture_output=True, text=True, timeout=60)
+def lint(cwd: Path) -> Started:
+    """Start every contract of ``cwd/pyproject.toml`` in a fresh interpreter (its packages come from ``cwd``);
+    ``outcome(started)`` gives ``(exit status, output)``, 0 when all are kept."""
+    return Started(LINT, cwd, timeout_s=60)
+
+
+def outcome(started: Started) -> tuple[int, str]:
+    done = started.result()
     return done.returncode, done.stdout + done.stderr
 
 
@@ -47,8 +51,12 @@ def kept(output: str) -> dict[str, bool]:
     return found
 
 
+REAL = lint(ROOT)
+"""Started at collection (``tests/unit/fresh.py``), as are the small trees' runs below."""
+
+
 def test_the_import_contracts_are_kept():
-    status, output = lint(ROOT)
+    status, output = outcome(REAL)
     assert status == 0, "an import crosses a layer or closes a cycle (run `lint-imports`):\n" + output
     assert kept(output) == {c["name"]: True for c in CONTRACTS["contracts"]}, output
 
@@ -96,9 +104,14 @@ def write(root: Path, files: dict[str, str]) -> None:
     (root / "pyproject.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+_TREES = {planted: tempfile.TemporaryDirectory(prefix="conduit-layers-") for planted in (False, True)}
+for _planted, _tree in _TREES.items():
+    write(Path(_tree.name), TREE | (VIOLATIONS if _planted else {}))
+PLANTED = {planted: lint(Path(tree.name)) for planted, tree in _TREES.items()}
+
+
 @pytest.mark.parametrize("planted", [False, True], ids=["allowed arrows", "one violation of each"])
-def test_every_contract_breaks_on_its_violation(tmp_path: Path, planted: bool):
-    write(tmp_path, TREE | (VIOLATIONS if planted else {}))
-    status, output = lint(tmp_path)
+def test_every_contract_breaks_on_its_violation(planted: bool):
+    status, output = outcome(PLANTED[planted])
     assert (status != 0) == planted, output
     assert kept(output) == {c["name"]: not planted for c in CONTRACTS["contracts"]}, output

@@ -12,7 +12,7 @@ from contracts.events import ChildSpec, QuestionAsked, QuestionPayload
 from contracts.stream import TaskCompleted, TraceEvent
 from services.orchestrator.agent import team
 from services.orchestrator.agent.state import PendingCall
-from services.orchestrator.model import ModelError
+from conduit.runtime.llm.model import ModelError
 
 MODELS = [{"name": "primary", "base_url": "http://primary.invalid/v1", "model": "p-1"},
           {"name": "backup", "base_url": "http://backup.invalid/v1", "model": "b-1"},

@@ -9,7 +9,7 @@ import pytest
 from agentsim import Reply, Sim, TestModel
 from services.orchestrator.agent import modelfailures
 from services.orchestrator.agent.effects import Metric
-from services.orchestrator.providererrors import classify, describe, retry_after_s
+from conduit.runtime.llm.providererrors import classify, describe, retry_after_s
 
 
 @pytest.mark.parametrize("status,code,message,expected", [
@@ -79,7 +79,7 @@ async def test_a_context_exceeded_folds_the_history_once_and_the_step_runs_again
     note = [m for m in second if m["role"] == "system" and modelfailures.FOLD_NOTE in m["content"]]
     assert len(note) == 1 and "第1轮" in note[0]["content"] and "第3轮" in note[0]["content"]
     assert [m["role"] for m in second][-1] == "user" and not any(m["role"] == "assistant" for m in second)
-    assert state.window_chars == sim.deps.settings.context_window_chars // 2
+    assert state.window_chars == sim.deps.settings.agent.context_window_chars // 2
     assert Metric("model_failed", ("context_length_exceeded", "provider")) in sim.metrics
 
 
@@ -104,7 +104,7 @@ async def test_a_configuration_error_is_traced_and_counted_as_one_and_the_call_g
         t for t in state.trace if t.get("code")).items()
     assert Metric("model_failed", ("model_auth_failed", "configuration")) in sim.metrics
     assert sim.events[-1].fallback_reason.startswith("model_auth_failed")
-    assert sim.model.timeouts_seen[0] == pytest.approx(sim.deps.settings.model_call_cap_s)
+    assert sim.model.timeouts_seen[0] == pytest.approx(sim.deps.settings.llm.model_call_cap_s)
 
 
 def test_conduit_status_names_the_model_configuration_error():

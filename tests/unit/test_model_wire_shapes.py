@@ -13,10 +13,10 @@ import pytest
 import wireshapes as w
 from agentsim import Sim
 from services.orchestrator.agent.effects import Metric
-from services.orchestrator.assembler import StreamError
-from services.orchestrator.model import ModelError, ModelResponse
-from services.orchestrator.openai_model import as_model_error
-from services.orchestrator.reader import Reading, read
+from conduit.runtime.llm.assembler import StreamError
+from conduit.runtime.llm.model import ModelError, ModelResponse
+from conduit.runtime.llm.openai_model import as_model_error
+from conduit.runtime.llm.reader import Reading, read
 
 KB = ("kb_search", w.ARGS)
 WEB = ("web_search", w.WEB_ARGS)

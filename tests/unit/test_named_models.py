@@ -20,19 +20,19 @@ MODELS = [{"name": "deepseek", "base_url": "https://api.deepseek.com/v1", "api_k
 def test_the_single_endpoint_stays_default_and_named_models_join_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NAMED_MODELS_KEY", "sk-env")
     s = settings(openai_base_url="http://x/v1", openai_api_key="k", model="gpt-4o-mini", models=MODELS)
-    known = models.registry(s)
+    known = models.registry(s.llm)
     assert list(known) == ["default", "deepseek", "small"]
     assert known["default"].model == "gpt-4o-mini" and known["default"].key() == "k"
     assert known["deepseek"].key() == "sk-env" and not known["small"].tools
     assert "base_url" not in known["deepseek"].public() and known["small"].public()["tools"] is False
-    assert models.registry(settings()) == {}
+    assert models.registry(settings().llm) == {}
 
 
 def test_a_malformed_or_repeated_entry_is_an_error() -> None:
     with pytest.raises(ValidationError):
-        models.registry(settings(models=[{"name": "x"}]))
+        models.registry(settings(models=[{"name": "x"}]).llm)
     with pytest.raises(ValueError, match="twice"):
-        models.registry(settings(models=[MODELS[0], MODELS[0]]))
+        models.registry(settings(models=[MODELS[0], MODELS[0]]).llm)
 
 
 def test_a_tenants_chain_and_what_it_may_name() -> None:
@@ -64,7 +64,7 @@ async def test_the_requests_model_is_asked_for_in_every_call_of_its_task() -> No
 
 
 def test_the_routed_client_gives_each_name_its_endpoint() -> None:
-    routed = RoutedModel(settings(openai_base_url="http://x/v1", openai_api_key="k", models=MODELS))
+    routed = RoutedModel(settings(openai_base_url="http://x/v1", openai_api_key="k", models=MODELS).llm)
     assert str(routed.clients["deepseek"].client.base_url).startswith("https://api.deepseek.com/v1")
-    assert routed.clients["small"].settings.model == "qwen3-0.6b"
-    assert routed.clients["default"].settings.openai_base_url == "http://x/v1"
+    assert routed.clients["small"].llm.model == "qwen3-0.6b"
+    assert routed.clients["default"].llm.openai_base_url == "http://x/v1"

@@ -1,4 +1,4 @@
-"""``conduit eval``'s offline suites (guardrail corpus, routing set) run in process without a stack."""
+"""``conduit evals policy``'s offline suites (guardrail corpus, routing set) run in process without a stack."""
 
 from __future__ import annotations
 

@@ -106,14 +106,20 @@ def test_breaker_opens_after_failures_in_a_row_and_lets_one_trial_through() -> N
     assert breaker.allow() and breaker.allow()
 
 
+def _on(settings: Settings) -> tuple[bool, bool]:
+    """(rule K12 in effect, rule K13 in effect) for ``settings``."""
+    on = settings.llm.configured
+    return settings.retrieval.model_rewrite_on(on), settings.retrieval.model_rerank_on(on)
+
+
 def test_settings_turn_the_model_helpers_on_with_a_model_and_off_with_an_endpoint() -> None:
     none = Settings(openai_base_url=None)
-    assert not none.model_rewrite_on and not none.model_rerank_on and none.rerank_url is None
+    assert _on(none) == (False, False) and none.retrieval.rerank_url is None
     model = Settings(openai_base_url="http://m/v1")
-    assert model.model_rewrite_on and model.model_rerank_on
-    assert not Settings(openai_base_url=None, retrieval_model_rewrite=True).model_rewrite_on  # nothing to call
+    assert _on(model) == (True, True)
+    assert not _on(Settings(openai_base_url=None, retrieval_model_rewrite=True))[0]  # nothing to call
     both = Settings(openai_base_url="http://m/v1", rerank_url="http://tei:8080/rerank")
-    assert both.model_rewrite_on and not both.model_rerank_on  # rule K13 only without an endpoint (K11)
+    assert _on(both) == (True, False)  # rule K13 only without an endpoint (K11)
     off = Settings(openai_base_url="http://m/v1", retrieval_model_rewrite=False, retrieval_model_rerank=False)
-    assert not off.model_rewrite_on and not off.model_rerank_on
-    assert (model.rerank_top_n, model.rerank_timeout_s, model.rerank_protocol) == (24, 2.0, "auto")
+    assert _on(off) == (False, False)
+    assert (model.retrieval.rerank_top_n, model.retrieval.rerank_timeout_s, model.retrieval.rerank_protocol) == (24, 2.0, "auto")

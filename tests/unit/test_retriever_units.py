@@ -250,3 +250,19 @@ def test_embed_queries_is_one_backend_call_and_shares_the_cache() -> None:
     assert np.array_equal(e.embed_query("税率"), both[0]) and len(Counting.calls) == 1  # cached
     again = e.embed_queries(["税率", "征收率", "征收率"])
     assert Counting.calls[-1] == ["征收率"] and np.array_equal(again[1], again[2])  # only the new text, once
+
+
+def test_the_retriever_limits_blas_to_its_embedding_threads() -> None:
+    """Rule K19: after ``limit_blas(1)`` every BLAS library numpy loaded runs on one thread, until restored."""
+    import numpy as np
+    from threadpoolctl import threadpool_info
+
+    from services.retriever.embeddings import limit_blas
+
+    np.ones((4, 4)) @ np.ones((4, 1))  # BLAS is loaded
+    limiter = limit_blas(1)
+    try:
+        blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+        assert blas and all(lib["num_threads"] == 1 for lib in blas)
+    finally:
+        limiter.restore_original_limits()

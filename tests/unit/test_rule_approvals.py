@@ -122,7 +122,7 @@ async def test_a_tenants_own_model_is_asked_for_and_others_get_the_default():
     await own.ask()
     other = Sim(TestModel(Reply(content="好的。")), tenants={"acme": {"model": "m-acme"}})
     await other.ask()
-    assert own.model.models_seen == ["m-own"] and other.model.models_seen == [other.deps.settings.model]
+    assert own.model.models_seen == ["m-own"] and other.model.models_seen == [other.deps.settings.llm.model]
 
 
 async def test_an_approval_nobody_decided_is_escalated_once_to_an_admin_then_expires():

@@ -82,7 +82,7 @@ def test_the_day_asked_is_the_tenants_local_day():
 
 
 def test_time_zones_are_checked_and_default_to_shanghai():
-    assert settings().time_zone == "Asia/Shanghai"
+    assert settings().tenancy.time_zone == "Asia/Shanghai"
     with pytest.raises(ValidationError, match="unknown time zone 'Mars/Olympus'"):
         settings(time_zone="Mars/Olympus")
     s = settings(tenants={"acme": {"time_zone": "Europe/Berlin"}, "bad": {"time_zone": "nowhere"}})

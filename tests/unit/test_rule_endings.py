@@ -7,7 +7,7 @@ from agentsim import T0, Reply, Sim, TestModel, code, kb, question
 from services.orchestrator.agent import endings, planning
 from services.orchestrator.agent.effects import Announce, FaultPoint
 from services.orchestrator.agent.state import PendingCall, Phase, Refusal, TaskState
-from services.orchestrator.model import ModelResponse, ToolCallRequest
+from conduit.runtime.llm.model import ModelResponse, ToolCallRequest
 
 
 def _state(sim: Sim) -> TaskState:

@@ -69,7 +69,7 @@ async def test_soft_limit_note_two_rounds_before_the_hard_limit():
 
 def test_hard_limit_names_the_first_limit_reached():
     sim = Sim(TestModel())
-    s = sim.deps.settings
+    s = sim.deps.settings.limits
     state = planning.start(sim.deps, question(), ["kb_search"], []).state
     assert planning.hard_limit(sim.deps, state, T0) is None
     state.rounds = s.max_rounds

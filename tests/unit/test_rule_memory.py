@@ -27,7 +27,7 @@ def facts(text: str) -> list[tuple[str | None, str, str]]:
 
 
 def item(key: str, importance: int, used_hours_ago: float, text: str | None = None, **kw) -> MemoryItem:
-    return MemoryItem(id=key, tenant_id="t", user_id="u", type="fact", topic=kw.pop("topic", key), text=text or key,
+    return MemoryItem(id=key, tenant_id="t", user_id="u", type=kw.pop("type", "fact"), topic=kw.pop("topic", key), text=text or key,
                       task_id="task0", importance=importance, created_at=T0 - timedelta(days=60),
                       last_used_at=T0 - timedelta(hours=used_hours_ago), **kw)
 
@@ -67,19 +67,56 @@ def test_rule_m2_a_correction_replaces_the_fact_and_keeps_why():
     assert memory.merge(old, old, T0) == [], "repeating a fact writes nothing"
 
 
-def test_rule_m3_score_is_the_weighted_sum_of_min_max_normalised_terms():
-    # recency .995^h: 1, .606, .027 -> 1, .595, 0; importance 3, 8, 5 -> 0, 1, .4; relevance .2, .9, .5 -> 0, 1, .43
+def test_rule_m3_score_is_the_weighted_sum_of_absolute_terms():
+    # recency .995^h: 1, .606, .027; importance /10: .3, .8, .5; relevance (cos - .1) / .9: .11, .89, .44
     cands = [RecallCandidate(item=item("m3", 3, 0), relevance=0.2),
              RecallCandidate(item=item("m2", 8, 100), relevance=0.9),
              RecallCandidate(item=item("m1", 5, 720), relevance=0.5)]
-    rec = (0.995 ** 100 - 0.995 ** 720) / (1 - 0.995 ** 720)
-    top = memory.rank(cands, T0, Weights(k=2))
+    top = memory.rank(cands, T0, Weights(k=2, min_relevance=0.1))
     assert [r.item.id for r in top] == ["m2", "m3"]  # a recent, unimportant item beats a relevant old one...
-    assert top[0].score == pytest.approx(rec + 1 + 1) and top[1].score == pytest.approx(1.0)
-    top = memory.rank(cands, T0, Weights(relevance=2.0, k=2))
-    assert [r.item.id for r in top] == ["m2", "m1"]  # ...until relevance weighs twice
-    assert top[1].score == pytest.approx(0.4 + 2 * 0.3 / 0.7)
+    assert top[0].score == pytest.approx(0.995 ** 100 + 0.8 + 0.8 / 0.9)
+    assert top[1].score == pytest.approx(1 + 0.3 + 0.1 / 0.9)
+    top = memory.rank(cands, T0, Weights(relevance=3.0, k=2, min_relevance=0.1))
+    assert [r.item.id for r in top] == ["m2", "m1"]  # ...until relevance weighs three times
     assert [r.item.id for r in memory.rank(cands, T0, Weights(min_relevance=0.3))] == ["m2", "m1"]
+
+
+def test_rule_m10_the_best_of_a_bad_lot_is_not_made_relevant():
+    """Min-max normalisation gave the least bad of two irrelevant episodes relevance 1; absolute
+    terms and the floor recall neither."""
+    eps = [RecallCandidate(item=item(f"e{n}", 3, 1, type="episode", topic=None), relevance=cos)
+           for n, cos in enumerate((0.30, 0.12))]
+    assert memory.rank(eps, T0, Weights(min_relevance=memory.measured_floor("use")), "出差住宿费怎么报销？") == []
+    kept = memory.rank(eps, T0, Weights(min_relevance=0.25), "出差住宿费怎么报销？")
+    assert [r.item.id for r in kept] == ["e0"] and kept[0].relevance == pytest.approx(0.05 / 0.75)
+
+
+@pytest.mark.parametrize("question, text, topic, cos, want", [
+    ("上海的社保缴费基数下限是多少？", "我住在上海", "city", 0.25, True),        # shares 上海
+    ("我叫什么名字？", "我叫张三", "name", 0.10, True),                         # asks the fact's topic
+    ("What is my name?", "My name is Alice Smith", "name", 0.20, True),
+    ("As a payroll manager, how do I withhold tax?", "I work at Acme Corp as a payroll manager", "work", 0.2, True),
+    ("工作满十年有几天年假？", "我在一家小规模纳税人企业工作", "work", 0.20, False),  # 工作 is the frame
+    ("离婚时婚后买的房子怎么分？", "我叫张三", "name", 0.20, False),
+    ("随便什么问题", "我叫张三", "name", 0.50, True),                          # over the floor
+])
+def test_rule_m10_a_fact_bears_on_a_question_by_cosine_words_or_topic(question, text, topic, cos, want):
+    fact = item("f", 8, 1, text=text, topic=topic)
+    assert memory.bears_on(question, fact, cos, 0.43) is want
+
+
+def test_rule_m10_an_episode_bears_on_a_question_by_cosine_only():
+    ep = item("e", 3, 1, text="问：上海的社保怎么交？\n答：……", type="episode", topic=None)
+    assert not memory.bears_on("上海的社保缴费基数下限是多少？", ep, 0.40, 0.43)
+    assert memory.bears_on("上海的社保缴费基数下限是多少？", ep, 0.43, 0.43)
+
+
+def test_rule_m10_floors_are_the_measured_ones_unless_set():
+    from services.orchestrator.memoryio import weights
+    assert weights(settings()).min_relevance == memory.MEASURED_FLOORS["use"] == 0.43
+    assert weights(settings(embedding_backend="e5")).min_relevance == 0.88
+    assert weights(settings(embedding_backend="openai")).min_relevance == memory.UNMEASURED_FLOOR
+    assert weights(settings(memory_min_relevance=0.2)).min_relevance == 0.2
 
 
 async def test_rule_m4_recalled_items_reach_the_model_wrapped_with_their_source():

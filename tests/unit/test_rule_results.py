@@ -35,7 +35,7 @@ async def test_transient_error_is_retried_after_a_jittered_backoff_then_shown():
         assert call.result is None and call.attempts == attempt
         backoff = (call.retry_at - sim.now).total_seconds()
         assert 0 <= backoff <= 0.5 * 2 ** attempt  # full jitter: uniform(0, base × 2^attempt)
-        assert call.deadline_at == call.retry_at + timedelta(seconds=sim.deps.settings.tool_timeout_s)
+        assert call.deadline_at == call.retry_at + timedelta(seconds=sim.deps.settings.tools.tool_timeout_s)
         await sim.wake(backoff + 0.001)  # the retry is due: the request goes out again
         assert len(held) == attempt + 1 and held[-1].idempotency_key == held[0].idempotency_key
     await sim.run(recording.record_results(sim.deps, sim.state, [transient_error(held[-1])], sim.now))

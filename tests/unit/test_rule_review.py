@@ -9,7 +9,7 @@ import json
 from agentsim import Reply, Sim, TestModel, kb
 from contracts.stream import AnswerReset, StepStarted, TaskCompleted
 from services.orchestrator.agent import review
-from services.orchestrator.model import ModelError
+from conduit.runtime.llm.model import ModelError
 
 ANSWER = "增值税的基本税率为百分之十三[1]。小规模纳税人的征收率为百分之五[1]。"
 

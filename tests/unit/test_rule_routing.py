@@ -90,7 +90,7 @@ def _client(handler) -> httpx.AsyncClient:
 async def test_router_model_scores_decide():
     s = settings(router_model="tiny", openai_base_url="http://router.test/v1")
     reply = {"choices": [{"message": {"content": '{"domain": 0.03, "chitchat": 0.2, "calculation": 0}'}}]}
-    got = await router.classify(s, "明天天气？", routing.Domain(), _client(lambda r: httpx.Response(200, json=reply)))
+    got = await router.classify(s.router, s.llm, "明天天气？", routing.Domain(), _client(lambda r: httpx.Response(200, json=reply)))
     assert got.route == "out_of_scope" and got.source == "model" and got.scores["domain"] == 0.03
 
 
@@ -102,13 +102,13 @@ async def test_router_model_scores_decide():
 ])
 async def test_router_fails_open(handler):
     s = settings(router_model="tiny", openai_base_url="http://router.test/v1")
-    got = await router.classify(s, "增值税？", routing.Domain(), _client(handler))
+    got = await router.classify(s.router, s.llm, "增值税？", routing.Domain(), _client(handler))
     assert got.route == "agent" and got.source == "none" and got.error
 
 
 async def test_router_is_not_called_without_a_router_model():
-    assert await router.decide(settings(), "增值税税率是多少？", routing.Domain()) is None
-    assert (await router.decide(settings(), "你好", routing.Domain())).rule == "greeting"
+    assert await router.decide(settings().router, settings().llm, "增值税税率是多少？", routing.Domain()) is None
+    assert (await router.decide(settings().router, settings().llm, "你好", routing.Domain())).rule == "greeting"
 
 
 async def test_an_empty_chitchat_answer_falls_back_to_the_fixed_reply():

@@ -104,7 +104,7 @@ async def test_provider_401_403_are_forbidden_and_never_retried(status):
     from services.web.providers import _call
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()  # shutdown waits one poll
     try:
         _Unauthorized.hits = 0
         request = httpx.Request("GET", f"http://127.0.0.1:{server.server_address[1]}/search/{status}")

@@ -6,7 +6,6 @@ holding the scope for every ``kb_search`` of a task and of its team workers. Ove
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -109,9 +108,9 @@ POINTS = [_point(0, PUBLIC_TENANT, "law:vat"), _point(1, "acme", "doc:acme:polic
           _point(4, "other", "doc:other:policy", "hr")]
 
 
-@pytest.fixture(params=["edge", "client"])
-def store(request: pytest.FixtureRequest, tmp_path: Path):
-    s = EdgeVectorStore(tmp_path / "edge", 4, 60) if request.param == "edge" else ClientVectorStore(
+@pytest.fixture(params=["edge", "client"], scope="module")  # the searches only read: one store per backend
+def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    s = EdgeVectorStore(tmp_path_factory.mktemp("edge") / "edge", 4, 60) if request.param == "edge" else ClientVectorStore(
         "scope-test", 4, 60, location=":memory:")
     s.upsert(POINTS)
     yield s

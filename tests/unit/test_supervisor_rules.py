@@ -32,16 +32,17 @@ def test_exits_are_described_by_status_or_signal_name():
 def test_scale_parses_replicas_and_rejects_unknown_services():
     assert parse_scale("orchestrator=2,retriever=2") == {"orchestrator": 2, "retriever": 2}
     assert parse_scale(None) == {} and parse_scale("") == {}
-    for bad in ("orchestrator", "orchestrator=0", "nosuch=2", "web=x"):
+    assert parse_scale("gateway=1") == {"gateway": 1}
+    for bad in ("orchestrator", "orchestrator=0", "nosuch=2", "web=x", "gateway=2"):
         with pytest.raises(ValueError, match="bad --scale item"):
             parse_scale(bad)
 
 
 def test_each_services_stop_budget_covers_what_it_waits_for():
     s = Settings()
-    assert shutdown_budget_s("gateway", s) >= s.gateway_shutdown_grace_s
-    assert shutdown_budget_s("orchestrator", s) >= s.shutdown_grace_s
+    assert shutdown_budget_s("gateway", s) >= s.gateway.gateway_shutdown_grace_s
+    assert shutdown_budget_s("orchestrator", s) >= s.agent.shutdown_grace_s
     for tool in ("retriever", "web"):
-        assert shutdown_budget_s(tool, s) >= s.tool_timeout_s + 5  # FastStream's handler deadline
-    assert shutdown_budget_s("sandbox", s) >= s.sandbox_timeout_s + 5
+        assert shutdown_budget_s(tool, s) >= s.tools.tool_timeout_s + 5  # FastStream's handler deadline
+    assert shutdown_budget_s("sandbox", s) >= s.sandbox.sandbox_timeout_s + 5
     assert STOP_MARGIN_S > 0

@@ -23,10 +23,8 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, TransportProtocol
 
-from conduit.runtime.settings import Settings
-
-PATH = "/v1/a2a"
-"""The JSON-RPC endpoint's path."""
+from conduit.runtime.settings import IdentitySettings
+from services.gateway.agents.a2a_paths import PATH
 
 SKILLS = (
     AgentSkill(id="law_tax_qa", name="Chinese law and tax questions",
@@ -44,16 +42,16 @@ CODE_SKILL = AgentSkill(id="code_execution", name="Calculations in a sandbox",
                         tags=["code", "calculation"], examples=["按3%征收率，含税销售额103万元的增值税是多少？"])
 
 
-def security(settings: Settings) -> tuple[dict[str, SecurityScheme], list[SecurityRequirement]]:
-    """The card's ``security_schemes`` and ``security_requirements`` for ``settings.auth``."""
+def security(identity: IdentitySettings) -> tuple[dict[str, SecurityScheme], list[SecurityRequirement]]:
+    """The card's ``security_schemes`` and ``security_requirements`` for ``identity.auth``."""
     key = SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
         scheme="Bearer", bearer_format="API key (cdk_...)",
         description="A Conduit API key (conduit keys create) as Authorization: Bearer <key>"))
     schemes = {"apiKey": key}
-    if settings.auth == "jwt":
+    if identity.auth == "jwt":
         schemes["jwt"] = SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
             scheme="Bearer", bearer_format="JWT",
-            description=f"A JWT with the claims {settings.auth_jwt_tenant_claim!r} and {settings.auth_jwt_user_claim!r}"))
+            description=f"A JWT with the claims {identity.auth_jwt_tenant_claim!r} and {identity.auth_jwt_user_claim!r}"))
     requirements = []
     for name in schemes:  # either scheme alone satisfies the card (a list of alternatives)
         req = SecurityRequirement()
@@ -62,10 +60,10 @@ def security(settings: Settings) -> tuple[dict[str, SecurityScheme], list[Securi
     return schemes, requirements
 
 
-def agent_card(settings: Settings, base_url: str, code_execution: bool) -> AgentCard:
+def agent_card(identity: IdentitySettings, base_url: str, code_execution: bool) -> AgentCard:
     """The card for a gateway reached at ``base_url`` (scheme and host, no trailing slash)."""
     url = base_url.rstrip("/") + PATH
-    schemes, requirements = security(settings)
+    schemes, requirements = security(identity)
     card = AgentCard(
         name="Conduit",
         description="Event-driven agentic question answering: law, tax and your own documents, every claim cited.",
@@ -76,7 +74,7 @@ def agent_card(settings: Settings, base_url: str, code_execution: bool) -> Agent
             AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC.value, protocol_version=PROTOCOL_VERSION_1_0),
             AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC.value, protocol_version=PROTOCOL_VERSION_0_3),
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),  # rule T12
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[*SKILLS, *([CODE_SKILL] if code_execution else [])],

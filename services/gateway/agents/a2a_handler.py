@@ -7,6 +7,9 @@ Each call arrives with the caller (``Caller``: gateway state, authenticated ``Pr
 ``a2a_events.TaskProjection``: ``message/stream`` and ``tasks/resubscribe`` follow it with the SSE routes'
 ``follow`` (no event lost between creating and reading); ``message/send`` waits on it; ``tasks/get`` replays it.
 
+Push notifications (rule T12): ``tasks/pushNotificationConfig/set|get|list|delete`` (and a message's
+``configuration.taskPushNotificationConfig``) store a push URL for the caller's task (``a2a_push``).
+
 A reply to an ``input-required`` task (its ``taskId`` on the message) decides the pending approval
 (``services.gateway.api.approvals.decide_call``, rules G2 and A7) and goes on streaming the same task; after a
 ``needs_input`` question it asks the reply as a new task in the same context. Conduit's ``ApiError`` s become
@@ -30,16 +33,22 @@ from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
     ListTasksRequest,
     Message,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
+    TaskPushNotificationConfig,
 )
 from a2a.utils import errors as a2a_errors
 
 from contracts.api import ApprovalDecisionBody, TaskCreate, TaskView
+from services.gateway.agents import a2a_push
 from services.gateway.agents.a2a_events import TaskProjection, pauses
 from services.gateway.api import approvals, inputs, tasks
 from services.gateway.errors import ApiError
@@ -129,7 +138,7 @@ class ConduitRequestHandler(RequestHandler):
         """A new task for ``question``; a message sent again with the same ``messageId`` (and text and context) gets
         the task the first one created (its ``Idempotency-Key``, as on ``POST /v1/tasks``)."""
         try:
-            inputs.check_question(question, caller.state.settings)
+            inputs.check_question(question, caller.state.settings.gateway)
             body = TaskCreate(question=question, session_id=session_id)
             created, _ = await tasks.create_task(caller.state, caller.who, body, caller.traceparent,
                                                  f"a2a:{message_id}" if message_id else None)
@@ -181,7 +190,14 @@ class ConduitRequestHandler(RequestHandler):
         if not _texts(message):
             raise a2a_errors.InvalidParamsError("the message has no text part (the question)",
                                                 {"code": "invalid_request"})
-        return caller, await self._create(caller, _texts(message), message.context_id or None, message.message_id)
+        push = params.configuration.task_push_notification_config if params.configuration.HasField(
+            "task_push_notification_config") else None
+        if push is not None:  # rule T11 before the task exists: a refused URL creates nothing
+            await a2a_push.check_url(push.url, a2a_push.policy(caller.state))
+        proj = await self._create(caller, _texts(message), message.context_id or None, message.message_id)
+        if push is not None:  # rule T12
+            await self._push_to(caller, await self._view(caller, proj.task_id), push)
+        return caller, proj
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task:
         """``message/send``: the task once it ended or waits for input (``return_immediately``: at once)."""
@@ -249,21 +265,46 @@ class ConduitRequestHandler(RequestHandler):
         """Not offered: ``GET /v1/sessions`` lists a caller's conversations."""
         raise a2a_errors.UnsupportedOperationError("tasks/list is not offered; GET /v1/sessions lists conversations")
 
-    async def on_create_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
-        """Push notifications are not offered (the card says so)."""
-        raise a2a_errors.PushNotificationNotSupportedError
+    async def _push_to(self, caller: Caller, view: TaskView, config: TaskPushNotificationConfig) -> TaskPushNotificationConfig:
+        """Check ``config``'s URL (rule T11), store it for ``view``'s task and make sure its pushes are sent (rule T12)."""
+        await a2a_push.check_url(config.url, a2a_push.policy(caller.state))
+        stored = await a2a_push.store(caller.state).set_info(view.task_id, config, ServerCallContext())
+        await a2a_push.start_pushing(caller.state, view)
+        return stored
 
-    async def on_get_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
-        """Push notifications are not offered."""
-        raise a2a_errors.PushNotificationNotSupportedError
+    async def on_create_task_push_notification_config(self, params: TaskPushNotificationConfig,
+                                                      context: ServerCallContext) -> TaskPushNotificationConfig:
+        """``tasks/pushNotificationConfig/set``: store the caller's push URL for its task (rule T12; module
+        ``a2a_push``); pushes follow each change of the task's state."""
+        caller = _caller(context)
+        return await self._push_to(caller, await self._view(caller, params.task_id), params)
 
-    async def on_list_task_push_notification_configs(self, params: Any, context: ServerCallContext) -> Any:
-        """Push notifications are not offered."""
-        raise a2a_errors.PushNotificationNotSupportedError
+    async def on_get_task_push_notification_config(self, params: GetTaskPushNotificationConfigRequest,
+                                                   context: ServerCallContext) -> TaskPushNotificationConfig:
+        """``tasks/pushNotificationConfig/get``: one config of the caller's task (id default: the task id)."""
+        caller = _caller(context)
+        view = await self._view(caller, params.task_id)
+        wanted = params.id or view.task_id
+        for config in await a2a_push.store(caller.state).get_info(view.task_id, context):
+            if config.id == wanted:
+                return config
+        raise a2a_errors.TaskNotFoundError(f"task {view.task_id} has no push notification config {wanted!r}",
+                                           {"code": "push_config_not_found"})
 
-    async def on_delete_task_push_notification_config(self, params: Any, context: ServerCallContext) -> None:
-        """Push notifications are not offered."""
-        raise a2a_errors.PushNotificationNotSupportedError
+    async def on_list_task_push_notification_configs(self, params: ListTaskPushNotificationConfigsRequest,
+                                                     context: ServerCallContext) -> ListTaskPushNotificationConfigsResponse:
+        """``tasks/pushNotificationConfig/list``: every config of the caller's task."""
+        caller = _caller(context)
+        view = await self._view(caller, params.task_id)
+        return ListTaskPushNotificationConfigsResponse(
+            configs=await a2a_push.store(caller.state).get_info(view.task_id, context))
+
+    async def on_delete_task_push_notification_config(self, params: DeleteTaskPushNotificationConfigRequest,
+                                                      context: ServerCallContext) -> None:
+        """``tasks/pushNotificationConfig/delete``: drop one config of the caller's task."""
+        caller = _caller(context)
+        view = await self._view(caller, params.task_id)
+        await a2a_push.store(caller.state).delete_info(view.task_id, context, params.id or view.task_id)
 
     async def on_get_extended_agent_card(self, params: Any, context: ServerCallContext) -> Any:
         """There is no extended card: the public one says everything."""

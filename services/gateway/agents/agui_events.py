@@ -3,7 +3,8 @@
 ``RunTranslator`` reads a task's ``LoggedEvent`` s in order and returns, per event, the AG-UI events it adds:
 steps as ``STEP_STARTED``/``STEP_FINISHED`` pairs, the answer as ``TEXT_MESSAGE_START``/``CONTENT``/``END``, each
 tool call as ``TOOL_CALL_START``/``ARGS``/``END`` then ``TOOL_CALL_RESULT``, the evidence and the final answer as
-``STATE_SNAPSHOT`` s, and the end as ``RUN_FINISHED`` (outcome ``success``, ``cancelled``, or ``interrupt`` for a
+``STATE_SNAPSHOT`` s, progress (a step's status and number) and the plan (rule A25: made, a step done, revised)
+as ``STATE_DELTA`` s, JSON Patch operations on the last state (rule A28), and the end as ``RUN_FINISHED`` (outcome ``success``, ``cancelled``, or ``interrupt`` for a
 call waiting for approval) or ``RUN_ERROR``. It closes what it opened (a text message, a step) before the next
 kind of event and before the run ends, so the stream is well formed event by event.
 
@@ -25,6 +26,7 @@ from ag_ui.core import (
     RunErrorEvent,
     RunFinishedEvent,
     RunStartedEvent,
+    StateDeltaEvent,
     StateSnapshotEvent,
     StepFinishedEvent,
     StepStartedEvent,
@@ -63,8 +65,9 @@ class RunTranslator:
         task_id: the Conduit task the run shows.
     Attributes:
         seq: seq of the last log event applied.
-        state: the run's shared state (``STATE_SNAPSHOT``): ``task_id``, ``status``, ``step``, ``evidence``,
-            and at the end ``answer``, ``citations``, ``mode``, ``confidence``.
+        state: the run's shared state (``STATE_SNAPSHOT``, ``STATE_DELTA``): ``task_id``, ``status``, ``step``,
+            ``evidence``, ``plan`` (once a plan is made: its steps ``{goal, tool, status}``), and at the end
+            ``answer``, ``citations``, ``mode``, ``confidence``.
         interrupts: ``call_id -> seq`` of each approval the task waited for.
         ended: True once the task's terminal event was applied (later events add nothing).
     """
@@ -129,8 +132,9 @@ class RunTranslator:
         if kind == "step.started":
             out = self._close_step()
             self._step = f"step {data['step']}: {data.get('phase', 'model')}"
-            self.state.update(status="working", step=data["step"])
-            return out + [StepStartedEvent(step_name=self._step)]
+            return out + [StepStartedEvent(step_name=self._step), *self._delta(status="working", step=data["step"])]
+        if kind.startswith("plan."):
+            return self._close_text() + self._plan(kind, data)
         if kind == "tool.requested":
             call = data["call_id"]
             return self._close_text() + [
@@ -148,6 +152,24 @@ class RunTranslator:
         if kind in ("worker.started", "worker.completed"):
             return [CustomEvent(name=f"conduit.{kind}", value=data)]
         return self._ending(kind, data)
+
+    def _delta(self, **changes: Any) -> list[BaseEvent]:
+        """Rule A28: ``changes`` to top-level keys of the state as one ``STATE_DELTA`` (``replace``, ``add`` for a
+        key the state has not had yet); nothing when nothing changes."""
+        ops = [{"op": "replace" if key in self.state else "add", "path": f"/{key}", "value": value}
+               for key, value in changes.items() if self.state.get(key, object()) != value]
+        self.state.update(changes)
+        return [StateDeltaEvent(delta=json.loads(json.dumps(ops)))] if ops else []
+
+    def _plan(self, kind: str, data: dict[str, Any]) -> list[BaseEvent]:
+        """Rule A28 for the plan (rule A25): made or revised -> the whole ``/plan``; a step done -> its ``status``."""
+        if kind in ("plan.created", "plan.revised"):
+            return self._delta(plan=data["steps"])
+        plan, index = self.state.get("plan") or [], data.get("index", -1)
+        if kind != "plan.step_done" or not 0 <= index < len(plan) or plan[index].get("status") == data["status"]:
+            return []
+        plan[index] = {**plan[index], "status": data["status"]}
+        return [StateDeltaEvent(delta=[{"op": "replace", "path": f"/plan/{index}/status", "value": data["status"]}])]
 
     def _finished(self, outcome: Any = None, result: Any = None, final: bool = True) -> list[BaseEvent]:
         self.ended = final  # an approval's interrupt ends this run, not the task: a resuming run goes on after it

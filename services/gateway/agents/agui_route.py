@@ -60,7 +60,7 @@ def encode(events: list[BaseEvent], seq: int | None) -> bytes:
 
 
 async def _read(request: Request, state: GatewayState) -> RunAgentInput:
-    raw = await inputs.read_conversation(request, state.settings)
+    raw = await inputs.read_conversation(request, state.settings.gateway)
     try:
         return RunAgentInput.model_validate_json(raw)
     except ValidationError as exc:
@@ -120,7 +120,7 @@ async def _stream(state: GatewayState, tr: RunTranslator) -> AsyncIterator[bytes
                           else RunFinishedEvent(thread_id=tr.thread_id, run_id=tr.run_id, result=tr.state))
         yield encode([end], None)
         return
-    idle, loop_s, heartbeat_s = 0.0, state.settings.gateway_sse_poll_ms / 1000, state.settings.sse_heartbeat_s
+    idle, loop_s, heartbeat_s = 0.0, state.settings.gateway.gateway_sse_poll_ms / 1000, state.settings.gateway.sse_heartbeat_s
     async for batch in follow(state, tr.task_id, tr.seq):
         if not batch:
             idle += loop_s
@@ -146,7 +146,7 @@ async def _ask(state: GatewayState, who: Principal, run: RunAgentInput, request:
                traceparent: str | None) -> str:
     """Create the task of a new run (its last user message, in the session ``threadId``); its id. Raises ApiError."""
     question = _question(run)
-    inputs.check_question(question, state.settings)
+    inputs.check_question(question, state.settings.gateway)
     try:
         body = TaskCreate(question=question, session_id=run.thread_id)
     except ValidationError as exc:
@@ -179,6 +179,6 @@ async def agui(request: Request, state: GatewayState = Depends(get_state),
     tr = RunTranslator(run.thread_id, run.run_id, task_id)
     await _replay(state, tr, max(after, start) or None, call)
     if known is None:  # a resuming run starts after its interrupt, when it is posted again too
-        await state.redis.set(run_key, f"{task_id} {tr.seq if call else 0}", ex=state.settings.task_events_ttl_s, nx=True)
+        await state.redis.set(run_key, f"{task_id} {tr.seq if call else 0}", ex=state.settings.gateway.task_events_ttl_s, nx=True)
     headers = {**HEADERS, "X-Task-Id": task_id}
     return StreamingResponse(_stream(state, tr), media_type="text/event-stream", headers=headers)

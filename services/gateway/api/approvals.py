@@ -113,7 +113,7 @@ async def decide_call(state: GatewayState, who: Principal, task_id: str, call_id
     earlier = await approvals.claim(state.redis, record, body.decision)  # one decision per call
     if earlier is not None:
         raise ApiError(409, "approval_not_pending", f"approval {call_id!r} is already {earlier}", {"status": earlier})
-    await controls.record(state.redis, event, state.settings.task_events_ttl_s)  # its re-send (rule G5)
+    await controls.record(state.redis, event, state.settings.gateway.task_events_ttl_s)  # its re-send (rule G5)
     try:
         await tasks.publish(state, topics.CONTROL, event)
     except BaseException:
@@ -128,6 +128,8 @@ async def decide_call(state: GatewayState, who: Principal, task_id: str, call_id
 async def trace(task_id: str, state: GatewayState = Depends(get_state),
                 who: Principal = Depends(authenticate)) -> JSONResponse:
     """The task's timeline: per model call time to first token, total time, retries, tokens;
-    per tool call queue time, run time and outcome."""
+    per tool call queue time, run time and outcome; and ``trace_id``, the W3C trace id (32 hex) to
+    look the task up in a tracing UI (rule O6; null for a task recorded before it was kept)."""
     view = await tasks.get_task(state, who, task_id)
-    return JSONResponse({"task_id": task_id, "status": view.status, "stop_reason": view.stop_reason, "trace": view.trace})
+    return JSONResponse({"task_id": task_id, "status": view.status, "stop_reason": view.stop_reason,
+                         "trace_id": view.trace_id, "trace": view.trace})

@@ -34,7 +34,7 @@ async def get_artifact(artifact_id: str, task_id: str | None = Query(default=Non
                        state: GatewayState = Depends(get_state),
                        who: Principal = Depends(authenticate)) -> Response:
     """The artifact's bytes, for the owner of the task that produced it (see module doc)."""
-    found = await ArtifactStore(state.redis, state.settings.sandbox_artifact_ttl_s).load(artifact_id)
+    found = await ArtifactStore(state.redis, state.settings.sandbox.sandbox_artifact_ttl_s).load(artifact_id)
     if found is None or not found[0].readable_by(task_id, who.tenant_id, who.user_id, who.is_admin):
         raise ApiError(404, "artifact_not_found", "no such artifact for this task and user (unknown, expired or not yours)")
     record, data = found

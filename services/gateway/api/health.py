@@ -4,7 +4,7 @@
 - ``GET /readyz``  -> 200 ``{"status": "ready", "checks": {"redis": true, "kafka": true},
   "alive_services": {name: live process count}, "mcp": {"servers", "failing"}}`` when Redis answers PING and Kafka
   answers a metadata request (``DescribeCluster`` via ``broker.ping``), each within
-  ``settings.gateway_ready_timeout_s`` seconds; else 503 ``ErrorBody`` with code
+  ``settings.gateway.gateway_ready_timeout_s`` seconds; else 503 ``ErrorBody`` with code
   ``not_ready`` and the same ``checks``/``alive_services`` in ``details``. ``mcp`` counts the
   tenants' MCP servers and those failing (their tools are withheld; which ones and why:
   ``GET /v1/mcp-servers``); a failing server does not make the gateway unready. ``model`` is the
@@ -39,7 +39,7 @@ async def healthz() -> dict[str, str]:
 
 async def _redis_ok(state: GatewayState) -> bool:
     try:
-        return bool(await asyncio.wait_for(state.redis.ping(), state.settings.gateway_ready_timeout_s))
+        return bool(await asyncio.wait_for(state.redis.ping(), state.settings.gateway.gateway_ready_timeout_s))
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
         log.warning("readyz: redis check failed: %r", exc)
         return False
@@ -47,7 +47,7 @@ async def _redis_ok(state: GatewayState) -> bool:
 
 async def _kafka_ok(state: GatewayState) -> bool:
     try:
-        return bool(await state.broker.ping(timeout=state.settings.gateway_ready_timeout_s))
+        return bool(await state.broker.ping(timeout=state.settings.gateway.gateway_ready_timeout_s))
     except Exception as exc:  # noqa: BLE001
         log.warning("readyz: kafka check failed: %r", exc)
         return False
@@ -64,7 +64,7 @@ async def readyz(state: GatewayState = Depends(get_state)) -> JSONResponse:
         try:
             alive, mcp, model = await asyncio.wait_for(
                 asyncio.gather(alive_services(state.redis), mcp_records.summary(state.redis), modelhealth.read(state.redis)),
-                state.settings.gateway_ready_timeout_s)
+                state.settings.gateway.gateway_ready_timeout_s)
         except Exception as exc:  # noqa: BLE001
             log.warning("readyz: alive_services failed: %r", exc)
     checks = {"redis": redis_ok, "kafka": kafka_ok}

@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import GatewaySettings
 from conduit.policy import guardrails
 from contracts.api import TaskCreate
 from services.gateway.documents import scope
@@ -25,36 +25,36 @@ _EVENT_ID = re.compile(r"^[0-9]{1,18}$")
 _BODY_OVERHEAD_BYTES = 16 * 1024
 
 
-def max_body_bytes(settings: Settings) -> int:
+def max_body_bytes(gateway: GatewaySettings) -> int:
     """Largest accepted request body (bytes): 6 bytes per question char (``\\uXXXX``) + 16 KiB."""
-    return settings.max_question_chars * 6 + _BODY_OVERHEAD_BYTES
+    return gateway.max_question_chars * 6 + _BODY_OVERHEAD_BYTES
 
 
-def _too_large(settings: Settings) -> ApiError:
+def _too_large(gateway: GatewaySettings) -> ApiError:
     return ApiError(413, "question_too_large",
-                    f"the question is longer than {settings.max_question_chars} characters",
-                    {"max_question_chars": settings.max_question_chars})
+                    f"the question is longer than {gateway.max_question_chars} characters",
+                    {"max_question_chars": gateway.max_question_chars})
 
 
-async def read_task_create(request: Request, settings: Settings) -> TaskCreate:
+async def read_task_create(request: Request, gateway: GatewaySettings) -> TaskCreate:
     """Read and validate a ``TaskCreate`` JSON body.
 
     Raises:
         RequestValidationError: malformed JSON or invalid fields (-> 422 ``invalid_request``).
         ApiError: 413 ``question_too_large`` when the body exceeds ``max_body_bytes``
-            or the question exceeds ``settings.max_question_chars`` characters; 422
+            or the question exceeds ``gateway.max_question_chars`` characters; 422
             ``input_rejected`` (details ``{category, rule}``) when the input guardrail (rule G1,
             ``conduit.policy.guardrails``) finds a prompt injection: nothing is queued, no model runs;
             422 ``scope_too_large`` (rule Q1: too many ``document_ids`` or ``collections``).
     """
-    raw = await read_limited(request, max_body_bytes(settings), lambda: _too_large(settings))
+    raw = await read_limited(request, max_body_bytes(gateway), lambda: _too_large(gateway))
     try:
         body = TaskCreate.model_validate_json(raw)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
         raise scope.too_large(errors) or RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
-    check_question(body.question, settings)
+    check_question(body.question, gateway)
     return body
 
 
@@ -72,23 +72,23 @@ async def read_limited(request: Request, limit: int, too_large: Callable[[], Api
     return b"".join(chunks)
 
 
-async def read_conversation(request: Request, settings: Settings) -> bytes:
+async def read_conversation(request: Request, gateway: GatewaySettings) -> bytes:
     """The body of a route that takes a whole conversation (chat completions, AG-UI runs), at most
     ``chat_max_body_bytes``; raises ApiError 413 ``question_too_large`` past it."""
-    limit = settings.chat_max_body_bytes
+    limit = gateway.chat_max_body_bytes
     return await read_limited(request, limit, lambda: ApiError(
         413, "question_too_large", f"the request body is larger than {limit} bytes", {"max_bytes": limit}))
 
 
-def check_question(question: str, settings: Settings) -> None:
+def check_question(question: str, gateway: GatewaySettings) -> None:
     """The checks every question passes before it is queued (size, not blank, input guardrail).
 
     Raises:
         ApiError: 413 ``question_too_large``; 422 ``input_rejected`` (rule G1).
         RequestValidationError: a blank question (-> 422 ``invalid_request``).
     """
-    if len(question) > settings.max_question_chars:
-        raise _too_large(settings)
+    if len(question) > gateway.max_question_chars:
+        raise _too_large(gateway)
     if not question.strip():
         raise RequestValidationError([{"type": "string_too_short", "loc": ("body", "question"),
                                        "msg": "the question is blank"}])

@@ -54,7 +54,7 @@ async def list_memory(state: GatewayState = Depends(get_state),
                       who: Principal = Depends(authenticate)) -> JSONResponse:
     """The caller's remembered items (facts and episodes) with their sources."""
     items = await records.list_items(state.redis, who.tenant_id, who.user_id, utcnow())
-    off = state.settings.memory_off_tenants
+    off = state.settings.memory.memory_off_tenants
     enabled = who.tenant_id not in off and "*" not in off
     return JSONResponse(MemoryList(items=items, enabled=enabled).model_dump(mode="json"))
 
@@ -84,7 +84,7 @@ async def delete_item(item_id: str = _ID, state: GatewayState = Depends(get_stat
     if not gone:
         raise ApiError(404, "memory_not_found", f"no memory item {item_id!r} (unknown, expired or not yours)")
     facts = [found] if found is not None and found.type == "fact" else []
-    derived = await forgetting.forget_derived(state.redis, who.tenant_id, who.user_id, facts, state.settings.task_events_ttl_s)
+    derived = await forgetting.forget_derived(state.redis, who.tenant_id, who.user_id, facts, state.settings.gateway.task_events_ttl_s)
     await _forget(state, who, gone + derived.episode_ids)
     return JSONResponse(MemoryDeleted(deleted=len(gone) + len(derived.episode_ids)).model_dump())
 
@@ -95,7 +95,7 @@ async def delete_all(state: GatewayState = Depends(get_state),
     """Forget everything remembered about the caller, with what was derived from their facts (rule M9)."""
     items = await records.list_items(state.redis, who.tenant_id, who.user_id, utcnow())
     await forgetting.forget_derived(state.redis, who.tenant_id, who.user_id, [i for i in items if i.type == "fact"],
-                                    state.settings.task_events_ttl_s)
+                                    state.settings.gateway.task_events_ttl_s)
     gone = await records.delete_items(state.redis, who.tenant_id, who.user_id, None)
     await _forget(state, who, None)
     return JSONResponse(MemoryDeleted(deleted=len(gone)).model_dump())

@@ -40,7 +40,7 @@ _SSE_DOC = {200: {"content": {"text/event-stream": {}}, "description": "SSE stre
 async def _create(request: Request, state: GatewayState, who: Principal) -> tuple[TaskCreated, bool]:
     """The request's question created as a task (``tasks.create_task``): ``(created, replayed)``."""
     key = inputs.idempotency_key(request)
-    body = await inputs.read_task_create(request, state.settings)
+    body = await inputs.read_task_create(request, state.settings.gateway)
     return await tasks.create_task(state, who, body, inputs.traceparent(request), key, use_cache=inputs.use_cache(request))
 
 

@@ -20,8 +20,9 @@ import json
 import logging
 import uuid
 
-from conduit.records import controls, keys, questions, sessions
-from conduit.runtime import models, tracing
+from conduit.records import controls, keys, questions, sessions, slots
+from conduit.records.memory import recall_marks
+from conduit.runtime import models, recalls, tracing
 from conduit.runtime.tenants import narrow_tools, policy
 from contracts import topics
 from contracts.api import TERMINAL_STATUSES, TaskCreate, TaskCreated, TaskView
@@ -42,6 +43,8 @@ from services.gateway.state import GatewayState, publish
 
 log = logging.getLogger("conduit.gateway.tasks")
 
+_SENDING: set[asyncio.Task[None]] = set()
+"""Recalls being published ahead of their questions (rule M13), kept referenced until sent."""
 PENDING_CLAIM_TTL_S = 15
 """Seconds an ``Idempotency-Key`` claim lives before its task is created (then: the task's TTL). A
 gateway that dies in between leaves a claim that lapses this soon, so the client's retry can create
@@ -98,22 +101,21 @@ async def create_task(state: GatewayState, who: Principal, body: TaskCreate, tra
         earlier = await _claim(state, claim, body, task_id, session_id)
         if earlier is not None:
             return earlier, True
-    ttl = state.settings.task_events_ttl_s
-    if not await sessions.claim(state.redis, session_id, who.tenant_id, who.user_id, body.question, ttl):
-        if claim is not None:
-            await state.redis.delete(claim)
-        raise ApiError(404, "session_not_found", f"no session {session_id!r} (unknown, expired or not yours)")
-    try:
-        await check_token_budget(state, who.tenant_id)  # rule G6: the tenant's tokens of the UTC day
-        await admit_task(state, who.tenant_id, who.credential_id, task_id)
-    except ApiError:
-        if claim is not None:
-            await state.redis.delete(claim)
-        raise
-    # one trace per task: continue the client's traceparent or start one (tracing off: a random id)
+    ttl = state.settings.gateway.task_events_ttl_s
+    marks = await _claim_session(state, who, body.question, session_id, claim)
+    # one trace per task: continue the client's traceparent or start one (tracing off: a random id); the
+    # recall sent ahead (rule M13) is published inside it
     with tracing.span("task create", traceparent, kind=tracing.SpanKind.SERVER, task_id=task_id) as tp:
+        asked = _question(state, who, body, task_id, session_id, use_cache, limited, marks, tp)
         try:
-            created = await _create_task(state, who, body, task_id, session_id, tp, use_cache, limited)
+            await check_token_budget(state, who.tenant_id)  # rule G6: the tenant's tokens of the UTC day
+            await admit_task(state, who.tenant_id, who.credential_id, task_id)
+        except ApiError:
+            if claim is not None:
+                await state.redis.delete(claim)
+            raise
+        try:
+            created = await _create_task(state, who, body, asked, limited)
             await sessions.add_task(state.redis, session_id, who.tenant_id, who.user_id, task_id, ttl)
             if claim is not None:  # created: the key now replays for the task's whole life
                 await state.redis.expire(claim, ttl)
@@ -162,24 +164,53 @@ def _model(state: GatewayState, tenant: str, name: str | None) -> str | None:
 
 async def _save_with_wake_up(state: GatewayState, view: TaskView, asked: QuestionAsked) -> None:
     """Write the task's record and its question's wake-up in one transaction."""
-    ttl = state.settings.task_events_ttl_s
-    async with state.redis.pipeline(transaction=True) as pipe:
+    ttl = state.settings.gateway.task_events_ttl_s
+    async with slots.atomic(state.redis) as pipe:
         state.store.stage_save(pipe, view)
         questions.stage(pipe, asked, ttl)
         await pipe.execute()
 
 
-async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, task_id: str, session_id: str,
-                       traceparent: str, use_cache: bool = True, limited: Scope | None = None) -> TaskCreated:
+async def _claim_session(state: GatewayState, who: Principal, question: str, session_id: str,
+                         claim: str | None) -> tuple[bool, bool]:
+    """Claim ``session_id`` for ``who`` (``sessions.claim``) and read rule M8's marks in the same round trip's
+    time (rule M13). Raises ApiError 404 ``session_not_found`` (the idempotency ``claim`` is freed)."""
+    claimed, marks = await asyncio.gather(
+        sessions.claim(state.redis, session_id, who.tenant_id, who.user_id, question, state.settings.gateway.task_events_ttl_s),
+        recall_marks(state.redis, who.tenant_id, who.user_id))
+    if not claimed:
+        if claim is not None:
+            await state.redis.delete(claim)
+        raise ApiError(404, "session_not_found", f"no session {session_id!r} (unknown, expired or not yours)")
+    return marks
+
+
+def _question(state: GatewayState, who: Principal, body: TaskCreate, task_id: str, session_id: str,
+              use_cache: bool, limited: Scope | None, marks: tuple[bool, bool], traceparent: str) -> QuestionAsked:
+    """The task's ``question.asked`` in the trace ``traceparent``; rule M13: when memory or the cache can answer
+    (rule M8's ``marks``), its recall is published at once, before the gateway's other writes, and named in
+    the question."""
     tenant = who.tenant_id
-    view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
-                    status="accepted", question=body.question, created_at=utcnow(), scope=limited)
+    ahead = recalls.ahead(state.settings.memory, tenant, who.user_id, marks, body.session_id is None, use_cache,
+                          limited is not None)
     asked = QuestionAsked(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
-                          traceparent=traceparent,
-                          payload=QuestionPayload(question=body.question, mode=body.mode, use_cache=use_cache,
-                                                  scope=limited, model=_model(state, tenant, body.model),
+                          traceparent=traceparent, payload=QuestionPayload(question=body.question, mode=body.mode, use_cache=use_cache,
+                                                  scope=limited, model=_model(state, tenant, body.model), recall=ahead,
                                                   allowed_tools=narrow_tools(
                               body.allowed_tools, policy(state.settings, tenant).allowed_tools)))
+    if ahead is not None:  # never raises; a rejected request (429) leaves a reply nobody reads, which expires
+        task = asyncio.ensure_future(recalls.send_ahead(state.broker, state.settings.memory, ahead, asked))
+        _SENDING.add(task)
+        task.add_done_callback(_SENDING.discard)
+    return asked
+
+
+async def _create_task(state: GatewayState, who: Principal, body: TaskCreate, asked: QuestionAsked,
+                       limited: Scope | None = None) -> TaskCreated:
+    tenant, task_id, session_id = who.tenant_id, asked.task_id, asked.session_id
+    view = TaskView(task_id=task_id, session_id=session_id, tenant_id=tenant, user_id=who.user_id,
+                    status="accepted", question=body.question, created_at=utcnow(), scope=limited,
+                    trace_id=tracing.trace_id_of(asked.traceparent))
     # the record and the question's wake-up (rule G4) land together or not at all: a gateway killed
     # after them leaves a task the sweeper starts, never an accepted record nothing will start; the
     # first log entry is independent (in flight at once); all are done before the publish
@@ -246,7 +277,7 @@ async def cancel_task(state: GatewayState, who: Principal, task_id: str, tracepa
                        {"status": view.status})
     event = TaskCancelled(task_id=task_id, session_id=view.session_id, tenant_id=view.tenant_id,
                           user_id=view.user_id, traceparent=traceparent, payload=CancelPayload())
-    await controls.record(state.redis, event, state.settings.task_events_ttl_s)  # its re-send (rule G5)
+    await controls.record(state.redis, event, state.settings.gateway.task_events_ttl_s)  # its re-send (rule G5)
     try:
         await publish(state, topics.CONTROL, event)
     except Exception as exc:  # noqa: BLE001

@@ -44,7 +44,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from conduit.records import replies
 from contracts import topics
 from contracts.api import ErrorBody
@@ -180,7 +180,7 @@ async def search(request: Request, state: GatewayState = Depends(get_state),
     filters = body.filters
     limited = await scope.resolve(state.redis, who.tenant_id, filters.document_ids if filters else None,
                                   filters.collections if filters else None)  # rule Q1, as a task's scope
-    timeout_s = state.settings.tool_timeout_s
+    timeout_s = state.settings.tools.tool_timeout_s
     request_id = uuid.uuid4().hex
     event = SearchRequested(
         task_id=request_id, session_id=request_id, tenant_id=who.tenant_id, user_id=who.user_id,
@@ -216,7 +216,7 @@ async def _load(state: GatewayState, tenant_id: str, document_id: str) -> Docume
 
 
 async def _save(state: GatewayState, view: DocumentView) -> None:
-    async with state.redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(state.redis) as pipe:
         pipe.set(keys.document(view.tenant_id, view.document_id), view.model_dump_json())
         pipe.sadd(keys.documents(view.tenant_id), view.document_id)
         await pipe.execute()
@@ -268,7 +268,7 @@ async def list_documents(state: GatewayState = Depends(get_state),
     ids = sorted(m.decode() for m in await state.redis.smembers(keys.documents(tenant)))
     views = []
     if ids:
-        for document_id, raw in zip(ids, await state.redis.mget([keys.document(tenant, i) for i in ids])):
+        for document_id, raw in zip(ids, await slots.mget(state.redis, [keys.document(tenant, i) for i in ids])):
             if raw:
                 views.append(DocumentView.model_validate_json(raw))
             else:  # deleted meanwhile

@@ -22,7 +22,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from conduit.records import keys
+from conduit.records import keys, slots
 from contracts.documents import DOCUMENT_ID_PATTERN, DocumentView, index_document_id
 from contracts.scope import BUILT_IN_COLLECTIONS, MAX_SCOPE_COLLECTIONS, MAX_SCOPE_DOCUMENTS, Scope
 from services.gateway.errors import ApiError
@@ -52,7 +52,7 @@ async def _live_documents(redis: Redis, tenant_id: str, ids: list[str] | None) -
         ids = sorted(m.decode() if isinstance(m, bytes) else m for m in await redis.smembers(keys.documents(tenant_id)))
     if not ids:
         return {}
-    raws = await redis.mget([keys.document(tenant_id, i) for i in ids])
+    raws = await slots.mget(redis, [keys.document(tenant_id, i) for i in ids])
     views = (DocumentView.model_validate_json(raw) for raw in raws if raw)
     return {v.document_id: v for v in views if v.status != "deleting"}
 

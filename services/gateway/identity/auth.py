@@ -30,7 +30,7 @@ import jwt
 from fastapi import Depends, Request
 
 from conduit.records import apikeys
-from conduit.runtime.settings import Settings
+from conduit.runtime.settings import IdentitySettings, Settings
 from services.gateway.errors import ApiError
 from services.gateway.identity.ratelimit import check_rate
 from services.gateway.state import GatewayState, get_state
@@ -82,11 +82,11 @@ def check_auth_mode(settings: Settings) -> None:
     Raises:
         RuntimeError: ``none`` on a non-loopback ``gateway_host``; ``jwt`` with neither a secret nor a JWKS URL.
     """
-    if settings.auth == "none":
-        if not is_loopback(settings.gateway_host):
-            raise RuntimeError(f"CONDUIT_AUTH=none is allowed only on a loopback address, not {settings.gateway_host!r}")
-        log.warning("CONDUIT_AUTH=none: every request is the admin of tenant %r (loopback only)", settings.default_tenant)
-    if settings.auth == "jwt" and not (settings.auth_jwt_secret or settings.auth_jwt_jwks_url):
+    if settings.identity.auth == "none":
+        if not is_loopback(settings.gateway.gateway_host):
+            raise RuntimeError(f"CONDUIT_AUTH=none is allowed only on a loopback address, not {settings.gateway.gateway_host!r}")
+        log.warning("CONDUIT_AUTH=none: every request is the admin of tenant %r (loopback only)", settings.identity.default_tenant)
+    if settings.identity.auth == "jwt" and not (settings.identity.auth_jwt_secret or settings.identity.auth_jwt_jwks_url):
         raise RuntimeError("CONDUIT_AUTH=jwt needs CONDUIT_AUTH_JWT_SECRET or CONDUIT_AUTH_JWT_JWKS_URL")
 
 
@@ -110,40 +110,40 @@ def _roles(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
-def decode_jwt(settings: Settings, token: str) -> dict[str, Any]:
+def decode_jwt(identity: IdentitySettings, token: str) -> dict[str, Any]:
     """Verify a JWT's signature, ``exp``, ``aud`` (and ``iss`` when set); return its claims.
 
     Blocking when a JWKS must be fetched (call it in a thread). Raises ``jwt.PyJWTError``.
     """
-    if settings.auth_jwt_jwks_url:
-        key: Any = _jwks_client(settings.auth_jwt_jwks_url, settings.auth_jwks_cache_s,
-                                settings.auth_jwks_refetch_cooldown_s).get_signing_key_from_jwt(token).key
-        algorithms = settings.auth_jwt_algorithms
+    if identity.auth_jwt_jwks_url:
+        key: Any = _jwks_client(identity.auth_jwt_jwks_url, identity.auth_jwks_cache_s,
+                                identity.auth_jwks_refetch_cooldown_s).get_signing_key_from_jwt(token).key
+        algorithms = identity.auth_jwt_algorithms
     else:
-        key, algorithms = settings.auth_jwt_secret, ["HS256"]
-    required = ["exp"] + (["aud"] if settings.auth_jwt_audience else []) + (["iss"] if settings.auth_jwt_issuer else [])
-    return jwt.decode(token, key, algorithms=algorithms, audience=settings.auth_jwt_audience,
-                      issuer=settings.auth_jwt_issuer, options={"require": required}, leeway=5)
+        key, algorithms = identity.auth_jwt_secret, ["HS256"]
+    required = ["exp"] + (["aud"] if identity.auth_jwt_audience else []) + (["iss"] if identity.auth_jwt_issuer else [])
+    return jwt.decode(token, key, algorithms=algorithms, audience=identity.auth_jwt_audience,
+                      issuer=identity.auth_jwt_issuer, options={"require": required}, leeway=5)
 
 
-async def _from_jwt(settings: Settings, token: str) -> Principal:
+async def _from_jwt(identity: IdentitySettings, token: str) -> Principal:
     try:
-        claims = await asyncio.to_thread(decode_jwt, settings, token)
+        claims = await asyncio.to_thread(decode_jwt, identity, token)
     except jwt.PyJWTError as exc:
         raise unauthenticated(f"the bearer token was rejected: {exc}") from None
-    tenant, user = claims.get(settings.auth_jwt_tenant_claim), claims.get(settings.auth_jwt_user_claim)
+    tenant, user = claims.get(identity.auth_jwt_tenant_claim), claims.get(identity.auth_jwt_user_claim)
     if not isinstance(tenant, str) or not tenant or not isinstance(user, str) or not user:
-        raise unauthenticated(f"the token lacks the {settings.auth_jwt_tenant_claim!r} or "
-                              f"{settings.auth_jwt_user_claim!r} claim")
-    role = "admin" if "admin" in _roles(claims.get(settings.auth_jwt_roles_claim)) else "member"
+        raise unauthenticated(f"the token lacks the {identity.auth_jwt_tenant_claim!r} or "
+                              f"{identity.auth_jwt_user_claim!r} claim")
+    role = "admin" if "admin" in _roles(claims.get(identity.auth_jwt_roles_claim)) else "member"
     return Principal(tenant, user, role, "jwt", f"jwt:{tenant}:{user}")
 
 
 async def identify(state: GatewayState, credential: str | None) -> Principal:
-    """The principal of ``credential`` under ``state.settings.auth``; raises 401 ``ApiError``."""
-    settings = state.settings
-    if settings.auth == "none":
-        return Principal(settings.default_tenant, "local", "admin", "none", "none")
+    """The principal of ``credential`` under ``state.settings.identity.auth``; raises 401 ``ApiError``."""
+    identity = state.settings.identity
+    if identity.auth == "none":
+        return Principal(identity.default_tenant, "local", "admin", "none", "none")
     if credential is None:
         raise unauthenticated()
     if credential.startswith(apikeys.PREFIX):
@@ -151,8 +151,8 @@ async def identify(state: GatewayState, credential: str | None) -> Principal:
         if record is None:
             raise unauthenticated("the API key is unknown, revoked or expired")
         return Principal(record.tenant_id, record.user_id, record.role, "key", record.key_id)
-    if settings.auth == "jwt":
-        return await _from_jwt(settings, credential)
+    if identity.auth == "jwt":
+        return await _from_jwt(identity, credential)
     raise unauthenticated("expected an API key (cdk_...)")
 
 

@@ -25,11 +25,11 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from conduit.records import keys, tokenbudget
+from conduit.records import keys, tokenbudget, slots
 from conduit.runtime.tenants import policy
 
 from limits import RateLimitItemPerMinute
-from limits.aio.storage import RedisStorage
+from limits.aio.storage import RedisClusterStorage, RedisStorage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from services.gateway.errors import ApiError
@@ -40,8 +40,12 @@ if TYPE_CHECKING:
 
 def _limiter(state: GatewayState) -> SlidingWindowCounterRateLimiter:
     if state.limiter is None:
-        uri = "async+" + state.settings.redis()
-        storage = RedisStorage(uri, implementation="redispy", key_prefix=keys.RATELIMIT_PREFIX)
+        if state.settings.store.redis_cluster:  # limits' cluster storage (its keys are one per limit: rule O9)
+            uri = "async+redis+cluster://" + state.settings.store.url().split("://", 1)[1].split("/", 1)[0]
+            storage = RedisClusterStorage(uri, implementation="redispy", key_prefix=keys.RATELIMIT_PREFIX)
+        else:
+            uri = "async+" + state.settings.store.url()
+            storage = RedisStorage(uri, implementation="redispy", key_prefix=keys.RATELIMIT_PREFIX)
         state.limiter = SlidingWindowCounterRateLimiter(storage)
     return state.limiter
 
@@ -65,7 +69,7 @@ async def check_rate(state: GatewayState, tenant_id: str, credential_id: str) ->
         ApiError: 429 ``rate_limited`` (with ``Retry-After``) when either budget is spent.
     """
     s = state.settings
-    await _hit(state, "key", s.rate_limit_key_per_minute, f"{tenant_id}/{credential_id}")
+    await _hit(state, "key", s.limits.rate_limit_key_per_minute, f"{tenant_id}/{credential_id}")
     await _hit(state, "tenant", policy(s, tenant_id).rate_limit_per_minute or 0, tenant_id)
 
 
@@ -95,10 +99,10 @@ async def _admit(state: GatewayState, key: str, task_id: str, limit: int, scope:
     if limit <= 0:
         return False
     await _prune(state, key)
-    async with state.redis.pipeline(transaction=True) as pipe:
+    async with slots.atomic(state.redis) as pipe:
         pipe.zadd(key, {task_id: time.time()})
         pipe.zcard(key)
-        pipe.expire(key, state.settings.task_events_ttl_s)
+        pipe.expire(key, state.settings.gateway.task_events_ttl_s)
         _, count, _ = await pipe.execute()
     if count > limit:
         await state.redis.zrem(key, task_id)
@@ -136,7 +140,7 @@ async def admit_task(state: GatewayState, tenant_id: str, credential_id: str, ta
             (the task is then counted nowhere).
     """
     key = keys.running_of_key(tenant_id, credential_id)
-    added = await _admit(state, key, task_id, state.settings.running_tasks_per_key, "key")
+    added = await _admit(state, key, task_id, state.settings.limits.running_tasks_per_key, "key")
     try:
         await _admit(state, keys.running_of_tenant(tenant_id), task_id,
                      policy(state.settings, tenant_id).running_tasks or 0, "tenant")

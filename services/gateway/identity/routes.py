@@ -75,8 +75,8 @@ async def login(request: Request, state: GatewayState = Depends(get_state)) -> L
     who = await apikeys.redeem_login(state.redis, body.token)
     if who is None:
         raise ApiError(401, "login_token_invalid", "this login link was already used or has expired; "
-                       "restart `conduit up` for a new one or use the key in <data_dir>/admin.key")
+                       "run `conduit login` for a new link, or use the key in the stack's data directory (admin.key)")
     key, record = await apikeys.create(state.redis, who["tenant_id"], who["user_id"], who["role"],
-                                       timedelta(seconds=state.settings.login_key_ttl_s), label="login")
+                                       timedelta(seconds=state.settings.identity.login_key_ttl_s), label="login")
     return LoginAnswer(api_key=key, tenant_id=record.tenant_id, user_id=record.user_id, role=record.role,
                        expires_at=record.expires_at.isoformat() if record.expires_at else "")

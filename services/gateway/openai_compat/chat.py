@@ -64,7 +64,7 @@ async def list_models(state: GatewayState = Depends(get_state), who: Principal =
     """The agent modes, then the caller's tenant's configured models (rule A20), served as models
     (``model`` of a chat completion, of ``POST /v1/tasks`` and ``/v1/ask`` for the configured ones)."""
     cards = [ModelCard(id=name, description=desc) for name, (desc, _) in MODES.items()]
-    known = models.registry(state.settings)
+    known = models.registry(state.settings.llm)
     cards += [ModelCard(id=n, description="a configured model: the full agent answers with it", model=known[n].model,
                         tools=known[n].tools) for n in models.allowed(state.settings, who.tenant_id) if n not in MODES]
     return JSONResponse(ModelList(data=cards).model_dump(mode="json", exclude_none=True))
@@ -89,7 +89,7 @@ def conversation_key(who: Principal, turns: list[tuple[str, str]]) -> str:
 
 
 async def _read(request: Request, state: GatewayState) -> ChatCompletionRequest:
-    raw = await inputs.read_conversation(request, state.settings)
+    raw = await inputs.read_conversation(request, state.settings.gateway)
     try:
         return ChatCompletionRequest.model_validate_json(raw)
     except ValidationError as exc:
@@ -119,7 +119,7 @@ async def chat_completions(request: Request, state: GatewayState = Depends(get_s
     body = await _read(request, state)
     allowed_tools, model = _mode(state, who, body.model)
     question, earlier = _question(body)
-    inputs.check_question(question, state.settings)
+    inputs.check_question(question, state.settings.gateway)
     if session is None and earlier:
         found = await state.redis.get(conversation_key(who, earlier))
         session = found.decode() if isinstance(found, bytes) else found
@@ -152,14 +152,14 @@ async def _remember(state: GatewayState, remember: tuple[Principal, list[tuple[s
                     session_id: str) -> None:
     who, turns = remember
     await state.redis.set(conversation_key(who, [*turns, ("assistant", reply)]), session_id,
-                          ex=state.settings.task_events_ttl_s)
+                          ex=state.settings.gateway.task_events_ttl_s)
 
 
 async def _stream(state: GatewayState, answer: ChatAnswer, chunks: Chunks,
                   remember: tuple[Principal, list[tuple[str, str]]], usage: bool) -> AsyncIterator[bytes]:
     """The SSE body: a role chunk, content chunks, a finish chunk (with ``conduit``), ``[DONE]``."""
     yield chunks.chunk({"role": "assistant", "content": ""})
-    loop_s, heartbeat_s, idle = state.settings.gateway_sse_poll_ms / 1000, state.settings.sse_heartbeat_s, 0.0
+    loop_s, heartbeat_s, idle = state.settings.gateway.gateway_sse_poll_ms / 1000, state.settings.gateway.sse_heartbeat_s, 0.0
     finished = False
     async for batch in follow(state, answer.task_id, 0):
         if not batch:

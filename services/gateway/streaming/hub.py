@@ -23,6 +23,10 @@ Shapes and units:
   always the first key of the ``XREAD``, so the blocked read returns at once and
   the next one includes the new log. Removing a task needs no wake.
 
+A subscriber with a ``sink`` (an SSE stream, ``services/gateway/streaming/sse.py``) that waits in
+``next_batch`` with nothing buffered gets its events written through the sink at once, without a
+wake-up (``Subscription._write``); the terminal event always goes through ``next_batch``.
+
 No event is ever dropped silently. A subscriber that joins a task the hub already
 reads past its ``last`` (a second client resuming from an older ``Last-Event-ID``)
 or whose buffer overflows (a slow client) is marked *stale*: its buffer is cleared
@@ -54,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import uuid
 
@@ -74,14 +79,19 @@ log = logging.getLogger("conduit.gateway.hub")
 class _Topic:
     """The hub's state for one task log: its key, the hub's read cursor (seq) and subscribers."""
 
-    __slots__ = ("key", "bulk_key", "cursor", "subs", "live")
+    __slots__ = ("key", "bulk_key", "cursor", "bulk_id", "subs", "live")
 
     def __init__(self, key: bytes, cursor: int) -> None:
         self.key = key
         self.bulk_key = bulk(key)
-        self.cursor = cursor
+        self.advance(cursor)
         self.subs: set[Subscription] = set()
         self.live = True  # False once removed: a read in flight must not feed a newer topic of the task
+
+    def advance(self, cursor: int) -> None:
+        """Set the read cursor (seq) and its ``XREAD`` id, packed once per change rather than once per round."""
+        self.cursor = cursor
+        self.bulk_id = bulk(b"%d-0" % cursor)
 
 
 class StreamHub:
@@ -198,6 +208,7 @@ class StreamHub:
 
     def unsubscribe(self, sub: Subscription) -> None:
         """Remove ``sub`` (idempotent); a task without subscribers is no longer read."""
+        sub.close()
         topic = self._topics.get(sub.task_id)
         if topic is None or sub not in topic.subs:
             return
@@ -249,7 +260,7 @@ class StreamHub:
                 read: dict[bytes, _Topic] = {}
                 for topic in self._topics.values():
                     parts.append(topic.bulk_key)
-                    ids.append(b"$%d\r\n%d-0\r\n" % (len(str(topic.cursor)) + 2, topic.cursor))
+                    ids.append(topic.bulk_id)
                     read[topic.key] = topic
                 parts[0] = b"*%d\r\n" % (len(parts) - 1 + len(ids))
                 parts.extend(ids)
@@ -258,21 +269,14 @@ class StreamHub:
                 try:
                     if conn is None:
                         conn = await self.reader.connection_pool.get_connection()
-                    res = await self._xread(conn, b"".join(parts))
+                    await self._xread(conn, b"".join(parts), read)
                 except RedisError as exc:
                     self._blocking = False
-                    log.warning("stream hub read failed (%d tasks): %r", len(self._topics), exc)
-                    for topic in self._topics.values():
-                        for sub in topic.subs:
-                            sub._fail(exc)
+                    self._read_failed(exc)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
-                self._blocking = False
-                self.rounds += 1
                 backoff = 0.1
-                if res:
-                    self._dispatch(res, read)
         finally:
             self._blocking = False
             if conn is not None:
@@ -281,12 +285,40 @@ class StreamHub:
                 with contextlib.suppress(Exception):
                     await self.reader.connection_pool.release(conn)
 
-    async def _xread(self, conn: AbstractConnection, command: bytes) -> list | dict | None:
-        """Send one packed ``XREAD`` on the hub's connection and parse its reply
-        (``conduit.runtime.resp.read_reply``; waits ``block_ms`` plus the socket timeout).
-        Raises ``RedisError``."""
+    def _read_failed(self, exc: RedisError) -> None:
+        """Hand a failed read's ``exc`` to every current subscriber (their streams end; clients resume)."""
+        log.warning("stream hub read failed (%d tasks): %r", len(self._topics), exc)
+        for topic in self._topics.values():
+            for sub in topic.subs:
+                sub._fail(exc)
+
+    async def _xread(self, conn: AbstractConnection, command: bytes, read: dict[bytes, _Topic]) -> None:
+        """Send one packed ``XREAD`` on the hub's connection, parse its reply (``conduit.runtime.resp.read_reply``;
+        waits ``block_ms`` plus the socket timeout) and hand the events to the subscribers. Raises ``RedisError``.
+
+        The cyclic GC is paused from the reply's first bytes until it is dispatched and dropped (a few ms): its
+        thousands of lists are acyclic and die right after; a collection that ran while a reply was half read
+        moved them to the older generations, which then triggered full collections over every open stream's
+        objects (a third of the gateway's CPU with 1,000 streams, bench/sse_fanout.py under py-spy --native)."""
         timeout = self.block_ms / 1000 + (getattr(conn, "socket_timeout", None) or 30.0)
-        return await read_reply(conn, command, timeout)
+        paused = False
+
+        def pause() -> None:
+            nonlocal paused
+            if gc.isenabled():
+                gc.disable()
+                paused = True
+
+        try:
+            res = await read_reply(conn, command, timeout, on_data=pause)
+            self._blocking = False
+            self.rounds += 1
+            if res:
+                self._dispatch(res, read)
+            del res
+        finally:
+            if paused:
+                gc.enable()
 
     def _dispatch(self, res: list | dict, read: dict[bytes, _Topic]) -> None:
         rows = res.items() if isinstance(res, dict) else res
@@ -317,6 +349,6 @@ class StreamHub:
                 batch.append(LoggedEvent(seq=seq, type=text(etype), data=text(data)))
             if not batch:
                 continue
-            topic.cursor = batch[-1].seq
+            topic.advance(batch[-1].seq)
             for sub in topic.subs:
                 sub._push(batch)

@@ -7,16 +7,20 @@ Wire format of one event (``\\n`` line separator)::
     data: <JSON of the contracts.stream model, as stored in the log>
 
 plus a ``: ping`` comment line when a stream has sent nothing for
-``settings.sse_heartbeat_s`` seconds (checked after each idle wait, so at most
+``settings.gateway.sse_heartbeat_s`` seconds (checked after each idle wait, so at most
 ``gateway_sse_poll_ms`` late), which keeps an idle stream alive through proxies.
 The generator sends it itself; sse-starlette's ping task is off (``ping=0``),
 one task and one timer fewer per open stream. The stream ends right after the
 terminal event.
-Events that are ready together are sent as one body chunk (one write).
+Events that are ready together are sent as one body chunk (one write). An event that finds its
+stream waiting with nothing in hand is written by the hub itself, through the stream's direct
+writer (``direct_writer``, set as ``Subscription.sink`` once the headers are sent), without waking
+the stream's coroutine; a stream with events in hand, a full socket and the terminal event go
+through the coroutine (issue 33; docs/benchmarks.md, "Issue 33: SSE fan-out").
 
 Lifecycle: the generator subscribes to the gateway's shared ``StreamHub``
 (``services/gateway/streaming/hub.py``: one multi-key ``XREAD`` for all streams of the
-process) and waits on its ``Subscription`` up to ``settings.gateway_sse_poll_ms``
+process) and waits on its ``Subscription`` up to ``settings.gateway.gateway_sse_poll_ms``
 at a time; after an idle wait it checks whether the log is sealed or the task's
 record expired. When the client disconnects, sse-starlette cancels the response's
 task group, which cancels the wait and runs the generator's ``finally``
@@ -30,11 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
+import anyio
 from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.event import ensure_bytes
+from starlette.types import Message, Receive, Scope, Send
 
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import LoggedEvent, TaskEventLog
@@ -83,11 +90,13 @@ class ShutdownSignal:
     ``anyio.Event`` (a task, an event and a future per open stream).
     """
 
-    __slots__ = ("_sub", "_set")
+    __slots__ = ("_sub", "_set", "sink")
 
     def __init__(self) -> None:
         self._sub: Subscription | None = None
         self._set = False
+        self.sink: Callable[[list[LoggedEvent]], bool] | None = None
+        """The response's direct writer (``Subscription.sink``), set once its headers are sent; None: none."""
 
     def is_set(self) -> bool:
         """True once the server has signalled shutdown."""
@@ -100,14 +109,21 @@ class ShutdownSignal:
             self._sub.interrupt()
 
     def attach(self, sub: Subscription) -> None:
-        """Interrupt ``sub`` on shutdown (at once if it was already signalled)."""
+        """Interrupt ``sub`` on shutdown (at once if it was already signalled); give it the direct writer."""
         self._sub = sub
+        sub.sink = self.sink
         if self._set:
             sub.interrupt()
 
     def detach(self) -> None:
         """Forget the subscription (the stream ended)."""
+        if self._sub is not None:
+            self._sub.sink = None
         self._sub = None
+
+    def written_at(self) -> float:
+        """Loop time of the last event the hub wrote through ``sink`` (0.0: none)."""
+        return self._sub.written_at if self._sub is not None else 0.0
 
 
 async def follow(state: StreamState, task_id: str, after: int,
@@ -126,7 +142,7 @@ async def follow(state: StreamState, task_id: str, after: int,
     if hub is None:
         raise RuntimeError("the gateway's StreamHub is not started")
     shutdown = shutdown or ShutdownSignal()
-    poll_s = state.settings.gateway_sse_poll_ms / 1000
+    poll_s = state.settings.gateway.gateway_sse_poll_ms / 1000
     state.open_streams += 1
     sub = hub.subscribe(task_id, after)
     shutdown.attach(sub)
@@ -185,7 +201,7 @@ async def task_event_stream(state: StreamState, task_id: str, after: int,
     ``: ping`` comment after ``sse_heartbeat_s`` idle seconds and, on shutdown, a
     ``ServerSentEvent`` comment with a ``retry:`` hint.
     """
-    heartbeat_s = state.settings.sse_heartbeat_s
+    heartbeat_s = state.settings.gateway.sse_heartbeat_s
     loop = asyncio.get_running_loop()
     last_sent = loop.time()
     async for batch in follow(state, task_id, after, shutdown):
@@ -193,6 +209,7 @@ async def task_event_stream(state: StreamState, task_id: str, after: int,
             yield ServerSentEvent(comment="shutdown", retry=RECONNECT_MS, sep=SEP)
             return
         if not batch:
+            last_sent = max(last_sent, shutdown.written_at()) if shutdown is not None else last_sent
             if heartbeat_s > 0 and loop.time() - last_sent >= heartbeat_s:
                 last_sent = loop.time()
                 yield _ping()
@@ -201,20 +218,85 @@ async def task_event_stream(state: StreamState, task_id: str, after: int,
         yield encode_events(batch)
 
 
-class _EventSourceResponse(EventSourceResponse):
-    """sse-starlette's response, minus an anyio cancel scope around every send when no send timeout is set.
+RAW_SEND = "conduit.raw_send"
+"""ASGI scope key of the server's own ``send`` callable, set by the gateway app (``services.gateway.app``) before
+its middlewares wrap it; a stream writes its body chunks with it (``_EventSourceResponse``)."""
 
-    ``EventSourceResponse._send_with_timeout`` (sse-starlette 3.7) enters
-    ``anyio.move_on_after(None)`` for each event and heartbeat; with thousands of
-    streams that scope was ~15 % of the gateway's CPU per delivered event. With
-    ``send_timeout`` set, the library's own method runs.
+
+class _EventSourceResponse(EventSourceResponse):
+    """sse-starlette's response (disconnect watch, shutdown signal, HEAD) with a lean send path for the body.
+
+    - The body chunks go to the server's own ``send`` (``scope[RAW_SEND]``) when the app put it there: the
+      middlewares (error handling, HTTP metrics) only look at ``http.response.start``, which still goes through
+      them, and passing every SSE chunk through their four ``send`` wrappers and sse-starlette's encoder was
+      ~6 % of the gateway's samples per event (py-spy under bench/sse_fanout.py). Without it (an app that does
+      not set it) the wrapped ``send`` is used.
+    - No anyio cancel scope around every send when no send timeout is set (``_send_with_timeout`` of
+      sse-starlette 3.7 enters ``anyio.move_on_after(None)`` per event, ~15 % of the CPU per event with
+      thousands of streams). With ``send_timeout`` set, the library's own method runs.
     """
+
+    _body_send: Callable[[Message], Awaitable[None]] | None = None
+    link: ShutdownSignal | None = None
+    """The stream's shutdown signal, which also hands the direct writer (``direct_writer``) to its subscription."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") == "http" and self.send_timeout is None:
+            self._body_send = scope.get(RAW_SEND)
+        await super().__call__(scope, receive, send)
 
     async def _send_with_timeout(self, send, message) -> None:  # type: ignore[no-untyped-def]
         if self.send_timeout is None:
             await send(message)
         else:
             await super()._send_with_timeout(send, message)
+
+    async def _stream_response(self, send: Send) -> None:
+        """As sse-starlette's: start, one body chunk per item of the iterator (closed on a failed send), end."""
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        if self._body_send is not None and self.link is not None:
+            self.link.sink = direct_writer(self._body_send)
+        body_send = self._body_send or (lambda message: self._send_with_timeout(send, message))
+        async for data in self.body_iterator:
+            try:
+                chunk = data if type(data) is bytes else ensure_bytes(data, self.sep)
+                await body_send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except BaseException:
+                # the iterator is suspended at its yield: close it so its cleanup (unsubscribe) runs first
+                with anyio.move_on_after(self._cleanup_timeout, shield=True):
+                    try:
+                        await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                    except Exception:  # noqa: BLE001 - the send's own error is the one raised
+                        log.exception("closing the event stream after a failed send")
+                raise
+        async with self._send_lock:
+            self.active = False
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def direct_writer(send: Callable[[Message], Awaitable[None]]) -> Callable[[list[LoggedEvent]], bool]:
+    """A synchronous writer of events to a response's body over the server's own ``send`` (``Subscription.sink``).
+
+    ``write(events)`` runs ``send`` of one body chunk (``encode_events``) up to its first suspension: uvicorn's
+    ``send`` writes to the transport without suspending unless the socket's buffer is full, when it waits
+    for it to drain before writing anything. Then the call is abandoned (nothing written) and ``write`` returns
+    False, so the stream's own coroutine sends the events and waits. Also False on an error (the stream's
+    own send raises it again). With it, an event that finds its stream waiting costs no wake-up of the
+    stream's coroutine.
+    """
+
+    def write(events: list[LoggedEvent]) -> bool:
+        step = send({"type": "http.response.body", "body": encode_events(events), "more_body": True})
+        try:
+            step.send(None)  # type: ignore[attr-defined]
+        except StopIteration:
+            return True
+        except Exception:  # noqa: BLE001 - the stream's own send of the same events raises it
+            return False
+        step.close()  # type: ignore[attr-defined]
+        return False
+
+    return write
 
 
 def _ping() -> ServerSentEvent:
@@ -225,7 +307,7 @@ def sse_response(state: StreamState, task_id: str, after: int, status_code: int 
                  headers: dict[str, str] | None = None) -> EventSourceResponse:
     """An ``EventSourceResponse`` streaming ``task_event_stream`` with heartbeats and no-cache headers."""
     shutdown = ShutdownSignal()
-    return _EventSourceResponse(
+    response = _EventSourceResponse(
         task_event_stream(state, task_id, after, shutdown),
         status_code=status_code,
         headers={**HEADERS, **(headers or {})},
@@ -234,3 +316,5 @@ def sse_response(state: StreamState, task_id: str, after: int, status_code: int 
         shutdown_event=shutdown,  # type: ignore[arg-type]  # duck-typed: sse-starlette only calls set()
         shutdown_grace_period=SHUTDOWN_GRACE_S,
     )
+    response.link = shutdown
+    return response

@@ -67,7 +67,7 @@ def decide(deps: Deps, state: TaskState, d: ApprovalDecisionPayload, now: dateti
     run = rejection is None
     if run:
         call.requested_at, call.sent = now, False
-        call.deadline_at = now + timedelta(seconds=deps.settings.tool_timeout_s)
+        call.deadline_at = now + timedelta(seconds=deps.settings.tools.tool_timeout_s)
     state.status = state.waiting_status()
     state.trace.append({"phase": "approval", "call_id": call.call_id, "decision": d.decision})
     step = Step(state, [Metric("approval_decided")])

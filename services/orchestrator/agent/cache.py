@@ -26,7 +26,7 @@ from contracts.memory import CacheEntry, CacheOutcome, MemoryItem
 from contracts.stream import AnswerDelta, EvidenceEvent, MemoryNote, TraceEvent
 from services.orchestrator.agent import endings
 from services.orchestrator.agent.effects import Step
-from services.orchestrator.agent.memory import render
+from services.orchestrator.agent.memory import history_offered, render
 from services.orchestrator.agent.state import TaskState
 
 REPLAY_CHUNK_CHARS = 24
@@ -40,6 +40,8 @@ class Recalled:
 
     items: list[MemoryItem] = field(default_factory=list)
     memory_on: bool = False
+    has_history: bool = False
+    """Rule M11: the recall found at least one of the user's episodes (earlier questions and answers)."""
     outcome: CacheOutcome = "off"
     cached: CacheEntry | None = None
     similarity: float | None = None
@@ -70,10 +72,13 @@ def recall_asks(memory_wanted: bool, has_items: bool, outcome: CacheOutcome, ten
     return memory_wanted and has_items, outcome == "miss" and tenant_cached
 
 
-def apply_recall(state: TaskState, recalled: Recalled) -> Step:
+def apply_recall(state: TaskState, recalled: Recalled, asked: list[str] | None = None) -> Step:
     """Rule M4: put the recalled items into the model's messages (one system message after the
-    system prompt) and name them in the state, the trace and a ``trace`` event (phase ``memory``)."""
+    system prompt) and name them in the state, the trace and a ``trace`` event (phase ``memory``).
+    Rule M11: offer ``history_search`` when the user has history (``asked``: the request's tool list)."""
     step = Step(state)
+    if history_offered(recalled.memory_on, recalled.has_history, asked, state.team):
+        state.allowed_tools.append("history_search")
     state.memory_on = recalled.memory_on
     state.cache = recalled.outcome
     data = {"items": len(recalled.items), "cache": recalled.outcome, "lookup_ms": recalled.duration_ms,
@@ -114,6 +119,8 @@ def entry_for(state: TaskState, citations: list[Citation], now: datetime) -> Cac
     """Rule C2: the cache entry for a finished task, or None when it may not be cached."""
     if (state.status != "completed" or state.mode != "agent" or state.cache not in ("miss", "bypass")
             or state.memory or state.stop_reason or not citations or not state.answer):
+        return None
+    if any(e.kind == "history" for e in state.evidence):  # rule M12: written from one user's own history
         return None
     cited = {c.index for c in citations}
     evidence = [e for e in state.evidence if e.index in cited]

@@ -21,8 +21,9 @@ class Deps:
     """Dependencies of every transition.
 
     Args:
-        settings: limits (rounds, tool calls, tokens, deadline in seconds), timeouts,
-            retries, approval policies and TTL.
+        settings: the root; the core reads its groups ``limits`` (rounds, tool calls, tokens, deadline in
+            seconds), ``tools`` (timeouts, retries, approval policies and TTL), ``agent``, ``llm``, ``memory``,
+            and through ``tenants.policy`` a tenant's overrides of them.
         model_configured: a model endpoint is configured (else retrieval-only mode).
         model_breaker / tool_breakers: replica-local breakers (``breaker.CircuitBreaker``);
             ``model_breaker`` is the ``default`` endpoint's, ``model_breakers`` the other
@@ -40,11 +41,11 @@ class Deps:
     new_call_id: Callable[[], str] = lambda: f"call_{uuid.uuid4().hex[:12]}"
 
     def breaker(self, tool: str) -> CircuitBreaker | None:
-        """The breaker of ``tool``: a built-in tool's, or an MCP tool's (made on first use, sized
-        like the others); None for an unknown name."""
+        """The breaker of ``tool``: a built-in tool's, or an MCP tool's or remote A2A agent's (rule T10; made
+        on first use, sized like the others); None for an unknown name."""
         found = self.tool_breakers.get(tool)
-        if found is None and tool.startswith("mcp."):
-            s = self.settings
+        if found is None and tool.startswith(("mcp.", "a2a.")):
+            s = self.settings.tools
             found = self.tool_breakers[tool] = CircuitBreaker(s.tool_breaker_failures, s.tool_breaker_cooldown_s)
         return found
 
@@ -64,7 +65,7 @@ class Deps:
         """Deps with breakers sized by ``settings`` (model and one per tool)."""
         return cls(
             settings=settings, model_configured=model_configured,
-            model_breaker=CircuitBreaker(settings.model_breaker_failures, settings.model_breaker_cooldown_s),
-            tool_breakers={name: CircuitBreaker(settings.tool_breaker_failures, settings.tool_breaker_cooldown_s)
+            model_breaker=CircuitBreaker(settings.llm.model_breaker_failures, settings.llm.model_breaker_cooldown_s),
+            tool_breakers={name: CircuitBreaker(settings.tools.tool_breaker_failures, settings.tools.tool_breaker_cooldown_s)
                            for name in TOOL_SPECS},
             **fields)  # type: ignore[arg-type]

@@ -11,6 +11,11 @@ compare-and-set and carries out the effects by their stage:
   ``services.orchestrator.public``), ``Wake`` (the sweeper's wake-up), ``HoldLease``;
   a kill right after the save loses none of them;
 - after the save, in order: everything else.
+
+What an effect writes is decided by the core, not by its handler: ``Announce``, ``Remember`` and
+``WriteView`` are filled in by ``announcing.settle`` as the last part of every transition (the terminal
+event, the record, the public event, the session turn, the tokens of the day, a worker's result, the facts
+and the cache entry to keep), so a handler only writes what its effect carries.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from contracts.api import ApprovalRecord, SessionContext
+from contracts.api import ApprovalRecord, SessionContext, TaskView
+from contracts.events import ToolResultPayload
 from contracts.evidence import Citation
+from contracts.memory import CacheEntry, MemoryItem
 from contracts.stream import StreamEvent
 from services.orchestrator.agent.state import PendingCall, TaskState
 
@@ -97,7 +104,10 @@ class Public:
 
 @dataclass(frozen=True)
 class WriteView:
-    """Write the task's record (``GET /v1/tasks/{id}``) from the saved state."""
+    """Write the task's record (``GET /v1/tasks/{id}``): ``view``, built from the step's state by
+    ``announcing.settle`` (None only before it ran)."""
+
+    view: TaskView | None = None
 
 
 @dataclass(frozen=True)
@@ -106,12 +116,43 @@ class RunModelStep:
 
 
 @dataclass(frozen=True)
+class Turn:
+    """A finished turn of the person's session: ``question``, ``answer``, its 1-based number ``n`` (0:
+    unknown) and, when it ended asking the person (rule E10), the numbered evidence (JSON) the reply
+    continues with."""
+
+    question: str
+    answer: str
+    n: int = 0
+    evidence: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """Everything an ended task tells, decided by the core (``announcing.announcement``): the terminal
+    ``event`` (it seals the log), the record ``view``, the public event (``public_kind``, ``public_fields``),
+    the session ``turn`` (None: a worker's task, or an ending that is no turn), the ``tokens`` to add to
+    the tenant's day (rule G6; 0 for a worker's task) and a worker's ``child_result`` for its supervisor
+    (rule D5)."""
+
+    event: StreamEvent
+    view: TaskView
+    public_kind: str
+    public_fields: dict[str, Any]
+    turn: Turn | None = None
+    tokens: int = 0
+    child_result: ToolResultPayload | None = None
+
+
+@dataclass(frozen=True)
 class Announce:
-    """The task ended: append its terminal event (sealing the log), write the record, the
-    session turn and the public event, release lease and wake-up (idempotent).
-    ``citations``: the checked answer's citations when the transition has them."""
+    """The task ended: append its terminal event (sealing the log), write the record, the session turn
+    and the public event, release lease and wake-up, send a worker's result (idempotent: the log seals
+    once). ``citations``: the checked answer's citations when the ending has them; ``decided``: what to
+    write, filled in by ``announcing.settle`` (None only before it ran)."""
 
     citations: list[Citation] | None = None
+    decided: Announcement | None = None
 
 
 @dataclass(frozen=True)
@@ -156,9 +197,12 @@ class Summarise:
 class Remember:
     """After the announcement: keep what the finished task taught (rules M1, M2: the user's facts,
     the episode) and, for a cacheable first answer, a semantic-cache entry (rule C2).
-    ``citations``: the answer's checked citations."""
+    ``citations``: the answer's checked citations; ``items`` and ``cache``: what to keep, decided by
+    ``announcing.settle`` (it drops a ``Remember`` that keeps nothing)."""
 
     citations: list[Citation] = field(default_factory=list)
+    items: list[MemoryItem] = field(default_factory=list)
+    cache: CacheEntry | None = None
 
 
 @dataclass(frozen=True)

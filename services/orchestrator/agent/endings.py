@@ -27,6 +27,7 @@ from contracts.stream import (
     TaskFailed,
     TaskNeedsInput,
 )
+from conduit.runtime import tracing
 from conduit.policy.redaction import redact
 from services.orchestrator.agent import answers, team
 from services.orchestrator.agent.effects import Announce, FaultPoint, Remember, Step
@@ -138,6 +139,7 @@ def record_view(state: TaskState, latency: float | None = None, citations: list[
         usage=state.usage, mode=state.mode, error=error, created_at=state.created_at, finished_at=state.finished_at,
         latency_ms=latency, stop_reason=state.stop_reason, trace=state.trace, confidence=state.confidence,
         cache=state.cache, memory=[m.model_dump() for m in state.memory], scope=state.scope,
+        trace_id=tracing.trace_id_of(state.traceparent),
         pending_approvals=[{"call_id": c.call_id, "tool": c.name, "arguments": c.arguments, "reason": c.reason,
                             "arguments_digest": c.arguments_digest,
                             "expires_at": c.expires_at.isoformat() if c.expires_at else None}

@@ -7,6 +7,9 @@ the reader by one model call without tools, and the rewrite is checked before it
   the draft does not (no new facts the check can see); otherwise the draft is the answer.
 - Either way, names of tools and worker kinds are removed (no mention of workers, tools or routing).
 - Without a model, when its call fails or the deadline is past, the draft is the answer.
+- Rules A32, A33 (``referee``): when the workers' findings dispute a quantity, the finalizer is told so
+  and may cite the disputing sources and state their values; the answer kept always names the
+  disagreement (a closing note when the text does not).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted
 from contracts.tools import TOOL_SPECS
-from services.orchestrator.agent import endings, prompt, workers
+from services.orchestrator.agent import endings, prompt, referee, workers
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import HoldLease, RunModelStep, Step, WriteView
 from services.orchestrator.agent.state import TaskState
@@ -53,15 +56,19 @@ def numbers(text: str) -> set[str]:
     return set(_NUMBER.findall(_CITE.sub(" ", text)))
 
 
-def accept(draft: str, final: str, names: list[str]) -> tuple[str, str]:
+def accept(draft: str, final: str, names: list[str], disputed: list[referee.Disagreement] | None = None) -> tuple[str, str]:
     """The answer from the finalizer's ``final`` text and the supervisor's ``draft``: ``(text, why)``
     where ``why`` is ``rewritten`` or the reason the draft was kept (``empty``, ``citations_changed``,
-    ``new_numbers``). Internal ``names`` are removed either way."""
+    ``new_numbers``). Internal ``names`` are removed either way. Rule A33: with ``disputed`` quantities
+    the rewrite may also cite their sources and state their values."""
+    disputed = disputed or []
+    cites, drafted = set(_CITE.findall(final)), set(_CITE.findall(draft))
+    extra = numbers(" ".join(v for d in disputed for v in d.values())) | referee.allowed_citations(disputed)
     if not final.strip():
         why = "empty"
-    elif set(_CITE.findall(final)) != set(_CITE.findall(draft)):
+    elif not drafted <= cites or cites - drafted - referee.allowed_citations(disputed):
         why = "citations_changed"
-    elif numbers(final) - numbers(draft):
+    elif numbers(final) - numbers(draft) - extra:
         why = "new_numbers"
     else:
         return scrub(final, names), "rewritten"
@@ -71,8 +78,10 @@ def accept(draft: str, final: str, names: list[str]) -> tuple[str, str]:
 def messages(state: TaskState) -> list[dict[str, Any]]:
     """What the finalizer is sent: its prompt, then the question and the draft (wrapped, rule G2)."""
     assert state.draft is not None
+    disputed = referee.brief(referee.disagreements(state.findings))  # rule A33
     return [{"role": "system", "content": FINALIZER_PROMPT},
-            {"role": "user", "content": f"【用户问题】\n{state.question}\n\n【草稿回答】\n{prompt.wrap(state.draft)}"}]
+            {"role": "user", "content": f"【用户问题】\n{state.question}\n\n【草稿回答】\n{prompt.wrap(state.draft)}"
+                                        + (f"\n\n{disputed}" if disputed else "")}]
 
 
 def wanted(state: TaskState) -> bool:
@@ -97,8 +106,11 @@ def finish(deps: Deps, state: TaskState, final: str, streamed: bool, now: dateti
     """Complete with the checked rewrite, or the draft (``accept``); a draft replacing streamed text
     is sent after an ``answer.reset``."""
     assert state.draft is not None
-    text, why = accept(state.draft, final, internal_names(deps))
-    state.trace.append({"phase": "finalizer", "used": "rewrite" if why == "rewritten" else "draft", "reason": why})
+    disputed = referee.disagreements(state.findings)  # rule A32
+    text, why = accept(state.draft, final, internal_names(deps), disputed)
+    text = referee.named(text, disputed)  # rule A33: the disagreement is always named
+    state.trace.append({"phase": "finalizer", "used": "rewrite" if why == "rewritten" else "draft", "reason": why,
+                        "disagreements": [{"quantity": d.quantity, "values": d.values()} for d in disputed]})
     step = Step(state)
     if why != "rewritten" or text != final.strip():
         if streamed:

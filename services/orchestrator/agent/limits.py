@@ -32,7 +32,7 @@ def stop_before(deps: Deps, state: TaskState, messages: list[dict[str, Any]], no
     """Why no model call may run now (it ends with a wrap-up): the deadline is past (rule E2), the
     estimated cost does not fit the token budget (rule E4), or ``max_failed_steps`` steps in a row
     failed (rule E3). None: the call may run."""
-    s = deps.settings
+    s = deps.settings.limits
     if time_left_s(deps, state, now) <= 0:
         return "deadline"
     if state.usage.total_tokens + estimate_tokens(messages, None) > team.budget(deps, state).max_tokens:
@@ -45,7 +45,7 @@ def stop_before(deps: Deps, state: TaskState, messages: list[dict[str, Any]], no
 def hard_limit(deps: Deps, state: TaskState, now: datetime) -> str | None:
     """The first hard limit this step reaches (``max_rounds`` | ``max_tool_calls``), or None; the
     deadline and the token budget stop without a call (``stop_before``)."""
-    s = deps.settings
+    s = deps.settings.limits
     limits = {"max_rounds": state.rounds + 1 >= s.max_rounds,
               "max_tool_calls": state.tool_calls_used >= team.budget(deps, state).max_tool_calls}
     return next((name for name, reached in limits.items() if reached), None)
@@ -53,6 +53,6 @@ def hard_limit(deps: Deps, state: TaskState, now: datetime) -> str | None:
 
 def soft_limit(deps: Deps, state: TaskState) -> bool:
     """True within ``SOFT_LIMIT_MARGIN`` rounds or tool calls of a hard limit."""
-    s = deps.settings
+    s = deps.settings.limits
     return (state.rounds + SOFT_LIMIT_MARGIN >= s.max_rounds
             or state.tool_calls_used + SOFT_LIMIT_MARGIN >= team.budget(deps, state).max_tool_calls)

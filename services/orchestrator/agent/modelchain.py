@@ -48,7 +48,7 @@ def candidates(deps: Deps, state: TaskState) -> list[Candidate]:
     configured model at all, the one candidate is ``default`` (whose call fails with
     ``model_not_found``, a configuration error shown on ``/readyz``)."""
     settings = deps.settings
-    known = models.registry(settings)
+    known = models.registry(settings.llm)
     own = tenants.policy(settings, state.tenant_id).model
     names = models.chain(settings, state.tenant_id)
     if state.model in known:
@@ -72,7 +72,7 @@ def choose(deps: Deps, state: TaskState, now: datetime, tools: bool) -> Candidat
     or the fallback reason when none can (``model_circuit_open``, ``no_tool_model``). ``tools``: the
     step offers tools (kept in ``state.step_tools`` for ``next_after_failure``)."""
     state.step_tools = tools
-    known = models.registry(deps.settings)
+    known = models.registry(deps.settings.llm)
     fitting = [c for c in candidates(deps, state) if _fits(known, state, c, tools)]
     if not fitting:
         return NO_TOOL_MODEL
@@ -87,7 +87,7 @@ def next_after_failure(deps: Deps, state: TaskState, failed: str | None, code: s
         return None
     if failed not in state.models_failed:
         state.models_failed.append(failed)
-    known = models.registry(deps.settings)
+    known = models.registry(deps.settings.llm)
     for c in candidates(deps, state):
         if _fits(known, state, c, state.step_tools) and deps.model_breaker_for(c.endpoint).state(now.timestamp()) != "open":
             state.trace.append({"phase": "model_fallback", "step": state.step, "from": failed, "to": c.endpoint,
@@ -106,6 +106,6 @@ def answered(state: TaskState, endpoint: str | None) -> None:
 def window_chars(deps: Deps, state: TaskState, endpoint: str | None) -> int:
     """The history (characters) a step on ``endpoint`` sends: the task's folded window (rule A18),
     else the setting, at most the model's ``context_chars``."""
-    base = state.window_chars or deps.settings.context_window_chars
-    spec = models.registry(deps.settings).get(endpoint or "")
+    base = state.window_chars or deps.settings.agent.context_window_chars
+    spec = models.registry(deps.settings.llm).get(endpoint or "")
     return min(base, spec.context_chars) if spec is not None and spec.context_chars else base

@@ -23,7 +23,7 @@ from services.orchestrator.agent.effects import Metric, Step
 from services.orchestrator.agent.prompt import wrap
 from services.orchestrator.agent.state import TaskState
 from services.orchestrator.agent.window import window
-from services.orchestrator.model import CONTEXT_LENGTH_EXCEEDED, ToolCallRequest, failure_kind
+from conduit.runtime.llm.model import CONTEXT_LENGTH_EXCEEDED, ToolCallRequest, failure_kind
 
 UNKNOWN_TOOL_NAME = "unknown_tool_name"
 FOLD_NOTE = ("【早先对话摘要】(earlier turns of this conversation, folded because the model's context was "
@@ -70,8 +70,8 @@ def fold_history(deps: Deps, state: TaskState) -> bool:
             turns[-1] = (turns[-1][0], str(m.get("content") or ""))
         elif not plain:
             kept.append(m)
-    smaller = max(MIN_WINDOW_CHARS, (state.window_chars or deps.settings.context_window_chars) // 2)
-    if not turns and len(window(messages, smaller)) == len(window(messages, deps.settings.context_window_chars)):
+    smaller = max(MIN_WINDOW_CHARS, (state.window_chars or deps.settings.agent.context_window_chars) // 2)
+    if not turns and len(window(messages, smaller)) == len(window(messages, deps.settings.agent.context_window_chars)):
         return False
     state.context_folds += 1
     state.window_chars = smaller

@@ -19,8 +19,6 @@ worked on. Pure.
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 from conduit.runtime import tenants
@@ -30,6 +28,7 @@ from services.orchestrator.agent import prompt, team
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import HoldLease, RunModelStep, Step, WriteView
 from services.orchestrator.agent.state import PendingCall, TaskState
+from conduit.runtime.llm.model import reply_object
 
 MAX_STEPS = 5
 PLAN_MAX_TOKENS = 600
@@ -43,13 +42,12 @@ Plan only what is needed; a simple question needs one or two steps. Everything i
 Reply with JSON only: {{"steps": [{{"goal": "...", "tool": "..."}}]}}"""
 
 REPLAN_NOTE = "上一步没有找到所需信息，请根据目前的进展修改剩余计划。A step found nothing: revise the remaining plan."
-_JSON = re.compile(r"\{.*\}", re.DOTALL)
 
 
 def wanted(deps: Deps, state: TaskState, calc_hint: bool) -> bool:
     """Rule A25: whether the task starts by planning (see the module doc)."""
     own = tenants.policy(deps.settings, state.tenant_id).plan
-    mode = own or deps.settings.plan_mode
+    mode = own or deps.settings.agent.plan_mode
     if mode == "off" or not deps.model_configured or state.mode != "agent" or state.team or state.child is not None:
         return False
     return mode == "always" or calc_hint or len(team.topics_named(deps, state.question)) >= 2
@@ -75,11 +73,7 @@ def messages(state: TaskState) -> list[dict[str, Any]]:
 def parse(reply: str, tools: list[str]) -> list[PlanItem] | None:
     """The plan's steps from the planner's ``reply`` (at most ``MAX_STEPS``; a tool the task may not use
     becomes ``none``); None when it is not JSON with at least one step."""
-    found = _JSON.search(reply or "")
-    try:
-        data = json.loads(found.group(0)) if found else None
-    except json.JSONDecodeError:
-        return None
+    data = reply_object(reply)
     raw = data.get("steps") if isinstance(data, dict) else None
     if not isinstance(raw, list):
         return None

@@ -35,8 +35,8 @@ from contracts.evidence import NumberedEvidence
 from contracts.mcp import McpTool
 from contracts.stream import AnswerDelta, AnswerReset, StepStarted, TraceEvent
 from contracts.tools import KB_QUERY_MAX_CHARS
-from services.orchestrator.agent import (cache, dates, endings, fallback, finalizer, modelchain, modelfailures, prompt,
-                                         planner, review, routing, team, vetting, workers)
+from services.orchestrator.agent import (cache, dates, endings, fallback, finalizer, modelchain, modelfailures,
+                                         planner, prompt, review, routing, team, vetting, workers)
 from services.orchestrator.agent import context as context_rules
 from services.orchestrator.agent.cache import Recalled
 from services.orchestrator.agent.deps import Deps
@@ -49,7 +49,7 @@ from services.orchestrator.agent.effects import (
 from services.orchestrator.agent.routing import RouteDecision
 from services.orchestrator.agent.state import Phase, TaskState
 from services.orchestrator.agent.window import window
-from services.orchestrator.model import MODEL_UNAVAILABLE, ModelResponse, parse_arguments
+from conduit.runtime.llm.model import MODEL_UNAVAILABLE, ModelResponse, parse_arguments
 
 
 def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: list[dict[str, Any]],
@@ -65,13 +65,13 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     decision (rule R1; None: the rules of ``routing.by_rules`` are applied here). ``recalled``:
     the memory items and the cache lookup found before the task (rules M4, C1); a cache hit is
     replayed at once (rule C3, no model or tool call). ``now``: UTC (default: the question's time).
-    ``turns`` are all the session's stored turns; with the session's ``context`` they are folded
-    (rules M6, M7): the newest are history messages, the rest are in the state's system message.
-    ``mcp_tools``: the tenant's MCP tools to offer besides (their canonical names join ``allowed_tools``).
+    ``turns`` are all the session's stored turns; with the session's ``context`` they are folded (rules M6,
+    M7): the newest are history messages, the rest in the state's system message. ``mcp_tools``: the
+    tenant's MCP tools to offer besides (their names join ``allowed_tools``; rule M11: ``cache.apply_recall``).
     """
     first_turn = not turns
     turn_no = context_rules.turn_number(turns, len(turns) - 1) + 1 if turns else 1
-    s = deps.settings
+    s = deps.settings.agent
     all_turns = turns
     folded, turns = context_rules.fold(context or SessionContext(), turns, s.context_window_chars,
                                        s.context_summary_at, s.history_turns)
@@ -86,7 +86,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
                   {"role": "user", "content": event.payload.question}],
     )
     state.turn_no, state.model = turn_no, event.payload.model  # rule A20: the request's model, kept for every call
-    state.time_zone = tenants.policy(s, event.tenant_id).time_zone or dates.DEFAULT_ZONE
+    state.time_zone = tenants.policy(deps.settings, event.tenant_id).time_zone or dates.DEFAULT_ZONE
     state.asked_on = dates.local_date(event.occurred_at, state.time_zone)  # rule V1: the day asked, kept on resume
     _continue_with_earlier_evidence(state, turns)
     if event.payload.child is not None:
@@ -94,9 +94,9 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     note = context_rules.render(folded)
     if note is not None:
         state.messages.insert(1, {"role": "system", "content": note})
-    kinds = workers.offered(deps.settings, allowed_tools) if deps.model_configured and team.team_mode(deps, event) else []
-    if kinds:  # rule D1: the supervisor delegates to the worker kinds available
-        state.team, state.workers, state.tree_tools = True, [k.name for k in kinds], list(allowed_tools)
+    kinds = workers.offered(deps.settings, state.allowed_tools) if deps.model_configured and team.team_mode(deps, event) else []
+    if kinds:  # rule D1: the supervisor delegates to the worker kinds available; A31: MCP tools are the tree's too
+        state.team, state.workers, state.tree_tools = True, [k.name for k in kinds], list(state.allowed_tools)
         state.allowed_tools = ["delegate"]
         state.messages[0] = {"role": "system", "content": team.supervisor_prompt(kinds)}
         state.trace.append({"phase": "team", "workers": state.workers})
@@ -108,7 +108,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
     recalled = recalled or Recalled()
     state.first_turn = first_turn
     step = Step(state, [Public("task.started"), FaultPoint("started")]).then(  # a crash test's point after the save
-        cache.apply_recall(state, recalled))
+        cache.apply_recall(state, recalled, event.payload.allowed_tools))
     if context is not None and folded != context:
         step.effects += _context_effects(deps, state, folded, all_turns)
     if recalled.cached is not None:
@@ -127,7 +127,7 @@ def start(deps: Deps, event: QuestionAsked, allowed_tools: list[str], turns: lis
 def _context_effects(deps: Deps, state: TaskState, folded: SessionContext, turns: list[dict[str, Any]]) -> list:
     """Rules M6, M7: save the session's changed context; with a model (and ``context_summary="model"``)
     the model then rewrites its summary, after the save and off this task's path."""
-    s = deps.settings
+    s = deps.settings.agent
     effects: list = [SaveContext(state.session_id, folded)]
     asked = context_rules.summary_request(folded, turns) if deps.model_configured and s.context_summary == "model" else None
     if asked is not None:
@@ -145,9 +145,10 @@ def _start_child(deps: Deps, state: TaskState, event: QuestionAsked, available: 
     if kind is None:
         return Step(state, [Public("task.started")]).then(
             endings.fail(state, "unknown_worker", f"no worker kind {child.worker!r}", event.occurred_at))
-    state.allowed_tools = workers.tools_of(kind, available, child.depth, deps.settings.team_max_depth)
+    available = list(state.allowed_tools)  # its tools and the MCP tools the tree may use (rule A31)
+    state.allowed_tools = workers.tools_of(kind, available, child.depth, deps.settings.agent.team_max_depth)
     if "delegate" in state.allowed_tools:
-        state.team, state.tree_tools = True, list(available)
+        state.team, state.tree_tools = True, available
         state.workers = [k.name for k in workers.offered(deps.settings, available)]
     state.messages = team.worker_messages(kind, state.question)
     return Step(state, [Public("task.started"), HoldLease(), RunModelStep(), WriteView()])
@@ -171,7 +172,7 @@ def _routed(deps: Deps, state: TaskState, route: RouteDecision, turns: list[dict
     """Rule R1's routes: out of scope and chit-chat without a model answer at once; chit-chat with a
     model gets its own agent (prompt, history, no tools); a calculation gets the ``code_exec`` hint.
     None: the normal agent's first step follows."""
-    domain = routing.domain_for(deps.settings.tenant_domains, state.tenant_id)
+    domain = routing.domain_for(deps.settings.tenancy.tenant_domains, state.tenant_id)
     if route.route == "out_of_scope" or (route.route == "chitchat" and not deps.model_configured):
         state.mode, state.fallback_reason, state.allowed_tools = route.route, None, []
         reply = (routing.out_of_scope_reply if route.route == "out_of_scope" else routing.fixed_reply)(
@@ -188,6 +189,26 @@ def _routed(deps: Deps, state: TaskState, route: RouteDecision, turns: list[dict
     return None
 
 
+def _side_call(deps: Deps, state: TaskState, now: datetime) -> StepPlan | None:
+    """The step's call when it is a side call without tools and not counted as a round: the planner's
+    (rule A25), the reviewer's (rule A22, not streamed either) or the finalizer's (rule D9); None for
+    an ordinary step. Each is limited by its own cap and the time left before the deadline (rule E2)."""
+    s = deps.settings
+    if state.plan_due:  # (the part, its time cap in seconds, its max_tokens, streamed to the client)
+        part, cap, max_tokens, stream = planner, s.llm.model_call_cap_s, planner.PLAN_MAX_TOKENS, False
+    elif state.reviewing is not None:
+        part, cap, max_tokens, stream = review, s.agent.review_timeout_s, s.agent.review_max_tokens, False
+    elif state.draft is not None:
+        part, cap, max_tokens, stream = finalizer, s.llm.model_call_cap_s, None, True
+    else:
+        return None
+    choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
+    use = isinstance(choice, Candidate)
+    timeout = min(cap, max(0.0, time_left_s(deps, state, now)))
+    return StepPlan(part.plan_started(state), True, use, part.messages(state) if use else [], None, max_tokens,
+                    timeout, stream=stream, **model_fields(choice))
+
+
 def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     """Count the step (``state.step``, ``state.rounds``), apply the limits and choose the mode.
 
@@ -196,23 +217,9 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
     or none calls tools). Time ``now`` is UTC. The call's time limit is ``model_call_cap_s`` (rule
     E1) or the time left before the deadline (rule E2).
     """
-    if state.plan_due:  # rule A25: the planner's call, no tools, not streamed
-        choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
-        timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
-        return StepPlan(planner.plan_started(state), True, isinstance(choice, Candidate), planner.messages(state), None,
-                        planner.PLAN_MAX_TOKENS, timeout, stream=False, **model_fields(choice))
-    if state.reviewing is not None:  # rule A22: the reviewer's call, no tools, not streamed
-        choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
-        timeout = min(deps.settings.review_timeout_s, max(0.0, time_left_s(deps, state, now)))
-        return StepPlan(review.plan_started(state), True, isinstance(choice, Candidate),
-                        review.messages(state), None, deps.settings.review_max_tokens, timeout, stream=False,
-                        **model_fields(choice))
-    if state.draft is not None:  # rule D9: the finalizer's call, no tools
-        choice = modelchain.choose(deps, state, now, tools=False) if deps.model_configured else None
-        use = isinstance(choice, Candidate)
-        timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
-        return StepPlan(finalizer.plan_started(state), True, use, finalizer.messages(state) if use else [], None,
-                        timeout_s=timeout, **model_fields(choice))
+    side = _side_call(deps, state, now)
+    if side is not None:
+        return side
     hit = None if state.mode == "chitchat" else (hard_limit(deps, state, now) or ("empty_answer" if state.forced_final else None))
     soft = hit is None and soft_limit(deps, state)
     state.step += 1
@@ -225,7 +232,7 @@ def plan_step(deps: Deps, state: TaskState, now: datetime) -> StepPlan:
         state.mode, state.fallback_reason, use_model = "retrieval_only", choice, False
     if not use_model or not isinstance(choice, Candidate):
         return StepPlan(started, hit is not None, False, [], None)
-    timeout = min(deps.settings.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
+    timeout = min(deps.settings.llm.model_call_cap_s, max(0.0, time_left_s(deps, state, now)))
     if state.mode == "chitchat":  # rule R1: its own prompt and history, no tools, a small cap
         return StepPlan(started, True, True, prompt.dated(state.messages, state.asked(), rules=False), None,
                         routing.CHITCHAT_MAX_TOKENS, timeout, **model_fields(choice))
@@ -292,7 +299,7 @@ def on_reply(deps: Deps, state: TaskState, plan: StepPlan, reply: ModelResponse,
         if asked:
             return step.then(endings.needs_input(state, asked, now))
     if not reply.content.strip() and state.mode == "chitchat":
-        fixed = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
+        fixed = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenancy.tenant_domains, state.tenant_id))
         return step.emit(AnswerDelta(text=fixed)).then(endings.complete(state, fixed, now))
     if not reply.content.strip():
         if not state.forced_final:
@@ -337,7 +344,7 @@ def on_model_failed(deps: Deps, state: TaskState, error: str, streamed: bool, no
         state.stop_reason = "deadline"
         return step.then(endings.wrap_up(state, "deadline", now))
     if state.mode == "chitchat":
-        reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
+        reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenancy.tenant_domains, state.tenant_id))
         return step.emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
     state.mode, state.fallback_reason = "retrieval_only", f"{code}: {error}"[:300]
     return step.then(retrieval_only_step(deps, state, now))
@@ -360,7 +367,7 @@ def retrieval_only_step(deps: Deps, state: TaskState, now: datetime) -> Step:
     if state.plan_due:  # no model for the planner (rule A25): no plan
         return planner.failed(state, "model_unavailable")
     if state.mode == "chitchat":
-        reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenant_domains, state.tenant_id))
+        reply = routing.fixed_reply(state.question, routing.domain_for(deps.settings.tenancy.tenant_domains, state.tenant_id))
         return Step(state).emit(AnswerDelta(text=reply)).then(endings.complete(state, reply, now))
     if state.team:  # a supervisor without its model searches itself (rule A13)
         state.allowed_tools = list(state.tree_tools)

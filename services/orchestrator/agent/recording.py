@@ -59,7 +59,7 @@ def transient(result: ToolResultPayload | Refusal) -> bool:
 
 def backoff_s(deps: Deps, attempt: int) -> float:
     """Seconds before retry number ``attempt`` (1-based): full jitter over base × 2^attempt."""
-    return deps.rng.uniform(0, deps.settings.tool_retry_base_s * 2 ** attempt)
+    return deps.rng.uniform(0, deps.settings.tools.tool_retry_base_s * 2 ** attempt)
 
 
 def _feed(deps: Deps, call: PendingCall, result: ToolResultPayload | Refusal, now: datetime) -> FeedBreaker | None:
@@ -77,7 +77,7 @@ def _match(state: TaskState, result: ToolResultPayload) -> PendingCall | None:
 def _attach(deps: Deps, state: TaskState, call: PendingCall, r: ToolResultPayload | Refusal,
             now: datetime) -> dict[str, Any] | None:
     """Schedule a retry (returns None) or attach ``r`` (returns its trace)."""
-    s = deps.settings
+    s = deps.settings.tools
     retry = call.tool != "delegate"  # a worker's task is never started twice (rule D5)
     if retry and r.outcome == "error" and transient(r) and not isinstance(r, Refusal) and call.attempts < s.tool_max_retries:
         call.attempts += 1

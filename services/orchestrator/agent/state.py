@@ -131,7 +131,8 @@ class TaskState(BaseModel):
     session_id: str
     tenant_id: str
     user_id: str | None = None
-    traceparent: str | None = None
+    traceparent: str | None = None  # with tracing on, the task span's reserved context (rule O6, ``spans.py``)
+    trace_parent: str | None = None  # the task span's parent (the question's consumer span); None: tracing was off
     cause_id: UUID | None = None
     question: str
     allowed_tools: list[str]
@@ -174,6 +175,7 @@ class TaskState(BaseModel):
     tree_tools: list[str] = Field(default_factory=list)  # tools the task's workers may use: its own allowed ones (rule D6)
     child: ChildSpec | None = None  # a worker's task: its parent, kind, depth and share of the tree's budget (rule D4)
     draft: str | None = None  # the supervisor's answer while the finalizer rewrites it (rule D9)
+    findings: list[dict[str, str]] = Field(default_factory=list)  # workers' summaries, {worker, text} (rule A32)
     reviewing: str | None = None  # the answer while the reviewer checks it (rule A22)
     plan: list[PlanItem] | None = None  # the model's plan and its progress (rule A25)
     plan_due: bool = False  # the next model step writes (or revises) the plan (rule A25)
@@ -193,6 +195,26 @@ class TaskState(BaseModel):
         ``dates.DEFAULT_ZONE``) and the time its question is about."""
         zone = self.time_zone or dates.DEFAULT_ZONE
         return dates.asked(self.asked_on or dates.local_date(self.created_at, zone), zone, self.question)
+
+    def fork(self) -> TaskState:
+        """A copy for a transition to change, leaving this state as it is (rule A34, docs/architecture.md).
+
+        Copy-on-write of what transitions change, not a deep copy (~10 µs against ~50-300 µs, growing with
+        the history; docs/benchmarks.md): every field is the copy's own, every list and dict a new
+        container (the messages, evidence, steps and trace items they hold are shared: transitions add
+        and replace them, never change one), and every pending call a copy (transitions set a call's
+        result, approval, deadline...). A nested value a transition changes in place must be copied here
+        too; ``tests/unit/test_rule_immutable.py`` drives the interpreter through the rules and checks
+        that no transition changes its input."""
+        new = self.model_copy()
+        fields = new.__dict__
+        for name, value in fields.items():
+            if isinstance(value, list):
+                fields[name] = list(value)
+            elif isinstance(value, dict):
+                fields[name] = dict(value)
+        fields["pending"] = [c.model_copy() for c in self.pending]
+        return new
 
     @property
     def terminal(self) -> bool:

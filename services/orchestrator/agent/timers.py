@@ -42,7 +42,7 @@ def timeout_result(deps: Deps, call: PendingCall, now: datetime) -> ToolResultPa
     return ToolResultPayload(
         call_id=call.call_id, tool=call.tool, idempotency_key=call.idempotency_key, outcome="timeout",
         error=ToolError(error_code="tool_timeout", kind="transient",
-                        message=f"{call.name} gave no result within {deps.settings.tool_timeout_s:.0f} s",
+                        message=f"{call.name} gave no result within {deps.settings.tools.tool_timeout_s:.0f} s",
                         hint="the tool service may be down; answer with what you have or try another tool"),
         duration_ms=round((now - call.requested_at).total_seconds() * 1000, 2))
 
@@ -51,7 +51,7 @@ def _postpone(deps: Deps, state: TaskState, call: PendingCall, now: datetime) ->
     """Rule A15: move ``call``'s deadline to ``tool_timeout_s`` from ``now`` (never past the task's
     deadline, rule E2). False when the task's deadline leaves no time: the call times out."""
     task_deadline = team.budget(deps, state).deadline_at  # a worker's: its share of the tree's time (rule D4)
-    moved = min(now + timedelta(seconds=deps.settings.tool_timeout_s), task_deadline)
+    moved = min(now + timedelta(seconds=deps.settings.tools.tool_timeout_s), task_deadline)
     if moved <= now:
         return False
     call.deadline_at = moved
@@ -69,7 +69,7 @@ def due(deps: Deps, state: TaskState, now: datetime,
     postponed = False
     expired = dict(approvals.expire(state, now))
     escalates = (tenants.policy(deps.settings, state.tenant_id).approval_timeout
-                 or deps.settings.approval_timeout) == "escalate"
+                 or deps.settings.tools.approval_timeout) == "escalate"
     for c in state.pending:
         if c.result is not None:
             continue
@@ -98,7 +98,7 @@ def escalated(deps: Deps, state: TaskState, calls: list[PendingCall], now: datet
     deadline = team.budget(deps, state).deadline_at
     for c in calls:
         c.escalated = True
-        c.expires_at = max(now, min(now + timedelta(seconds=deps.settings.approval_ttl_s), deadline))
+        c.expires_at = max(now, min(now + timedelta(seconds=deps.settings.tools.approval_ttl_s), deadline))
         step.emit(ApprovalEscalated(call_id=c.call_id, tool=c.name, expires_at=c.expires_at))
         step.effects.append(UpdateApproval(c.call_id, "pending", only_if_pending=True, escalated_until=c.expires_at))
     return step

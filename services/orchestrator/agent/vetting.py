@@ -5,7 +5,8 @@ refused call never runs; its ``Refusal`` is shown to the model as an error):
 
 1. the tool is offered to this task (an unknown name is refused too: ``tool_not_available``);
 2. its arguments are a JSON object matching the tool's schema (``bad_arguments``); after
-   ``max_bad_arguments`` retries the tool is withdrawn for the task (rule E6);
+   ``max_bad_arguments`` retries the tool is withdrawn for the task (rule E6); a ``kb_follow`` call
+   names only articles the evidence cites, at most 2 hops away (rule A30, ``follow.check``);
 3. a person rejected this exact call earlier in the task (``rejected_by_user``);
 4. loop detection (rule A6, ``policies.LOOP_WARN_AT`` / ``LOOP_STOP_AT``): the 3rd
    identical call is answered "you already have that result" (``repeated_call``),
@@ -34,7 +35,7 @@ from contracts.api import ApprovalRecord
 from contracts.events import ToolError
 from contracts.stream import ApprovalRequiredEvent, ToolCompletedEvent, ToolRequestedEvent, WorkerStarted
 from contracts.tools import TOOL_SPECS, arguments_digest
-from services.orchestrator.agent import endings, policies, recording, team
+from services.orchestrator.agent import endings, follow, policies, recording, team
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import (
     DropLease,
@@ -89,7 +90,7 @@ def _bad_arguments(deps: Deps, state: TaskState, name: str, refusal: Refusal) ->
     if refusal.error.error_code != "bad_arguments" or name not in state.allowed_tools:
         return refusal
     count = state.bad_arguments[name] = state.bad_arguments.get(name, 0) + 1
-    if count > deps.settings.max_bad_arguments:
+    if count > deps.settings.limits.max_bad_arguments:
         state.allowed_tools = [t for t in state.allowed_tools if t != name]
         refusal.error.hint = f"{name} is withdrawn after {count} calls with bad arguments; answer without it"
     return refusal
@@ -107,6 +108,8 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
     refusal = check_arguments(state, call.name, args)
     if refusal is not None:
         return _bad_arguments(deps, state, call.name, refusal)
+    if call.name == "kb_follow" and (refusal := follow.check(state.evidence, args or {})) is not None:
+        return refusal  # rule A30: only articles the evidence cites, at most 2 hops away
     sig = policies.signature(call.name, call.arguments)
     count = state.signatures[sig] = state.signatures.get(sig, 0) + 1
     state.recent_calls = [*state.recent_calls, sig][-policies.OSCILLATION_WINDOW:]
@@ -124,7 +127,7 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
     if state.tool_calls_used >= team.budget(deps, state).max_tool_calls:
         return _refuse("tool_budget_exhausted", "forbidden", "the tool-call budget is used up",
                        "answer with the evidence you have")
-    quota = s.tool_quotas.get(call.name)
+    quota = s.limits.tool_quotas.get(call.name)
     if quota is not None and state.tool_counts.get(call.name, 0) >= quota:  # rule E5
         return _refuse("TOOL_CALL_LIMIT_REACHED", "business",
                        f"{call.name} may run at most {quota} times for one question and has run that often",
@@ -132,7 +135,7 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
     breaker = deps.breaker(call.name)
     if breaker is not None and not breaker.allow(now.timestamp()):
         return _refuse("circuit_open", "transient",
-                       f"{call.name} failed repeatedly and is paused for {s.tool_breaker_cooldown_s:.0f} s",
+                       f"{call.name} failed repeatedly and is paused for {s.tools.tool_breaker_cooldown_s:.0f} s",
                        "use another tool or answer with what you have")
     state.tool_calls_used += 1
     state.tool_counts[call.name] = state.tool_counts.get(call.name, 0) + 1
@@ -142,7 +145,7 @@ def vet(deps: Deps, state: TaskState, call: PendingCall, args: dict[str, Any] | 
         call.approval = "pending"
         call.arguments_digest = arguments_digest(call.arguments)
         deadline = team.budget(deps, state).deadline_at  # rule E2: never past the task's deadline
-        call.expires_at = max(now, min(now + timedelta(seconds=s.approval_ttl_s), deadline))
+        call.expires_at = max(now, min(now + timedelta(seconds=s.tools.approval_ttl_s), deadline))
     return None
 
 
@@ -159,7 +162,7 @@ def new_call(deps: Deps, state: TaskState, call_id: str, name: str, args: dict[s
         call_id=call_id, name=name, tool=name if name in TOOL_SPECS or mcp is not None else None, arguments=args or {},
         reason=str((args or {}).get("reason", ""))[:500], step=state.step,
         idempotency_key=f"{state.task_id}:{state.step}:{call_id}", requested_at=now,
-        deadline_at=max(now, min(now + timedelta(seconds=deps.settings.tool_timeout_s), task_deadline)))
+        deadline_at=max(now, min(now + timedelta(seconds=deps.settings.tools.tool_timeout_s), task_deadline)))
 
 
 def request_tools(deps: Deps, state: TaskState, calls: list[tuple[str, str, dict[str, Any] | None]],

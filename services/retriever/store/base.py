@@ -57,7 +57,7 @@ class VectorStore(ABC):
 
     Args (subclasses): ``dim`` is the dense vector size (checked against an
     existing collection: a mismatch raises ``StoreError``); ``rrf_k`` the RRF
-    constant (``settings.rrf_k``).
+    constant (``settings.retrieval.rrf_k``).
     """
 
     def __init__(self, dim: int, rrf_k: int) -> None:

@@ -1,6 +1,6 @@
 """``ClientVectorStore``: the store on a Qdrant collection through qdrant-client.
 
-A Qdrant server (``settings.qdrant_url``), or qdrant-client's local mode (brute force in
+A Qdrant server (``settings.retrieval.qdrant_url``), or qdrant-client's local mode (brute force in
 Python: tests only).
 """
 
@@ -21,7 +21,7 @@ class ClientVectorStore(VectorStore):
     """A Qdrant collection through qdrant-client.
 
     Args:
-        collection: collection name (``settings.qdrant_collection``), created if missing.
+        collection: collection name (``settings.retrieval.qdrant_collection``), created if missing.
         url / api_key: a Qdrant server; or ``location=":memory:"`` / ``path=DIR`` for
             qdrant-client's local mode (brute force in Python: tests only).
     """

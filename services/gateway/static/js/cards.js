@@ -1,7 +1,7 @@
 // Evidence cards: hovering, focusing or tapping a citation chip opens the passage it points at.
 import { t } from "./i18n.js";
 
-const KINDS = { original: "kind.original", summary: "kind.summary", web: "kind.web" };
+const KINDS = { original: "kind.original", summary: "kind.summary", web: "kind.web", history: "kind.history" };
 
 /** Runs [start, end) of `passage` whose character bigrams occur in any of `needles` (the matched part). */
 export function matchedRuns(passage, needles) {
@@ -46,7 +46,7 @@ export function kindBadge(kind) {
   return b;
 }
 
-/** The card body for evidence `item` ({index, kind, title, locator, url, text}); `needles` are highlighted. */
+/** The card body for evidence `item` ({index, kind, title, locator, url, text, refs}); `needles` are highlighted. */
 export function cardContent(item, needles = []) {
   const box = document.createElement("div");
   box.className = "card-inner";
@@ -68,6 +68,12 @@ export function cardContent(item, needles = []) {
     box.append(loc);
   }
   if (item.text) box.append(markedPassage(item.text, needles));
+  if (item.refs && item.refs.length) {  // the articles this passage cites (rule K16), which kb_follow can fetch
+    const refs = document.createElement("div");
+    refs.className = "card-refs";
+    refs.textContent = `${t("card.refs")}：${item.refs.map((r) => r.label).join("、")}`;
+    box.append(refs);
+  }
   if (item.url) {
     const a = document.createElement("a");
     a.href = /^https?:/i.test(item.url) ? item.url : "#";

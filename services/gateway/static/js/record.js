@@ -171,7 +171,9 @@ export function recordSummary(rec) {
 export function renderRecord(details, rec) {
   const summary = el("summary", "", recordSummary(rec));
   const body = el("ol", "rec-steps");
-  const steps = [...rec.steps.values()].sort((a, b) => a.step - b.step);
+  // a step with neither a model call nor a tool call (retrieval-only mode's answer) has nothing to show
+  const steps = [...rec.steps.values()].sort((a, b) => a.step - b.step)
+    .filter((s) => s.llm || [...rec.calls.values()].some((c) => c.step === s.step));
   for (const s of steps) {
     const li = el("li", "rec-step");
     const head = el("div", "rec-step-head");

@@ -32,10 +32,10 @@ import orjson
 from openai import AsyncOpenAI
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from conduit.runtime.settings import Settings
-from services.orchestrator import providererrors
-from services.orchestrator.assembler import StreamError
-from services.orchestrator.model import (
+from conduit.runtime.settings import LlmSettings
+from conduit.runtime.llm import providererrors
+from conduit.runtime.llm.assembler import StreamError
+from conduit.runtime.llm.model import (
     MODEL_UNAVAILABLE,
     Messages,
     ModelError,
@@ -45,7 +45,7 @@ from services.orchestrator.model import (
     ToolCallRequest,
     ToolSchemas,
 )
-from services.orchestrator.reader import Reading, read
+from conduit.runtime.llm.reader import Reading, read
 
 __all__ = ["ModelClient", "ModelError", "ModelResponse", "ToolCallRequest"]
 
@@ -100,31 +100,36 @@ def as_model_error(exc: BaseException, streamed: bool) -> ModelError:
 
 
 class ModelClient:
-    """The lean streaming client (implements ``services.orchestrator.model.Model``; see the module doc).
+    """The lean streaming client (implements ``conduit.runtime.llm.model.Model``; see the module doc).
 
     Args:
-        settings: endpoint (``openai_base_url``), key, model name, timeouts (seconds), retries.
+        llm: endpoint (``openai_base_url``), key, model name, timeouts (seconds), retries.
         http_client: an ``httpx.AsyncClient`` for the SDK to send with (tests and benchmarks; default: its own).
-        streaming: ask for a stream (False: the endpoint is configured ``streaming: false`` and one JSON
-            reply is asked for and read by the same reader; its text arrives at once).
+        streaming: ask for a stream (False: the endpoint is configured ``streaming: false``, or a short
+            helper call such as the retriever's rules K12, K13; one JSON reply is asked for and read by the
+            same reader; its text arrives at once).
+        temperature, max_retries: instead of ``model_temperature`` and ``model_max_retries`` (None: those).
     """
 
-    def __init__(self, settings: Settings, http_client: Any = None, streaming: bool = True) -> None:
-        self.settings = settings
+    def __init__(self, llm: LlmSettings, http_client: Any = None, streaming: bool = True, *,
+                 temperature: float | None = None, max_retries: int | None = None) -> None:
+        self.llm = llm
         self.streaming = streaming
+        self.temperature = llm.model_temperature if temperature is None else temperature
+        self.max_retries = llm.model_max_retries if max_retries is None else max_retries
         self.client = AsyncOpenAI(
-            base_url=settings.openai_base_url,
-            api_key=settings.openai_api_key or "not-needed",
+            base_url=llm.openai_base_url,
+            api_key=llm.openai_api_key or "not-needed",
             max_retries=0,
-            timeout=httpx.Timeout(settings.model_read_timeout_s, connect=settings.model_connect_timeout_s),
+            timeout=httpx.Timeout(llm.model_read_timeout_s, connect=llm.model_connect_timeout_s),
             http_client=http_client,
         )
 
     def body(self, messages: Messages, tools: ToolSchemas, max_tokens: int | None, model: str | None) -> bytes:
         """The request body (JSON bytes): streamed with usage asked for (unless ``streaming`` is off),
         tools offered with ``auto`` choice."""
-        body: dict[str, Any] = {"model": model or self.settings.model, "messages": messages, "stream": self.streaming,
-                                "temperature": self.settings.model_temperature}
+        body: dict[str, Any] = {"model": model or self.llm.model, "messages": messages, "stream": self.streaming,
+                                "temperature": self.temperature}
         if self.streaming:
             body["stream_options"] = {"include_usage": True}
         if max_tokens:
@@ -155,7 +160,7 @@ class ModelClient:
             return given if given is not None else backoff(state)
 
         try:
-            async for attempt in AsyncRetrying(stop=stop_after_attempt(self.settings.model_max_retries + 1), wait=wait,
+            async for attempt in AsyncRetrying(stop=stop_after_attempt(self.max_retries + 1), wait=wait,
                                                retry=retry_if_exception(lambda e: self._may_retry(e, call)), reraise=True):
                 with attempt:
                     call.resp.retries = attempt.retry_state.attempt_number - 1

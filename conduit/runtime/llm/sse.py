@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from services.orchestrator.model import ModelError
+from conduit.runtime.llm.model import ModelError
 
 DONE: Any = object()
 """Returned for ``data: [DONE]``: the stream's own end mark."""

@@ -22,7 +22,7 @@ import time
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from services.orchestrator.model import (
+from conduit.runtime.llm.model import (
     CONTEXT_LENGTH_EXCEEDED,
     MODEL_BAD_REQUEST,
     MODEL_RATE_LIMITED,

@@ -2,7 +2,7 @@
 
 One call both decides and writes (rule A1, docs/architecture.md): it streams content deltas while the
 model writes and returns the tool calls it asked for. Implementations:
-``services.orchestrator.openai_model.ModelClient`` (any OpenAI-compatible endpoint,
+``conduit.runtime.llm.openai_model.ModelClient`` (any OpenAI-compatible endpoint,
 over HTTP) and the in-process ``services.orchestrator.testmodel.TestModel`` /
 ``FunctionModel`` (scripted turns or a function of the messages; no server).
 """
@@ -10,6 +10,7 @@ over HTTP) and the in-process ``services.orchestrator.testmodel.TestModel`` /
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,7 +40,8 @@ class ToolCallRequest:
 @dataclass
 class ModelResponse:
     """The outcome of one model call: text, tool calls, usage (tokens), timings (seconds) and the
-    stream's ``finish_reason`` (``stop``, ``tool_calls``, ``length``, ...; None when not given)."""
+    stream's ``finish_reason`` (``stop``, ``tool_calls``, ``length``, ...; None when not given);
+    ``response_model``: the model the provider says answered (its chunks' ``model``; None when not given)."""
 
     content: str = ""
     tool_calls: list[ToolCallRequest] = field(default_factory=list)
@@ -48,6 +50,7 @@ class ModelResponse:
     total_s: float = 0.0
     retries: int = 0
     finish_reason: str | None = None
+    response_model: str | None = None
 
 
 MODEL_UNAVAILABLE = "model_unavailable"
@@ -120,3 +123,13 @@ def parse_arguments(raw: str) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def reply_object(text: str | None) -> dict[str, Any] | None:
+    """The JSON object in a model's free-text ``text`` (from its first ``{`` to its last ``}``, so prose
+    or a code fence around it is ignored); None when there is none or it is not a JSON object."""
+    found = _OBJECT.search(text or "")
+    return parse_arguments(found.group(0)) if found else None

@@ -15,9 +15,9 @@ import time
 from collections.abc import AsyncIterable
 from typing import Any
 
-from services.orchestrator.assembler import Assembler, Piece
-from services.orchestrator.model import ModelError, ModelResponse, OnDelta, ShouldStop
-from services.orchestrator.sse import DONE, SseDecoder, parse_body
+from conduit.runtime.llm.assembler import Assembler, Piece
+from conduit.runtime.llm.model import ModelError, ModelResponse, OnDelta, ShouldStop
+from conduit.runtime.llm.sse import DONE, SseDecoder, parse_body
 
 
 class Reading:
@@ -83,6 +83,7 @@ async def read(body: AsyncIterable[bytes], reading: Reading, on_delta: OnDelta,
         raise
     resp = reading.resp
     resp.tool_calls, resp.usage, resp.finish_reason = done.tool_calls, done.usage, done.finish_reason
+    resp.response_model = done.model
 
 
 async def _take(chunk: Any, reading: Reading, on_delta: OnDelta, on_thinking: OnDelta | None) -> None:

@@ -1,7 +1,7 @@
 """The model stream's assembler (rule A17, docs/architecture.md "The model stream reader"): pure, no I/O.
 
 Feed it the parsed chunks of an OpenAI-compatible chat-completions stream (``feed(chunk)``, one dict
-per ``data:`` line, ``services.orchestrator.sse``) or a whole non-streamed reply (``feed_reply(body)``).
+per ``data:`` line, ``conduit.runtime.llm.sse``) or a whole non-streamed reply (``feed_reply(body)``).
 Each call returns the ``Piece`` the caller streams on: the chunk's answer text, its reasoning text,
 and whether a tool-call piece came. ``end()`` returns what was held back at the end (a ``<think>``
 tag's tail); ``result()`` the assembled ``Assembled`` or a ``ModelError`` with its code.
@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 from contracts.stream import Usage
-from services.orchestrator.model import MODEL_CONTENT_FILTERED, ModelError, ToolCallRequest
+from conduit.runtime.llm.model import MODEL_CONTENT_FILTERED, ModelError, ToolCallRequest
 
 _FILTERED = frozenset({"content_filter", "sensitive"})
 _BROKEN = frozenset({"network_error", "error"})
@@ -75,6 +75,7 @@ class Assembled:
     tool_calls: list[ToolCallRequest]
     usage: Usage
     finish_reason: str | None
+    model: str | None = None  # the model the provider says answered (the first chunk's ``model``)
 
 
 @dataclass(slots=True)
@@ -173,6 +174,7 @@ class Assembler:
         self.finish_reason: str | None = None
         self.done = False  # ``[DONE]`` came (or a whole reply)
         self.chunks = 0
+        self.model: str | None = None
 
     def feed(self, chunk: Any) -> Piece:
         """One parsed chunk. Raises ``StreamError`` for an ``error`` object, ``ModelError`` for a chunk
@@ -181,6 +183,8 @@ class Assembler:
             raise ModelError(f"the model stream sent a chunk that is not an object: {str(chunk)[:120]!r}",
                              streamed=False, code="model_protocol_error")
         self.chunks += 1
+        if self.model is None and isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
         error = chunk.get("error")
         if error:
             raise _stream_error(error)
@@ -322,7 +326,8 @@ class Assembler:
                 call_id = f"{call_id}_{i}"
             seen.add(call_id)
             calls.append(ToolCallRequest(id=call_id, name=call.name, arguments=call.arguments() or "{}"))
-        return Assembled(content="".join(self.text), tool_calls=calls, usage=self.usage, finish_reason=self.finish_reason)
+        return Assembled(content="".join(self.text), tool_calls=calls, usage=self.usage, finish_reason=self.finish_reason,
+                         model=self.model)
 
 
 def _starts_another(call: _Call, call_id: str, name: str, arguments: Any) -> bool:
