@@ -27,8 +27,8 @@ PROTOBUF = "application/x-protobuf"
 @dataclass(frozen=True)
 class ReceivedSpan:
     """One exported span: ids as lower-case hex (``parent_id`` None for a root), the exporting
-    process's ``service.name``, its name, kind (``SPAN_KIND_*`` number) and attributes (plain values;
-    arrays as tuples)."""
+    process's ``service.name``, its name, kind (``SPAN_KIND_*`` number), attributes (plain values;
+    arrays as tuples) and its start and end (nanoseconds since the Unix epoch)."""
 
     trace_id: str
     span_id: str
@@ -39,6 +39,8 @@ class ReceivedSpan:
     attributes: dict[str, Any] = field(default_factory=dict)
     links: tuple[str, ...] = ()
     error: bool = False
+    start_ns: int = 0
+    end_ns: int = 0
 
 
 def _value(v: Any) -> Any:
@@ -61,7 +63,8 @@ def decode(body: bytes) -> list[ReceivedSpan]:
                     trace_id=sp.trace_id.hex(), span_id=sp.span_id.hex(), parent_id=sp.parent_span_id.hex() or None,
                     service=service, name=sp.name, kind=sp.kind,
                     attributes={a.key: _value(a.value) for a in sp.attributes},
-                    links=tuple(link.span_id.hex() for link in sp.links), error=sp.status.code == 2))
+                    links=tuple(link.span_id.hex() for link in sp.links), error=sp.status.code == 2,
+                    start_ns=sp.start_time_unix_nano, end_ns=sp.end_time_unix_nano))
     return spans
 
 

@@ -28,6 +28,7 @@ from redis.asyncio import Redis
 
 from conduit.records import memory as records
 from conduit.records import replies
+from conduit.runtime import tracing
 from conduit.runtime.settings import Settings
 from contracts.envelope import Envelope, utcnow
 from contracts.memory import (
@@ -239,24 +240,43 @@ class MemoryRequests:
             return
         started = time.perf_counter()
         reply = RecallReply(request_id=p.request_id)
+        with tracing.span("memory recall", tracing.current_traceparent(event.traceparent), task_id=event.task_id):
+            await self._recall(event, reply)
+            tracing.annotate(**{"conduit.recall.outcome": reply.outcome, "conduit.recall.candidates": len(reply.candidates),
+                                "conduit.recall.cached": reply.cached is not None})
+        reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
+        await replies.push(self.redis, p.request_id, reply.model_dump_json())
+        log.info("recall %s served by replica %d: %s in %.0f ms", p.request_id, self.replica, reply.outcome,
+                 reply.duration_ms)
+
+    async def _recall(self, event: MemoryRecallRequested, reply: RecallReply) -> None:
+        """Fill ``reply``: the memory candidates and the cache entry, or ``outcome`` ``error`` (rule O6: in the
+        ``memory recall`` span, so a trace shows the recall's own time)."""
+        p = event.payload
         try:
             with self.batcher.recalling():  # rule M15: no index batch is embedded meanwhile
                 # rule M13: the user's records are read while the question is embedded and searched
                 live = asyncio.ensure_future(self._live(event))
+                started = time.perf_counter()
                 try:
                     mem, cache = await asyncio.to_thread(self.index.search, event.tenant_id, event.user_id, p.query,
                                                          p.limit, p.with_memory, p.with_cache)
                 except BaseException:
                     live.cancel()
                     raise
-                reply.candidates = await self._candidates(event, mem, await live)
+                searched = time.perf_counter()
+                items = await live
+                read = time.perf_counter()
+                reply.candidates = await self._candidates(event, mem, items)
                 reply.cached, reply.similarity = await self._cached(event.tenant_id, cache, p.min_similarity)
+                tracing.annotate(**{"conduit.recall.search_ms": round((searched - started) * 1000, 2),
+                                    "conduit.recall.records_wait_ms": round((read - searched) * 1000, 2),
+                                    "conduit.recall.join_ms": round((time.perf_counter() - read) * 1000, 2),
+                                    "conduit.recall.user_items": len(items)})
         except (EmbeddingError, StoreError) as exc:
-            reply = RecallReply(request_id=p.request_id, outcome="error", message=str(exc)[:300])
-        reply.duration_ms = round((time.perf_counter() - started) * 1000, 2)
-        await replies.push(self.redis, p.request_id, reply.model_dump_json())
-        log.info("recall %s served by replica %d: %s in %.0f ms", p.request_id, self.replica, reply.outcome,
-                 reply.duration_ms)
+            reply.candidates, reply.cached, reply.similarity = [], None, None
+            reply.outcome, reply.message = "error", str(exc)[:300]
+            tracing.fail("recall_failed", reply.message)
 
     async def _live(self, event: MemoryRecallRequested) -> dict[str, MemoryItem]:
         """The user's stored items by id (none without a user or when memory was not asked for)."""
