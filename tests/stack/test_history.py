@@ -17,7 +17,7 @@ import pytest
 from ops.client import SseEvent, stream_task
 from ops.stack import Stack
 from testkit.scripted_model import ScriptedModel, Turn
-from testkit.stack import auth, new_key, start_stack
+from testkit.stack import auth, model_env, new_key, start_stack
 from testkit.waits import wait_until
 
 TENANT = "hist-t1"
@@ -50,8 +50,7 @@ def model() -> Iterator[ScriptedModel]:
 def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("history"),
                      ("retriever", "orchestrator", "gateway"),
-                     {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
-                      "CONDUIT_MEMORY_OFF_TENANTS": "[]", "CONDUIT_TOOL_TIMEOUT_S": "20"})
+                     model_env(model.base_url) | {"CONDUIT_MEMORY_OFF_TENANTS": "[]"})
     yield st
     st.stop()
 

@@ -24,7 +24,7 @@ import pytest
 from ops.client import create_task, stream_task
 from ops.stack import Stack
 from testkit.scripted_model import ScriptedModel, Turn
-from testkit.stack import auth, start_stack
+from testkit.stack import auth, model_env, start_stack
 from testkit.waits import wait_until
 from services.orchestrator.agent import finalizer, team
 
@@ -92,8 +92,7 @@ def model() -> Iterator[ScriptedModel]:
 def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
     st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("referee"),
                      ("retriever", "mcp", "orchestrator", "gateway"),
-                     {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
-                      "CONDUIT_TOOL_TIMEOUT_S": "30", "CONDUIT_MCP_REFRESH_S": "1",
+                     model_env(model.base_url, tool_timeout_s=30) | {"CONDUIT_MCP_REFRESH_S": "1",
                       "CONDUIT_MCP_SERVERS": json.dumps({"default": [
                           {"name": "casefile", "command": [sys.executable, "-m", "testkit.mcp_server", "--notes",
                                                            str(tmp_path_factory.mktemp("notes") / "notes.jsonl")]}]})},
