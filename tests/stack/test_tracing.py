@@ -1,7 +1,8 @@
 """One question is one trace across every service, exported over OTLP/HTTP (rules O5-O7, docs/operations.md
 "Tracing"): a local OTLP receiver (``testkit.otlp_receiver``: real HTTP, the protobuf request decoded with
 ``opentelemetry-proto``), the retriever, orchestrator and gateway as processes pointed at it with the standard
-``OTEL_EXPORTER_OTLP_ENDPOINT``, and one tool-using question answered by the scripted model.
+``OTEL_EXPORTER_OTLP_ENDPOINT``, and one tool-using question answered by the scripted model; then a returning
+user's question, whose recall (rule M13) is traced on the retriever.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="module")
 def traced_stack(infra_stack, tmp_path_factory, model, receiver) -> Iterator[Stack]:
-    """Retriever, orchestrator and gateway exporting spans to ``receiver`` (batches sent every 200 ms)."""
+    """Retriever, orchestrator and gateway exporting spans to ``receiver`` (batches sent every 200 ms), with
+    long-term memory on (a returning user's recall is traced)."""
     env = model_env(model.base_url) | {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url,
-                                       "OTEL_BSP_SCHEDULE_DELAY": "200"}
+                                       "OTEL_BSP_SCHEDULE_DELAY": "200", "CONDUIT_MEMORY_OFF_TENANTS": "[]"}
     st = start_stack(infra_stack.bootstrap, infra_stack.redis_url, tmp_path_factory.mktemp("tracing-data"),
                      ("retriever", "orchestrator", "gateway"), env, laws=[VAT_LAW])
     yield st
@@ -129,3 +131,42 @@ def test_a_tool_using_question_is_one_trace_tree_across_the_services(traced_stac
     # the result goes back over the bus under the tool run
     assert any(s.name == "conduit.tools.results process" and by_id[s.parent_id].parent_id == tool.span_id
                for s in spans if s.parent_id in by_id)
+
+
+def ask(stack: Stack, question: str) -> str:
+    """Ask ``question`` as the tenant admin, read its stream to the end; the task's trace id."""
+    task_id = create_task(stack.gateway_url, question, api_key=stack.admin_key)["task_id"]
+    events = list(stream_task(stack.gateway_url, task_id, read_timeout_s=60, reconnects=0, api_key=stack.admin_key))
+    assert events[-1].event == "task.completed", [e.event for e in events]
+    return httpx.get(f"{stack.gateway_url}/v1/tasks/{task_id}/trace", headers=auth(stack.admin_key)).json()["trace_id"]
+
+
+def test_a_returning_users_recall_is_in_the_question_trace(traced_stack, model, receiver):
+    """Rule M13 and O6: the recall the gateway sends ahead for a user with memory is a ``memory recall`` span on the
+    retriever, under the recall request's consumer span in the question's trace, with the recall's parts."""
+    def recall_of(trace_id: str) -> ReceivedSpan | None:
+        spans = receiver.spans(trace_id)
+        found = next((s for s in spans if s.name == "memory recall"), None)
+        return found if found is not None and whole_recall(spans, found) else None
+
+    def whole_recall(spans: list[ReceivedSpan], recall: ReceivedSpan) -> bool:
+        by_id = {s.span_id: s for s in spans}
+        chain, s = [], recall
+        while s.parent_id in by_id:
+            s = by_id[s.parent_id]
+            chain.append(s.name)
+        return chain == ["conduit.retriever.requests process", "conduit.retriever.requests publish", "task create"]
+
+    ask(traced_stack, "增值税是什么？")  # an answer the memory keeps: from here on the admin is a returning user
+    found = None
+    for i in range(3):  # the episode's record lands just after the answer: a later question is sure to recall
+        model.push(Turn(content="增值税是对商品和服务的增值额征收的税。"))
+        trace_id = ask(traced_stack, f"增值税的纳税人有哪些？（{i}）")
+        if wait_until(lambda: recall_of(trace_id) is not None, 10, every_s=0.2):
+            found = recall_of(trace_id)
+            break
+    assert found is not None, "no memory recall span in a returning user's question trace"
+    a = found.attributes
+    assert found.service == "conduit-retriever" and not found.error and a["conduit.recall.outcome"] == "ok"
+    assert a["conduit.recall.search_ms"] > 0 and a["conduit.recall.user_items"] >= 1
+    assert found.end_ns > found.start_ns > 0
