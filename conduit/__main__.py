@@ -1,8 +1,8 @@
-"""``python -m conduit ...``: the thin entry into the CLI (``ops.cli``), the same as the ``conduit`` script.
+"""``python -m conduit ...``: the thin entry into the CLI (``ops.entry``), the same as the ``conduit`` script.
 
 The one import from the shared runtime package up into the entry points, allowed by name in
 tests/unit/test_layers.py: nothing imports this module.
 """
-from ops.cli import app
+from ops.entry import main
 
-app()
+main()

@@ -7,8 +7,6 @@ Commands that call the gateway send ``--key``, else ``CONDUIT_API_KEY``, else ``
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from pathlib import Path
 from collections.abc import Callable
@@ -119,41 +117,12 @@ def _supervise(stack: "Stack") -> int:
 @app.command()
 def serve(name: str = typer.Argument(..., help="retriever | web | sandbox | mcp | orchestrator | gateway")) -> None:
     """Run one service in the foreground until SIGTERM (what each process of the stack runs)."""
-    from conduit.runtime.logs import configure_logging
-    from ops.services import SERVICES
-
-    if name not in SERVICES:
-        raise typer.BadParameter(f"unknown service {name!r}; expected one of {', '.join(SERVICES)}")
-    settings = get_settings()
-    if name == "gateway":
-        _apply_allocator(settings.gateway.gateway_allocator)
-    configure_logging(name, settings.observability.log_level, settings.observability.log_json)
-    from conduit.runtime import metrics, tracing
-
-    tracing.setup_tracing(name, settings.observability.otlp_endpoint)  # rule O5: off unless an OTLP endpoint is set
-    if name != "gateway":  # the gateway serves GET /metrics itself
-        metrics.start_metrics_server(settings.observability.metrics_port)
-    try:
-        importlib.import_module(f"services.{name}.main").main(settings)
-    finally:
-        tracing.shutdown()  # the spans still batched go out before the process ends
-
-
-def _apply_allocator(choice: str) -> None:
-    """Re-execute this process with jemalloc preloaded when ``choice`` asks for it (conduit/runtime/allocator.py).
-
-    Returns without change when nothing is to change; exits 2 with a message when
-    ``choice`` is ``jemalloc`` and no library is installed.
-    """
-    from conduit.runtime import allocator
+    from ops.serve import UnknownService, run
 
     try:
-        extra = allocator.reexec_env(choice)
-    except allocator.AllocatorError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
-    if extra:
-        os.execve(sys.executable, sys.orig_argv, {**os.environ, **extra})
+        run(name)
+    except UnknownService as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 @app.command()

@@ -737,7 +737,7 @@ def test_dockerfile_builds_one_non_root_image_from_the_lock() -> None:
     assert json.loads(dict(steps)["ENTRYPOINT"]) == ["conduit"]
     assert json.loads(dict(steps)["CMD"]) == ["serve", "gateway"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert project["project"]["scripts"]["conduit"] == "ops.cli:app"
+    assert project["project"]["scripts"]["conduit"] == "ops.entry:main"
     copied = {arg.split()[0] for ins, arg in steps if ins == "COPY"} | {
         part for ins, arg in steps if ins == "COPY" for part in arg.split()[:-1]}
     for package in project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]:
