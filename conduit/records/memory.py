@@ -79,8 +79,9 @@ async def touch(redis: Redis, items: Iterable[MemoryItem], now: datetime) -> Non
     for i in items:
         by_key.setdefault(_key(i.tenant_id, i.user_id), []).extend(
             [i.id, i.model_copy(update={"last_used_at": now}).model_dump_json()])
+    script = redis.register_script(_TOUCH)  # EVALSHA: the script's text goes once per connection's server
     for key, args in by_key.items():
-        await redis.eval(_TOUCH, 1, key, *args)
+        await script(keys=[key], args=args)
 
 
 async def delete_items(redis: Redis, tenant_id: str, user_id: str, ids: list[str] | None) -> list[str]:

@@ -111,19 +111,10 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                           local_address: str | None = None, socket_options: Any = None) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
         try:
-            infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout)
+            addresses = await checked_addresses(host, port, self.policy, timeout)
         except (OSError, TimeoutError) as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        addresses: list[IPAddress] = []
-        for info in infos:
-            ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-            reason = self.policy.block_reason(ip)
-            if reason:
-                raise BlockedAddress(host, str(ip), reason)
-            if ip not in addresses:
-                addresses.append(ip)
         if not addresses:
             raise httpcore.ConnectError(f"{host} has no address")
         last: Exception | None = None
@@ -160,14 +151,24 @@ def guarded_transport(policy: AddressPolicy, max_connections: int = 20) -> httpx
     return transport
 
 
-async def check_host(host: str, port: int, policy: AddressPolicy, timeout_s: float = 5.0) -> None:
-    """Resolve ``host`` and check every address against ``policy`` (rule T11) before a URL is accepted (a push
-    URL when it is set); the connection checks again. Raises ``BlockedAddress``, or ``OSError`` / ``TimeoutError``
-    when the host does not resolve."""
+async def checked_addresses(host: str, port: int, policy: AddressPolicy, timeout_s: float | None) -> list[IPAddress]:
+    """``host``'s addresses (distinct, in resolver order) once every one passed ``policy``. Raises ``BlockedAddress``
+    for the first refused one, ``OSError`` / ``TimeoutError`` (after ``timeout_s`` seconds) when it does not resolve."""
     loop = asyncio.get_running_loop()
     infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s)
+    addresses: list[IPAddress] = []
     for info in infos:
         ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         reason = policy.block_reason(ip)
         if reason:
             raise BlockedAddress(host, str(ip), reason)
+        if ip not in addresses:
+            addresses.append(ip)
+    return addresses
+
+
+async def check_host(host: str, port: int, policy: AddressPolicy, timeout_s: float = 5.0) -> None:
+    """Resolve ``host`` and check every address against ``policy`` (rule T11) before a URL is accepted (a push
+    URL when it is set); the connection checks again. Raises ``BlockedAddress``, or ``OSError`` / ``TimeoutError``
+    when the host does not resolve."""
+    await checked_addresses(host, port, policy, timeout_s)

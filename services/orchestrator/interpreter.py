@@ -113,14 +113,11 @@ class Interpreter:
         return step
 
     async def _before_save(self, step: Step) -> None:
-        new_approval = False
+        # the approval record goes first: if the save loses, it expires unused; the task record (waiting) and
+        # tool.approval_required land together in the save's script (rule O11)
         for e in step.effects:
-            if isinstance(e, SaveApproval):  # the record goes first: if the save loses, it expires unused
+            if isinstance(e, SaveApproval):
                 await self.ports.out.save_approval(e.record)
-                new_approval = True
-        views = [e.view for e in step.effects if isinstance(e, WriteView) and e.view is not None]
-        if new_approval and views:  # a client that reads the task on tool.approval_required sees it waiting
-            await self.ports.out.write_view(views[0])
 
     async def carry_out(self, step: Step, new_task: bool = False) -> None:
         """Carry out ``step``'s effects in order (consecutive ``TOGETHER`` ones at once); then mark the

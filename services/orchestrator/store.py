@@ -194,8 +194,8 @@ class StateStore:
         """Append the terminal ``event`` to the task's log and, if it sealed the log, ``public`` to the
         public outbox, in one script. Returns the event's seq, or -1 when the log was already sealed."""
         log = self.events
-        args = [*log.encode(event)[:2], log.maxlen, log.ttl_s, log.encode(event)[2],
-                public.model_dump_json() if public is not None else "", task_id]
+        kind, data, terminal = log.encode(event)
+        args = [kind, data, log.maxlen, log.ttl_s, terminal, public.model_dump_json() if public is not None else "", task_id]
         return int(await self._terminal(keys=[*log.keys(task_id), keys.public_outbox_of(task_id)], args=args))
 
     async def add_public(self, events: Sequence[AgentEvent]) -> None:

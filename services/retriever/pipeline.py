@@ -148,15 +148,16 @@ class KbSearcher:
         encoder: sparse query encoder (default ``SparseEncoder()``).
         stage2: the second stage (rule K7; None: off).
         assist: the rerank endpoint and the model's help (rules K11-K13, ``assist.py``; None: off).
+        refs: the law corpus's reference graph (rule K16: law passages carry what they cite; None: no refs).
     """
 
     def __init__(self, retrieval: RetrievalSettings, embedder: Embedder, store: VectorStore,
                  encoder: SparseEncoder | None = None, stage2: SecondStage | None = None,
-                 assist: SearchAssist | None = None) -> None:
+                 assist: SearchAssist | None = None, refs: RefGraph | None = None) -> None:
         self.retrieval, self.embedder, self.store = retrieval, embedder, store
         self.encoder = encoder or SparseEncoder()
         self.stage2, self.assist = stage2, assist
-        self.refs: RefGraph | None = None
+        self.refs = refs
         """The law corpus's reference graph (rule K16: law passages carry what they cite; None: no refs)."""
 
     def fusion(self) -> Fusion:

@@ -120,10 +120,8 @@ class RetrieverRequests:
         s = self.searcher
         if top_k is None or top_k == s.retrieval.retrieval_top_k:
             return s
-        copy = KbSearcher(s.retrieval.model_copy(update={"retrieval_top_k": top_k}), s.embedder, s.store, s.encoder,
-                          stage2=s.stage2, assist=s.assist)
-        copy.refs = s.refs  # rule K16
-        return copy
+        return KbSearcher(s.retrieval.model_copy(update={"retrieval_top_k": top_k}), s.embedder, s.store, s.encoder,
+                          stage2=s.stage2, assist=s.assist, refs=s.refs)
 
     async def search(self, event: SearchRequested) -> None:
         """Run the search and LPUSH its ``SearchReply`` (dropped when past ``deadline_at``)."""

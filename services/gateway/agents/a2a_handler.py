@@ -196,7 +196,7 @@ class ConduitRequestHandler(RequestHandler):
             await a2a_push.check_url(push.url, a2a_push.policy(caller.state))
         proj = await self._create(caller, _texts(message), message.context_id or None, message.message_id)
         if push is not None:  # rule T12
-            await self._push_to(caller, await self._view(caller, proj.task_id), push)
+            await self._push_to(caller, await self._view(caller, proj.task_id), push, checked=True)
         return caller, proj
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task:
@@ -265,9 +265,12 @@ class ConduitRequestHandler(RequestHandler):
         """Not offered: ``GET /v1/sessions`` lists a caller's conversations."""
         raise a2a_errors.UnsupportedOperationError("tasks/list is not offered; GET /v1/sessions lists conversations")
 
-    async def _push_to(self, caller: Caller, view: TaskView, config: TaskPushNotificationConfig) -> TaskPushNotificationConfig:
-        """Check ``config``'s URL (rule T11), store it for ``view``'s task and make sure its pushes are sent (rule T12)."""
-        await a2a_push.check_url(config.url, a2a_push.policy(caller.state))
+    async def _push_to(self, caller: Caller, view: TaskView, config: TaskPushNotificationConfig,
+                       checked: bool = False) -> TaskPushNotificationConfig:
+        """Check ``config``'s URL (rule T11; ``checked``: the caller already did), store it for ``view``'s task and
+        make sure its pushes are sent (rule T12)."""
+        if not checked:
+            await a2a_push.check_url(config.url, a2a_push.policy(caller.state))
         stored = await a2a_push.store(caller.state).set_info(view.task_id, config, ServerCallContext())
         await a2a_push.start_pushing(caller.state, view)
         return stored
