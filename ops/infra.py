@@ -178,10 +178,10 @@ def wait_redis_loaded(url: str, timeout_s: float = 300.0, proc: subprocess.Popen
     """
     import redis  # noqa: PLC0415
 
-    from conduit.runtime.redis_client import first_node_url  # noqa: PLC0415
+    from conduit.runtime.redis_client import node_url  # noqa: PLC0415
 
     # a Redis Cluster's URL may name several nodes: the first one answering will do
-    client = redis.Redis.from_url(first_node_url(url) if "," in url else url, socket_connect_timeout=2, socket_timeout=5)
+    client = redis.Redis.from_url(node_url(url) if "," in url else url, socket_connect_timeout=2, socket_timeout=5)
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     try:

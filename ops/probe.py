@@ -59,11 +59,12 @@ def _client(redis_url: str):  # noqa: ANN202 - redis.Redis or redis.RedisCluster
     import redis  # noqa: PLC0415
     from redis.cluster import ClusterNode  # noqa: PLC0415
 
-    from conduit.runtime.redis_client import cluster_nodes  # noqa: PLC0415
+    from conduit.runtime.redis_client import cluster_nodes, node_url  # noqa: PLC0415
 
     timeouts = {"socket_connect_timeout": REDIS_TIMEOUT_S, "socket_timeout": REDIS_TIMEOUT_S}
     if os.environ.get("CONDUIT_REDIS_CLUSTER", "").lower() in ("1", "true", "yes"):
-        return redis.RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in cluster_nodes(redis_url)], **timeouts)
+        return redis.RedisCluster.from_url(node_url(redis_url), startup_nodes=[ClusterNode(h, p) for h, p in
+                                                                               cluster_nodes(redis_url)], **timeouts)
     return redis.Redis.from_url(redis_url, **timeouts)
 
 

@@ -211,11 +211,9 @@ class Doorbell:
         a message published on any node of a cluster reaches the subscribers of every node)."""
         if not self.cluster:
             return Redis.from_url(self.redis_url, socket_timeout=None)
-        from conduit.runtime.redis_client import cluster_nodes  # noqa: PLC0415 - only on Redis Cluster
+        from conduit.runtime.redis_client import node_url  # noqa: PLC0415 - only on Redis Cluster
 
-        starts = cluster_nodes(self.redis_url)
-        host, port = starts[attempt % len(starts)]
-        return Redis(host=host, port=port, socket_timeout=None)
+        return Redis.from_url(node_url(self.redis_url, attempt), socket_timeout=None)  # user and password kept
 
     async def _listen(self, redis: Redis) -> None:
         async with redis.pubsub() as pubsub:

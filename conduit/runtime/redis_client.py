@@ -98,9 +98,11 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     return out
 
 
-def first_node_url(url: str) -> str:
-    """``url`` naming only its first node (``redis://u:p@h1:p1,h2:p2/0`` -> ``redis://u:p@h1:p1/0``)."""
-    host, port = cluster_nodes(url)[0]
+def node_url(url: str, index: int = 0) -> str:
+    """``url`` naming only its node ``index`` (modulo their count), user and password kept
+    (``redis://u:p@h1:p1,h2:p2/0`` -> ``redis://u:p@h1:p1/0`` for 0, ``redis://u:p@h2:p2/0`` for 1)."""
+    nodes = cluster_nodes(url)
+    host, port = nodes[index % len(nodes)]
     scheme, _, rest = url.partition("://")
     netloc, _, path = rest.partition("/")
     auth = netloc.rsplit("@", 1)[0] + "@" if "@" in netloc else ""
@@ -118,7 +120,7 @@ def make_cluster(store: StoreSettings, client_name: str | None = None) -> RedisC
     slots.configure(store.redis_cluster_shards)
     url = store.url()
     starts = cluster_nodes(url)
-    first = first_node_url(url)
+    first = node_url(url)
     extra: dict[str, Any] = {"client_name": client_name} if client_name else {}
     client = RedisCluster.from_url(first, decode_responses=False, startup_nodes=[ClusterNode(h, p) for h, p in starts],
                                    max_connections=store.redis_max_connections,
@@ -151,6 +153,6 @@ def make_sync(store: StoreSettings, timeout_s: float | None = None) -> Any:
     slots.configure(store.redis_cluster_shards)
     nodes = [redis_sync.cluster.ClusterNode(h, p) for h, p in cluster_nodes(store.url())]
     try:
-        return redis_sync.RedisCluster(startup_nodes=nodes, **timeouts)
+        return redis_sync.RedisCluster.from_url(node_url(store.url()), startup_nodes=nodes, **timeouts)
     except redis_sync.exceptions.RedisClusterException as exc:  # a configuration error: say it in one line
         raise SystemExit(not_a_cluster(store, exc)) from None
