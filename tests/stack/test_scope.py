@@ -3,7 +3,7 @@ documents (one in the named collection ``hr``) and one real law; a task scoped t
 evidence from it alone in every ``kb_search`` (the law is not searched), the record, the events and the
 trace show the scope; a team's workers search within their supervisor's scope; chat completions
 (``conduit`` extension) and the MCP ``ask`` tool take the scope; ``POST /v1/search`` filters by
-collection; bad scopes are refused with their codes. The rules alone: tests/unit/test_scope.py.
+collection; bad scopes are refused with their codes. The rules alone: tests/unit/test_scope_rules.py.
 
 Real tansu broker, real Redis, Qdrant Edge, the retriever, orchestrator and gateway processes, and
 the scripted OpenAI-compatible model over HTTP.
