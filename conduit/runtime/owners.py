@@ -178,6 +178,23 @@ async def announce(redis: Redis, service: str, owner: str, held: Callable[[], di
             pass
 
 
+TOOL_SERVICES = ("retriever", "web", "sandbox", "mcp")
+"""The tool services (``ToolService`` names) whose processes ``announce`` the partitions they hold."""
+
+
+async def served_topics(redis: Redis, services: Iterable[str] = TOOL_SERVICES) -> frozenset[str]:
+    """The request topics some live process of a tool service serves now: the topics named in a
+    ``keys.members`` entry written within ``MEMBER_FRESH_S`` seconds (its partition list may be empty
+    while its consumer group rebalances; a stopping process removes its entry first, rule A29).
+
+    One ``HGETALL`` per service. Raises ``redis.exceptions.RedisError`` when Redis does not answer.
+    """
+    found = await asyncio.gather(*(redis.hgetall(keys.members(s)) for s in services))
+    now = time.time()
+    entries = (json.loads(v) for raw in found for v in raw.values())
+    return frozenset(t for e in entries if now - e.get("at", 0) <= MEMBER_FRESH_S for t in e.get("parts", {}))
+
+
 def pick_partition(entries: dict[str, dict], topic: str, avoid: set[str], key: str, now: float) -> int | None:
     """Pure: a partition of ``topic`` held by a fresh member not in ``avoid`` (owner -> entry as
     ``announce`` writes it), chosen by ``key``'s CRC-32 among them; None when there is none."""

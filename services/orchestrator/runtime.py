@@ -32,7 +32,7 @@ from conduit.records import controls, keys, sessions, slots
 from conduit.records.modelhealth import ModelHealth
 from conduit.records.taskstore import TaskStore
 from conduit.records.taskstream import TaskEventLog
-from conduit.runtime import metrics
+from conduit.runtime import metrics, owners
 from conduit.runtime.settings import Settings
 from conduit.records import mcp as mcp_records
 from conduit.runtime.toolcatalog import available_tools, unavailable_tools
@@ -131,6 +131,9 @@ class Orchestrator:
         self.unavailable: frozenset[str] = frozenset()
         """Tools that cannot run now (e.g. ``code_exec`` without isolation), refreshed by
         ``watch_tool_availability``; left out of every new task's tool list (rule T2)."""
+        self.served: frozenset[str] = frozenset()
+        """Tool request topics a live tool service process serves (``owners.served_topics``), refreshed by
+        ``watch_tool_availability``: a call of one of them that got no answer does not feed its breaker (rule A29)."""
 
     @property
     def running(self) -> dict[str, asyncio.Task[None]]:
@@ -212,7 +215,8 @@ class Orchestrator:
 
     async def wake(self, task_id: str) -> None:
         """Fire a task's due timers (the sweeper claimed its wake-up); deadlines are postponed
-        while the broker does not answer (rule A15). Results the tool services stored for its
+        while the broker does not answer (rule A15), and a timeout of a call whose tool service has a live
+        process does not feed the tool's breaker (rule A29). Results the tool services stored for its
         waiting calls are recorded first (rule A27), and then nothing else fires this time."""
         deps, bus_up = self.deps, await self.bus_up()
         state = await self.store.load(task_id)
@@ -224,7 +228,7 @@ class Orchestrator:
                                            loaded=state) is not None:
                 return
             state = None  # a lost race or nothing taken: the timers run on a fresh load
-        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up), loaded=state)
+        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up, self.served), loaded=state)
 
     async def rescue(self, task_id: str, idempotency_key: str, owner: str) -> None:
         """Rule A23: send call ``idempotency_key`` again now; the process running it (``owner``) is gone."""
@@ -250,12 +254,13 @@ class Orchestrator:
         await sweeper.run(self, every_s)
 
     async def watch_tool_availability(self, every_s: float = TOOL_AVAILABILITY_EVERY_S) -> None:
-        """Forever: refresh ``self.unavailable`` (and whether a retriever serves memory) from the tool services' status keys every
+        """Forever: refresh ``self.unavailable``, ``self.served`` (and whether a retriever serves memory) from the tool services' status keys every
         ``every_s`` seconds (one SCAN off the question path; a Redis error keeps the last value)."""
         while True:
             try:
                 self.unavailable = await unavailable_tools(self.redis)
                 await self.memory.refresh_retriever()
+                self.served = await owners.served_topics(self.redis)
             except Exception:  # noqa: BLE001 - availability is advisory: the tool error says why
                 log.warning("tool availability check failed", exc_info=True)
             await asyncio.sleep(every_s)

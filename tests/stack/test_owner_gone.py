@@ -11,6 +11,7 @@ lapsed. The time itself goes to bench/chaos.py ("time lost per kill"), not into 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -24,8 +25,10 @@ from ops.client import create_task, stream_task
 from ops.stack import Stack
 from conduit.records import keys
 from conduit.runtime import owners
+from conduit.runtime.redis_client import make_redis
 from conduit.runtime.settings import Settings
 from conduit.runtime.toolclaims import CLAIM_TTL_S
+from contracts import topics
 from testkit.scripted_model import ScriptedModel, Turn
 
 
@@ -115,3 +118,17 @@ def test_a_model_step_whose_orchestrator_is_sigkilled_resumes_before_its_lease_l
     assert any("whose replica is gone (rule A24)" in p.read_text(encoding="utf-8", errors="replace")
                for p in logs.glob("orchestrator*.log"))
     print(f"completed {took_s:.2f} s after the SIGKILL (3 s of streaming again included)")
+
+
+async def test_the_web_topic_is_served_while_a_web_replica_lives(stack):
+    """Rule A29's input: ``owners.served_topics`` reads the live web replicas' ``keys.members`` entries
+    from Redis (a timeout of a web call then opens no circuit: a rolling restart is not the tool failing)."""
+    client = make_redis(stack.settings.store)
+    try:
+        deadline = time.monotonic() + 30
+        while topics.TOOL_REQUESTS_WEB not in (served := await owners.served_topics(client)):
+            assert time.monotonic() < deadline, served
+            await asyncio.sleep(0.2)
+        assert topics.TOOL_REQUESTS_KB not in served  # no retriever in this stack
+    finally:
+        await client.aclose()

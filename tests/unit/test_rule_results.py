@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from agentsim import Reply, Sim, TestModel, kb, ok, passage
+from contracts import topics
 from contracts.events import ToolError, ToolResultPayload
 from services.orchestrator.agent import recording
 from services.orchestrator.agent.state import Phase
@@ -88,6 +89,32 @@ async def test_dead_tool_times_out_then_its_breaker_fails_fast():
     outcomes = sim.of("tool.completed")
     assert [o.outcome for o in outcomes[:2]] == ["timeout", "timeout"]
     assert outcomes[2].error_code == "circuit_open" and len(sim.requests) == 2
+
+
+async def test_a_rolling_restart_costs_a_timeout_but_opens_no_circuit():
+    """Rule A29 (issue 39): calls that got no answer while a web replica was serving (a rolling
+    restart: the request waited through consumer-group rebalances) time out, but do not open
+    web_fetch's circuit; the next call goes out and is answered (before, the third such timeout
+    opened it and the next tasks' pages were refused unfetched)."""
+    urls = [{"url": f"https://example.org/{n}", "reason": "读网页"} for n in range(3)]
+    model = TestModel(*(Reply(tool_calls=[{"name": "web_fetch", "arguments": u}]) for u in urls), Reply(content="答[1]。"))
+    held: list = []
+    sim = Sim(model, tools={"web_fetch": lambda c: held.append(c) or (ok(c, passage("页")) if len(held) > 2 else None)},
+              allowed=["kb_search", "web_fetch"], tool_timeout_s=4, tool_breaker_failures=2)
+    await sim.ask()
+    for _ in range(2):
+        await sim.wake(4.1, served=frozenset({topics.TOOL_REQUESTS_WEB}))
+    outcomes = sim.of("tool.completed")
+    assert [o.outcome for o in outcomes] == ["timeout", "timeout", "ok"]  # not ["timeout", "timeout", "error"]: circuit_open
+    assert len(held) == 3 and sim.deps.tool_breakers["web_fetch"].state(sim.now.timestamp()) == "closed"
+    assert sim.state.status == "completed"
+
+
+async def test_a_timeout_of_another_service_still_feeds_the_breaker():
+    """Rule A29 names the served topics: a live retriever does not excuse a web call that got no answer."""
+    sim, _ = await _waiting_sim(tool_timeout_s=30, tool_breaker_failures=1)
+    await sim.wake(31, served=frozenset({topics.TOOL_REQUESTS_WEB}))
+    assert sim.deps.tool_breakers["kb_search"].state(sim.now.timestamp()) == "open"
 
 
 async def test_unsent_request_is_sent_again_by_the_sweeper():

@@ -5,7 +5,9 @@ Rules:
   or duplicate delivery changes nothing.
 - Every result of a call that ran feeds its tool's breaker (a ``FeedBreaker`` effect, applied once
   after the save): a transient error or a timeout is a failure, anything else a success
-  (refusals never ran and do not count).
+  (refusals never ran and do not count). Rule A29: a call that got no answer by its deadline
+  counts only when no process of its tool service was serving (a dead service still opens the
+  circuit; a rolling restart or a consumer-group rebalance, with a live replica, does not).
 - A transient error is retried instead of being shown to the model, at most
   ``tool_max_retries`` times, after a backoff with full jitter (rule A8, docs/architecture.md):
   uniform(0, ``tool_retry_base_s`` × 2^attempt) seconds.
@@ -62,9 +64,11 @@ def backoff_s(deps: Deps, attempt: int) -> float:
     return deps.rng.uniform(0, deps.settings.tools.tool_retry_base_s * 2 ** attempt)
 
 
-def _feed(deps: Deps, call: PendingCall, result: ToolResultPayload | Refusal, now: datetime) -> FeedBreaker | None:
-    """Rule A9: what a call that ran tells its tool's breaker (None: a refusal, or a tool without one)."""
-    if deps.breaker(call.name) is None or isinstance(result, Refusal):
+def _feed(deps: Deps, call: PendingCall, result: ToolResultPayload | Refusal, now: datetime,
+          unanswered: bool = False) -> FeedBreaker | None:
+    """Rule A9: what a call that ran tells its tool's breaker (None: a refusal, a tool without one, or
+    rule A29: a call that got no answer, ``unanswered``, while its tool service had a live process)."""
+    if deps.breaker(call.name) is None or isinstance(result, Refusal) or unanswered:
         return None
     return FeedBreaker(call.name, transient(result), now.timestamp())
 
@@ -97,9 +101,12 @@ def _attach(deps: Deps, state: TaskState, call: PendingCall, r: ToolResultPayloa
 
 
 def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload | Arrival],
-                   now: datetime) -> Step | None:
+                   now: datetime, served: frozenset[str] = frozenset()) -> Step | None:
     """Attach ``results`` to the pending calls; go on to the next model step when all are in.
 
+    ``served``: tool names whose service had a live process when the timers gave their calls a
+    ``timeout`` (an ``Arrival``, no answer from the tool): those timeouts do not feed the breaker
+    (rule A29: a rolling restart's or a rebalance's wait is the bus's, not the tool's failing).
     Returns None when nothing changed (all unknown or duplicate). Effects: the client's
     ``tool.completed``, ``trace`` and ``evidence`` events in the save, then the fault point
     ``tool_result``, the public ``tool.completed`` events, and the next step or wake-up.
@@ -114,7 +121,8 @@ def record_results(deps: Deps, state: TaskState, results: list[ToolResultPayload
         call, r = (state.call(item[0]), item[1]) if isinstance(item, tuple) else (_match(state, item), item)
         if call is None or call.result is not None:
             continue  # unknown or duplicate delivery
-        feeds += [f for f in [_feed(deps, call, r, now)] if f is not None]
+        unanswered = isinstance(item, tuple) and r.outcome == "timeout" and call.name in served
+        feeds += [f for f in [_feed(deps, call, r, now, unanswered)] if f is not None]
         trace = _attach(deps, state, call, r, now)
         if trace is None:
             retried = True

@@ -10,7 +10,8 @@ For each call still without a result at ``now``:
 - a sent request without a result is sent again every ``state.TOOL_RESEND_S`` until its
   deadline (rule A14: the broker may have lost it in a restart);
 - a call past ``deadline_at`` gets a ``timeout`` result (``tool_timeout``, transient:
-  it counts against the tool's breaker), except while the bus is unreachable (rule A15: no
+  it counts against the tool's breaker unless a process of its tool service was serving, rule
+  A29: a rolling restart's wait is not the tool failing), except while the bus is unreachable (rule A15: no
   tool could have answered; the deadline moves to ``tool_timeout_s`` from now, never past the
   task's deadline, so the call gets its full time once a broker is back).
 Otherwise the wake-up is moved to the task's next due time.
@@ -30,6 +31,7 @@ from datetime import datetime, timedelta
 from conduit.runtime import tenants
 from contracts.events import ToolError, ToolResultPayload
 from contracts.stream import ApprovalEscalated
+from contracts.tools import request_topic
 from services.orchestrator.agent import approvals, recording, team
 from services.orchestrator.agent.deps import Deps
 from services.orchestrator.agent.effects import ClearWake, Public, PublishTool, Step, UpdateApproval, Wake
@@ -104,9 +106,13 @@ def escalated(deps: Deps, state: TaskState, calls: list[PendingCall], now: datet
     return step
 
 
-def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True) -> Step:
+def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True,
+         served_topics: frozenset[str] = frozenset()) -> Step:
     """Handle the task's due timers at ``now`` (see the module's rules); ``bus_up`` False: the
-    broker does not answer, so deadlines are postponed instead of fired (rule A15)."""
+    broker does not answer, so deadlines are postponed instead of fired (rule A15).
+    ``served_topics``: the tool request topics a live tool service process serves
+    (``conduit.runtime.owners.served_topics``): a timeout of a call on one of them does not feed
+    its tool's breaker (rule A29)."""
     if state.terminal or state.phase != Phase.TOOLS:
         return Step(state, [ClearWake()], save=False)
     resend, late, postponed, escalate = due(deps, state, now, bus_up)
@@ -125,7 +131,8 @@ def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True) -> St
         if call is not None and r.error is not None and r.error.error_code == "approval_expired":
             step.effects += [UpdateApproval(call_id, "expired", only_if_pending=True),
                              Public("approval.decided", {"tool": call.name, "outcome": "expired"})]
-    recorded = recording.record_results(deps, state, late, now) if late else None
+    served = frozenset(c.name for c in state.pending if _topic(c.name) in served_topics)
+    recorded = recording.record_results(deps, state, late, now, served) if late else None
     if recorded is not None:
         step.then(recorded)
     if resend:
@@ -133,6 +140,14 @@ def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True) -> St
         # claim (pushed a few seconds ahead) stands, so a replica dying before that re-sends them
         step.effects = [e for e in step.effects if not isinstance(e, Wake)]
     return step
+
+
+def _topic(tool: str) -> str | None:
+    """The request topic of ``tool`` (None: not a tool sent on the bus)."""
+    try:
+        return request_topic(tool)
+    except KeyError:
+        return None
 
 
 def awaiting(state: TaskState) -> list[PendingCall]:
