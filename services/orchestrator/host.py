@@ -48,6 +48,8 @@ class OrchestratorView(Protocol):
     """``time.monotonic()`` seconds before which the sweeper fires no tool deadline."""
     owner: str | None
     """This process's owner name (``conduit.runtime.owners``; rule A24)."""
+    runs_started: dict[str, float]
+    """Idempotency key -> epoch seconds its run began, of the tool calls live processes run now (rule A36)."""
 
     @property
     def running(self) -> dict[str, asyncio.Task[None]]:

@@ -131,6 +131,9 @@ class Orchestrator:
         self.unavailable: frozenset[str] = frozenset()
         """Tools that cannot run now (e.g. ``code_exec`` without isolation), refreshed by
         ``watch_tool_availability``; left out of every new task's tool list (rule T2)."""
+        self.runs_started: dict[str, float] = {}
+        """Idempotency key -> epoch seconds its run began, of the tool calls live tool processes run now,
+        refreshed by every sweeper pass (``sweeper.rescue_orphans``; rule A36)."""
         self.served: frozenset[str] = frozenset()
         """Tool request topics a live tool service process serves (``owners.served_topics``), refreshed by
         ``watch_tool_availability``: a call of one of them that got no answer does not feed its breaker (rule A29)."""
@@ -216,7 +219,8 @@ class Orchestrator:
     async def wake(self, task_id: str) -> None:
         """Fire a task's due timers (the sweeper claimed its wake-up); deadlines are postponed
         while the broker does not answer (rule A15), and a timeout of a call whose tool service has a live
-        process does not feed the tool's breaker (rule A29). Results the tool services stored for its
+        process does not feed the tool's breaker (rule A29), and a call whose run is under way waits for the
+        run's own deadline (rule A36). Results the tool services stored for its
         waiting calls are recorded first (rule A27), and then nothing else fires this time."""
         deps, bus_up = self.deps, await self.bus_up()
         state = await self.store.load(task_id)
@@ -228,7 +232,8 @@ class Orchestrator:
                                            loaded=state) is not None:
                 return
             state = None  # a lost race or nothing taken: the timers run on a fresh load
-        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up, self.served), loaded=state)
+        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up, self.served, self.runs_started),
+                         loaded=state)
 
     async def rescue(self, task_id: str, idempotency_key: str, owner: str) -> None:
         """Rule A23: send call ``idempotency_key`` again now; the process running it (``owner``) is gone."""

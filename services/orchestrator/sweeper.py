@@ -17,6 +17,8 @@
 - When an orchestrator is gone, every task waiting for tools wakes at once, and a wake-up first
   records the results the tool services stored for its waiting calls (rule A27): a result the gone
   replica consumed and never recorded, or one waiting in its partitions, is not waited for.
+- The runs of live processes, with the time each began, are kept for the wake-ups: a call whose
+  run is under way when its deadline comes waits for the run's own deadline (rule A36).
 - A task whose tool wake-up is due (approval expiry, retry time, result deadline,
   unsent request) is claimed and its timers fired (``agent.timers.wake``). For
   ``TIMER_GRACE_S`` after start, timers wait: results that arrived while no replica
@@ -95,18 +97,20 @@ async def rescue_orphans(orch: "Orchestrator") -> list[str]:
         runs_keys = keys.all_tool_runs()  # one per shard on Redis Cluster (rule O8)
         for runs_key in runs_keys:
             pipe.zremrangebyscore(runs_key, "-inf", time.time() - RUNS_KEPT_S)
-            pipe.zrange(runs_key, 0, -1)
+            pipe.zrange(runs_key, 0, -1, withscores=True)
         pipe.hgetall(keys.STEPS)
         *found, steps = await pipe.execute()
     found = found[1:] if orch.owner is not None else found  # the HSET's reply first
-    members = [m for rows in found[1::2] for m in rows]
-    runs = {m: run for m in members if (run := owners.parse_run(m)) is not None}
+    started = {m: score for rows in found[1::2] for m, score in rows}
+    runs = {m: run for m in started if (run := owners.parse_run(m)) is not None}
     stepping, stale = steps_of_others(steps, orch.owner, time.time())
     if stale:  # not rewritten for a minute: its replica is long gone (its leases lapsed by their TTL)
         await redis.hdel(keys.STEPS, *stale)
     if not runs and not stepping:
+        orch.runs_started = {}
         return []
     dead = await owners.gone(redis, {owner for owner, _, _ in runs.values()} | set(stepping))
+    orch.runs_started = {key: started[m] for m, (owner, _, key) in runs.items() if owner not in dead}  # rule A36
     for owner in dead & set(stepping):
         if await redis.hdel(keys.STEPS, owner):
             for task_id in stepping[owner]:

@@ -189,11 +189,14 @@ class Sim:
         assert self.world.task_id is not None
         return self.world.task_id
 
-    async def wake(self, after_s: float, bus_up: bool = True, served: frozenset[str] = frozenset()) -> None:
+    async def wake(self, after_s: float, bus_up: bool = True, served: frozenset[str] = frozenset(),
+                   runs_started: dict[str, float] | None = None) -> None:
         """Move time on by ``after_s`` seconds and fire the task's timers (``bus_up`` False: the
-        broker does not answer; ``served``: tool request topics a live tool service process serves)."""
+        broker does not answer; ``served``: tool request topics a live tool service process serves;
+        ``runs_started``: idempotency key -> epoch seconds its run began at a live tool process)."""
         self.now += timedelta(seconds=after_s)
-        await self.interp.apply(self._task(), lambda st: timers.wake(self.deps, st, self.now, bus_up, served))
+        await self.interp.apply(self._task(), lambda st: timers.wake(self.deps, st, self.now, bus_up, served,
+                                                                      runs_started))
         await self.settle()
 
     # ------------------------------------------------------------------ reading

@@ -9,7 +9,7 @@ from datetime import timedelta
 from agentsim import Reply, Sim, TestModel, kb, ok, passage
 from contracts import topics
 from contracts.events import ToolError, ToolResultPayload
-from services.orchestrator.agent import recording
+from services.orchestrator.agent import recording, timers
 from services.orchestrator.agent.state import Phase
 
 
@@ -115,6 +115,24 @@ async def test_a_timeout_of_another_service_still_feeds_the_breaker():
     sim, _ = await _waiting_sim(tool_timeout_s=30, tool_breaker_failures=1)
     await sim.wake(31, served=frozenset({topics.TOOL_REQUESTS_WEB}))
     assert sim.deps.tool_breakers["kb_search"].state(sim.now.timestamp()) == "open"
+
+
+async def test_a_call_whose_run_is_under_way_waits_for_the_runs_own_deadline():
+    """Rule A36 (issue 39): a request that waited in its topic (a rolling restart) and began 3 s before its
+    deadline is not timed out at that deadline: it gets the run's own deadline (its start + tool_timeout_s)
+    plus RUN_GRACE_S, and its result is recorded; past that, it times out."""
+    sim, held = await _waiting_sim(tool_timeout_s=4)
+    key = held[0].idempotency_key
+    began = {key: (sim.now + timedelta(seconds=3)).timestamp()}
+    await sim.wake(4.1, runs_started=began)
+    assert not sim.of("tool.completed") and sim.state.phase == Phase.TOOLS
+    assert sim.state.pending[0].deadline_at == sim.now - timedelta(seconds=4.1) + timedelta(seconds=3 + 4 + timers.RUN_GRACE_S)
+    await sim.run(recording.record_results(sim.deps, sim.state, [ok(held[0], passage("a"))], sim.now))
+    assert sim.of("tool.completed")[0].outcome == "ok" and sim.state.status == "completed"
+    late, late_held = await _waiting_sim(tool_timeout_s=4)
+    await late.wake(4.1, runs_started={late_held[0].idempotency_key: (late.now + timedelta(seconds=3)).timestamp()})
+    await late.wake(8.0, runs_started={late_held[0].idempotency_key: (late.now - timedelta(seconds=9)).timestamp()})
+    assert late.of("tool.completed")[0].outcome == "timeout"  # the run's own deadline passed too
 
 
 async def test_unsent_request_is_sent_again_by_the_sweeper():

@@ -9,7 +9,10 @@ For each call still without a result at ``now``:
   (idempotent: tool services key results by idempotency key);
 - a sent request without a result is sent again every ``state.TOOL_RESEND_S`` until its
   deadline (rule A14: the broker may have lost it in a restart);
-- a call past ``deadline_at`` gets a ``timeout`` result (``tool_timeout``, transient:
+- a call past ``deadline_at`` whose run is under way at a live tool process (it waited in its topic
+  through a rolling restart, then began) waits for the run's own deadline plus ``RUN_GRACE_S``
+  (rule A36: the tool service ends the run there and reports it), never past the task's deadline;
+- any other call past ``deadline_at`` gets a ``timeout`` result (``tool_timeout``, transient:
   it counts against the tool's breaker unless a process of its tool service was serving, rule
   A29: a rolling restart's wait is not the tool failing), except while the bus is unreachable (rule A15: no
   tool could have answered; the deadline moves to ``tool_timeout_s`` from now, never past the
@@ -60,11 +63,31 @@ def _postpone(deps: Deps, state: TaskState, call: PendingCall, now: datetime) ->
     return True
 
 
-def due(deps: Deps, state: TaskState, now: datetime,
-        bus_up: bool = True) -> tuple[list[PendingCall], list[recording.Arrival], bool, list[PendingCall]]:
+RUN_GRACE_S = 5.0
+"""Seconds past a running call's own deadline (its start + ``tool_timeout_s``) the orchestrator waits for
+its result (rule A36: the tool service stops the run there and publishes a ``timeout`` itself)."""
+
+
+def _await_run(deps: Deps, state: TaskState, call: PendingCall, began_s: float, now: datetime) -> bool:
+    """Rule A36: ``call`` runs at a live tool process since ``began_s`` (epoch seconds): its deadline moves to
+    the run's own deadline plus ``RUN_GRACE_S``, never past the task's (rule E2). False when that is not
+    later than ``now`` (the call times out)."""
+    run_deadline = datetime.fromtimestamp(began_s, tz=now.tzinfo) + timedelta(
+        seconds=deps.settings.tools.tool_timeout_s + RUN_GRACE_S)
+    moved = min(run_deadline, team.budget(deps, state).deadline_at)
+    if moved <= now:
+        return False
+    call.deadline_at = moved
+    return True
+
+
+def due(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True,
+        runs_started: dict[str, float] | None = None,
+        ) -> tuple[list[PendingCall], list[recording.Arrival], bool, list[PendingCall]]:
     """The calls to send again at ``now``, the results the timers give (expired approvals,
-    timeouts), in call order, whether a deadline was postponed (``bus_up`` False, rule A15) and the
-    approvals to escalate (rule A26: a tenant that escalates, an approval not escalated before)."""
+    timeouts), in call order, whether a deadline was postponed (``bus_up`` False, rule A15; a run
+    under way, rule A36: ``runs_started``, idempotency key -> epoch seconds) and the approvals to
+    escalate (rule A26: a tenant that escalates, an approval not escalated before)."""
     resend: list[PendingCall] = []
     late: list[recording.Arrival] = []
     escalate: list[PendingCall] = []
@@ -85,6 +108,8 @@ def due(deps: Deps, state: TaskState, now: datetime,
                 resend.append(c)
         elif c.deadline_at <= now:
             if not bus_up and _postpone(deps, state, c, now):
+                postponed = True
+            elif (began := (runs_started or {}).get(c.idempotency_key)) is not None and _await_run(deps, state, c, began, now):
                 postponed = True
             else:
                 late.append((c.call_id, timeout_result(deps, c, now)))
@@ -107,15 +132,16 @@ def escalated(deps: Deps, state: TaskState, calls: list[PendingCall], now: datet
 
 
 def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True,
-         served_topics: frozenset[str] = frozenset()) -> Step:
+         served_topics: frozenset[str] = frozenset(), runs_started: dict[str, float] | None = None) -> Step:
     """Handle the task's due timers at ``now`` (see the module's rules); ``bus_up`` False: the
     broker does not answer, so deadlines are postponed instead of fired (rule A15).
     ``served_topics``: the tool request topics a live tool service process serves
     (``conduit.runtime.owners.served_topics``): a timeout of a call on one of them does not feed
-    its tool's breaker (rule A29)."""
+    its tool's breaker (rule A29). ``runs_started``: idempotency key -> epoch seconds its run began at a
+    live tool process (rule A36: such a call waits for its run's own deadline)."""
     if state.terminal or state.phase != Phase.TOOLS:
         return Step(state, [ClearWake()], save=False)
-    resend, late, postponed, escalate = due(deps, state, now, bus_up)
+    resend, late, postponed, escalate = due(deps, state, now, bus_up, runs_started or {})
     if escalate and not resend and not late:  # rule A26: the approvals wait longer, for an admin
         wake_at = state.next_wakeup()
         return escalated(deps, state, escalate, now).then(Step(state, [Wake(wake_at)] if wake_at else []))
