@@ -32,6 +32,18 @@ from conduit.runtime.redis_client import make_sync
 from conduit.runtime.settings import Settings
 
 READY_POLL_S = 0.2
+LOG_TAIL_BYTES = 2_000
+"""How much of a service's log a readiness error quotes (bytes from its end)."""
+
+
+def log_tail(path: Path, size: int = LOG_TAIL_BYTES) -> str:
+    """The last ``size`` bytes of the log at ``path`` as text ("" when it is missing or unreadable)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - size))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 """How often ``wait_ready`` looks at the liveness keys (seconds)."""
 
 
@@ -289,7 +301,8 @@ class Stack:
                 time.sleep(READY_POLL_S)
         finally:
             r.close()
-        raise StackError(f"services not ready after {timeout_s:.0f} s: {missing}; logs in {self.log_dir}")
+        tails = "".join(f"\n--- last lines of {key} ---\n{log_tail(self.procs[key].log_path)}" for key in missing)
+        raise StackError(f"services not ready after {timeout_s:.0f} s: {missing}; logs in {self.log_dir}{tails}")
 
     def _gateway_ready(self) -> bool:
         try:

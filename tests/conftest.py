@@ -26,6 +26,12 @@ from testkit.scripted_model import ScriptedModel
 
 CONTAINERS = "--containers"
 
+READY_TIMEOUT_S = "200"
+"""A stack a test starts gives up waiting for its services after this many seconds, well inside pytest's 300 s
+timeout, so a stack that does not come up fails with the missing services' log tails (``ops.stack.wait_ready``)
+instead of a bare timeout; a cold start takes 5-20 s on a quiet 2-core machine."""
+os.environ.setdefault("CONDUIT_STACK_READY_TIMEOUT_S", READY_TIMEOUT_S)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """``--containers``: run the integration suites against Kafka, Qdrant and Redis containers."""
