@@ -32,6 +32,7 @@ from conduit.runtime.redis_client import make_sync
 from conduit.runtime.settings import Settings
 
 READY_POLL_S = 0.2
+"""How often ``wait_ready`` looks at the liveness keys (seconds)."""
 LOG_TAIL_BYTES = 2_000
 """How much of a service's log a readiness error quotes (bytes from its end)."""
 
@@ -44,7 +45,6 @@ def log_tail(path: Path, size: int = LOG_TAIL_BYTES) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
-"""How often ``wait_ready`` looks at the liveness keys (seconds)."""
 
 
 class StackError(RuntimeError):

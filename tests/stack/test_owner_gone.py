@@ -33,9 +33,12 @@ from testkit.scripted_model import ScriptedModel, Turn
 
 
 @pytest.fixture(scope="module")
-def stack(infra_stack, tmp_path_factory, model: ScriptedModel, site: Site) -> Iterator[Stack]:
-    settings = Settings(kafka_bootstrap_servers=infra_stack.bootstrap, redis_url=infra_stack.redis_url,
-                        data_dir=tmp_path_factory.mktemp("owner-gone"), gateway_port=infra.free_port())
+def stack(tmp_path_factory, model: ScriptedModel, site: Site) -> Iterator[Stack]:
+    """Its own broker and Redis (the embedded ones), not the session's: this module SIGKILLs members of the web
+    and orchestrator consumer groups, and a group left mid-rebalance must not hold a later module's services
+    (a CI run on 2026-12-05 saw every later web service on the session broker never check in)."""
+    settings = Settings(data_dir=tmp_path_factory.mktemp("owner-gone"), gateway_port=infra.free_port(),
+                        embedded_kafka_port=infra.free_port(), embedded_redis_port=infra.free_port())
     st = Stack(settings, services=("web", "orchestrator", "gateway"), scale={"web": 2, "orchestrator": 2},
                extra_env={"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
                           "CONDUIT_SEARXNG_URL": site.base, "CONDUIT_WEB_ALLOW_PRIVATE": "true",
