@@ -22,9 +22,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from ops import spawner, stopsignals
 
 PR_SET_PDEATHSIG = 1
 """prctl(2) option: the signal the kernel sends this process when its parent thread exits."""
@@ -47,16 +48,11 @@ def die_with_parent(args: list[str], sig: int = signal.SIGTERM) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(int(sig)), str(os.getpid()), *args]
 
 
-_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conduit-spawner")
-"""The one thread that forks every child: PR_SET_PDEATHSIG fires when the *thread* that forked
-a child ends, so children are not forked from short-lived threads (a test's helper thread)."""
-
-
 def popen(args: list[str], death_signal: int = signal.SIGTERM, **kwargs: Any) -> subprocess.Popen:
-    """``subprocess.Popen(args, **kwargs)`` in a new session, forked by the long-lived spawner thread,
-    with ``die_with_parent(args, death_signal)``."""
-    return _spawner.submit(subprocess.Popen, die_with_parent(args, death_signal), start_new_session=True,
-                           **kwargs).result()
+    """``subprocess.Popen(args, **kwargs)`` in a new session, forked by the long-lived spawner thread
+    (``ops.spawner.spawn``), with ``die_with_parent(args, death_signal)``."""
+    command = die_with_parent(args, death_signal)
+    return spawner.spawn(lambda: subprocess.Popen(command, start_new_session=True, **kwargs), death_signal)
 
 
 def free_port() -> int:
@@ -163,7 +159,7 @@ def wait_port(port: int, timeout_s: float = 15.0, proc: subprocess.Popen | None 
     while time.monotonic() < deadline:
         if port_open(port):
             return
-        if proc is not None and proc.poll() is not None:
+        if proc is not None and poll(proc) is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before opening port {port}")
         time.sleep(0.05)
     raise RuntimeError(f"port {port} not open after {timeout_s} s")
@@ -186,7 +182,7 @@ def wait_redis_loaded(url: str, timeout_s: float = 300.0, proc: subprocess.Popen
     last: Exception | None = None
     try:
         while time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None:
+            if proc is not None and poll(proc) is not None:
                 raise RuntimeError(f"redis-server exited with {proc.returncode} while loading")
             try:
                 client.ping()
@@ -271,21 +267,46 @@ def start_redis(port: int, data_dir: Path, log_path: Path, persist: bool = True)
     return proc
 
 
+KILL_WAIT_S = 30.0
+"""How long ``wait_or_kill`` waits for a process after its SIGKILL (seconds)."""
+
+
+def poll(proc: subprocess.Popen) -> int | None:
+    """``proc.poll()`` inside ``stopsignals.deferred()``: a stop signal raised inside Popen's waitpid lock
+    would leave the lock taken and every later wait of ``proc`` hung. Returns its exit status or None."""
+    with stopsignals.deferred():
+        return proc.poll()
+
+
+def send(proc: subprocess.Popen, sig: int) -> None:
+    """``proc.send_signal(sig)`` (which polls first) inside ``stopsignals.deferred()``; nothing once it exited."""
+    with stopsignals.deferred():
+        proc.send_signal(sig)
+
+
+def wait(proc: subprocess.Popen, timeout_s: float, every_s: float = 0.05) -> int | None:
+    """Wait up to ``timeout_s`` seconds for ``proc`` to exit, polling every ``every_s`` seconds (``poll``);
+    return its exit status, or None when it still runs."""
+    deadline = time.monotonic() + timeout_s
+    while (code := poll(proc)) is None and time.monotonic() < deadline:
+        time.sleep(every_s)
+    return code
+
+
 def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
     """SIGTERM ``proc`` and wait; SIGKILL it if it does not exit within ``timeout_s`` seconds."""
-    if proc.poll() is not None:
+    if poll(proc) is not None:
         return
-    proc.terminate()
+    send(proc, signal.SIGTERM)
     wait_or_kill(proc, timeout_s)
 
 
 def wait_or_kill(proc: subprocess.Popen, timeout_s: float) -> None:
-    """Wait up to ``timeout_s`` seconds for ``proc`` to exit (after a SIGTERM sent before), then SIGKILL it."""
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    """Wait up to ``timeout_s`` seconds for ``proc`` to exit (after a SIGTERM sent before), then SIGKILL it
+    and wait up to ``KILL_WAIT_S`` seconds more."""
+    if wait(proc, timeout_s) is None:
+        send(proc, signal.SIGKILL)
+        wait(proc, KILL_WAIT_S)
 
 
 def env_for_children(extra: dict[str, str]) -> dict[str, str]:

@@ -10,6 +10,7 @@ Each process gets SIGTERM from the kernel when the process that started it dies
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,14 +84,14 @@ class ChildProcess:
 
     def kill(self) -> None:
         """SIGKILL the process (crash simulation)."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc and infra.poll(self.proc) is None:
+            infra.send(self.proc, signal.SIGKILL)
+            infra.wait(self.proc, infra.KILL_WAIT_S)
 
     @property
     def running(self) -> bool:
         """True while the process has not exited."""
-        return bool(self.proc and self.proc.poll() is None)
+        return bool(self.proc and infra.poll(self.proc) is None)
 
     @property
     def pid(self) -> int | None:
@@ -136,8 +137,4 @@ class ServiceProcess(ChildProcess):
         """Wait up to ``timeout_s`` seconds for the process to exit by itself; True if it did."""
         if self.proc is None:
             return True
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+        return infra.wait(self.proc, timeout_s) is not None

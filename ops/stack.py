@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -340,7 +341,7 @@ class Stack:
         rest = [p for p in self.procs.values() if p.name != "gateway"]
         for proc in rest:
             if proc.running:
-                proc.proc.terminate()
+                infra.send(proc.proc, signal.SIGTERM)
         for proc in rest:
             if proc.proc is not None:
                 infra.wait_or_kill(proc.proc, proc.stop_timeout_s)

@@ -7,13 +7,20 @@ budgets). A raise can be swallowed: a signal that lands inside an asyncio callba
 callback" and the code goes on. So the signal is also recorded, and ``check()`` raises it again:
 the stack calls it between start-up steps and the supervisor on every tick, and a swallowed signal
 still stops everything within one step.
+
+A raise can also strand a lock: Popen takes its waitpid lock without a ``with`` (``acquire(False)``,
+then ``try``), and a signal raised between the two leaves it taken, so every later wait of that
+child hangs forever (`conduit up` did, in its stop after a SIGTERM during the broker's start).
+Code that polls, waits for or signals a child runs inside ``deferred()``: a first signal there is
+recorded and raised as the section ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -23,6 +30,12 @@ POLL_S = 0.1
 
 _received: list[int] = []
 """The first stop signal's number once one arrived (at most one item)."""
+
+_deferring: list[bool] = []
+"""One item per ``deferred()`` section the main thread is in."""
+
+_held: list[int] = []
+"""The first stop signal's number when it arrived inside a ``deferred()`` section, until the section ends."""
 
 
 class Interrupted(BaseException):
@@ -45,10 +58,26 @@ def install(say: Callable[[str], None] = print) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, again)
         _received.append(signum)
+        if _deferring:
+            _held.append(signum)
+            return
         raise Interrupted(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, first)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A section a first stop signal does not interrupt: it is recorded and ``Interrupted`` is raised
+    when the outermost section ends. Nests; main thread only (where signal handlers run)."""
+    _deferring.append(True)
+    try:
+        yield
+    finally:
+        _deferring.pop()
+    if not _deferring and _held:
+        raise Interrupted(_held.pop())
 
 
 def check() -> None:
