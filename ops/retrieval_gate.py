@@ -90,6 +90,7 @@ def measure(settings: Any, sets: list[GateSet]) -> dict[str, dict[str, Any]]:
     from services.retriever.ingest import ingest_law_db
     from services.retriever.main import open_second_stage
     from services.retriever.pipeline import KbSearcher
+    from services.retriever.refgraph import find
     from services.retriever.store import open_store
 
     embedder = make_embedder(settings)
@@ -98,7 +99,8 @@ def measure(settings: Any, sets: list[GateSet]) -> dict[str, dict[str, Any]]:
         laws = sorted({r["law_name"] for s in sets for r in s.rows})
         ingest_law_db(settings, law_names=laws, embedder=embedder, store=store, progress=False)
         stage2 = open_second_stage(settings) if settings.retrieval.retrieval_second_stage else None
-        searcher = KbSearcher(settings.retrieval, embedder, store, stage2=stage2)
+        index_dir = Path(settings.retrieval.law_index_dir) if settings.retrieval.law_index_dir else None  # K16, K20
+        searcher = KbSearcher(settings.retrieval, embedder, store, stage2=stage2, refs=find(index_dir))  # as main.py
         out = {}
         for s in sets:
             ranks = {}
