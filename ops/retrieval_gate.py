@@ -13,7 +13,7 @@ item (child chunks counted as their article) is the labelled article. ``evals/re
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +62,13 @@ class GateSet:
     name: str
     rows: list[dict[str, Any]]
     floor: dict[str, float]
+    kind_floor: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per kind of question (the hard set's ``kind``, ``ops.retrieval_labels.KINDS``): ``{kind: {figure: floor}}``."""
 
 
 def gate_sets(spec: dict[str, Any] | None = None) -> list[GateSet]:
-    """The sets of ``evals/retrieval_gate.json`` (or ``spec``): each ``{file, ids?: [...], floor: {...}}``;
-    ``ids`` keeps that fixed subset in file order."""
+    """The sets of ``evals/retrieval_gate.json`` (or ``spec``): each ``{file, ids?: [...], floor: {...},
+    kind_floor?: {kind: {...}}}``; ``ids`` keeps that fixed subset in file order."""
     spec = spec or json.loads(GATE_FILE.read_text(encoding="utf-8"))
     out = []
     for name, s in spec["sets"].items():
@@ -74,7 +76,7 @@ def gate_sets(spec: dict[str, Any] | None = None) -> list[GateSet]:
         if s.get("ids"):
             keep = set(s["ids"])
             rows = [r for r in rows if r["id"] in keep]
-        out.append(GateSet(name, rows, s["floor"]))
+        out.append(GateSet(name, rows, s["floor"], s.get("kind_floor", {})))
     return out
 
 
@@ -88,6 +90,7 @@ def measure(settings: Any, sets: list[GateSet]) -> dict[str, dict[str, Any]]:
     from services.retriever.ingest import ingest_law_db
     from services.retriever.main import open_second_stage
     from services.retriever.pipeline import KbSearcher
+    from services.retriever.refgraph import find
     from services.retriever.store import open_store
 
     embedder = make_embedder(settings)
@@ -96,17 +99,27 @@ def measure(settings: Any, sets: list[GateSet]) -> dict[str, dict[str, Any]]:
         laws = sorted({r["law_name"] for s in sets for r in s.rows})
         ingest_law_db(settings, law_names=laws, embedder=embedder, store=store, progress=False)
         stage2 = open_second_stage(settings) if settings.retrieval.retrieval_second_stage else None
-        searcher = KbSearcher(settings.retrieval, embedder, store, stage2=stage2)
+        index_dir = Path(settings.retrieval.law_index_dir) if settings.retrieval.law_index_dir else None  # K16, K20
+        searcher = KbSearcher(settings.retrieval, embedder, store, stage2=stage2, refs=find(index_dir))  # as main.py
         out = {}
         for s in sets:
             ranks = {}
             for row in s.rows:
                 evidence = searcher.search(row["question"], TENANT).evidence
                 ranks[row["id"]] = rank_of(row, [{**e.metadata, "text": e.text} for e in evidence])
-            out[s.name] = {**metrics(list(ranks.values())), "ranks": ranks}
+            out[s.name] = {**metrics(list(ranks.values())), "ranks": ranks, "kinds": by_kind(s.rows, ranks)}
         return out
     finally:
         store.close()
+
+
+def by_kind(rows: list[dict[str, Any]], ranks: dict[str, int | None]) -> dict[str, dict[str, float]]:
+    """``{kind: metrics}`` over the rows that have a ``kind`` (first-seen order); ``{}`` for a set without kinds."""
+    kinds: dict[str, list[int | None]] = {}
+    for row in rows:
+        if row.get("kind"):
+            kinds.setdefault(row["kind"], []).append(ranks.get(row["id"]))
+    return {kind: metrics(r) for kind, r in kinds.items()}
 
 
 def gates(measured: dict[str, dict[str, Any]], sets: list[GateSet]) -> list[Gate]:
@@ -117,6 +130,11 @@ def gates(measured: dict[str, dict[str, Any]], sets: list[GateSet]) -> list[Gate
         for figure, floor in s.floor.items():
             out.append(Gate("retrieval", f"{s.name}:{figure}", got[figure] >= floor,
                             f"{got[figure]:.3f} (floor {floor:.2f}, n={got['n']})"))
+        for kind, floors in s.kind_floor.items():
+            k = got["kinds"].get(kind, {"n": 0, "hit@1": 0.0, "hit@5": 0.0, "mrr@10": 0.0})
+            for figure, floor in floors.items():
+                out.append(Gate("retrieval", f"{s.name}:{kind}:{figure}", k[figure] >= floor,
+                                f"{k[figure]:.3f} (floor {floor:.2f}, n={k['n']})"))
     return out
 
 
@@ -124,3 +142,27 @@ def run(settings: Any) -> list[Gate]:
     """Measure the gated sets with ``settings`` (a fresh ``data_dir``) and return their gates."""
     sets = gate_sets()
     return gates(measure(settings, sets), sets)
+
+
+def report(measured: dict[str, dict[str, Any]]) -> str:
+    """A plain table of ``measure``'s figures: one line per set, then one per kind of the sets that have kinds."""
+    lines = ["set / kind                 n  hit@1  hit@5  mrr@10"]
+    for name, got in measured.items():
+        lines.append(f"{name:<24} {got['n']:>3}  {got['hit@1']:.3f}  {got['hit@5']:.3f}  {got['mrr@10']:.3f}")
+        for kind, k in got.get("kinds", {}).items():
+            lines.append(f"  {kind:<22} {k['n']:>3}  {k['hit@1']:.3f}  {k['hit@5']:.3f}  {k['mrr@10']:.3f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # .venv/bin/python -m ops.retrieval_gate [set ...]: the figures, without the floors
+    import sys
+    import tempfile
+    import time
+
+    from conduit.runtime.settings import Settings
+
+    chosen = [s for s in gate_sets() if len(sys.argv) < 2 or s.name in sys.argv[1:]]
+    t0 = time.perf_counter()
+    got = measure(Settings(data_dir=Path(tempfile.mkdtemp(prefix="conduit-gate-"))), chosen)
+    print(report(got))
+    print(f"{time.perf_counter() - t0:.0f} s")

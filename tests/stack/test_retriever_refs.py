@@ -28,7 +28,10 @@ def stack(infra_stack, tmp_path_factory, model) -> Iterator[Stack]:
                      ("retriever", "orchestrator", "gateway"),
                      {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test", "CONDUIT_MODEL": "scripted",
                       "CONDUIT_TOOL_TIMEOUT_S": "20", "CONDUIT_RETRIEVAL_MODEL_REWRITE": "false",
-                      "CONDUIT_RETRIEVAL_MODEL_RERANK": "false"},
+                      "CONDUIT_RETRIEVAL_MODEL_RERANK": "false",
+                      # rule K20 would put 第四十七条 in kb_search's own evidence (then kb_follow adds nothing new);
+                      # off here so the agent's follow (K17) is what this shows
+                      "CONDUIT_RETRIEVAL_FOLLOW_REFS": "0"},
                      laws=[LAW])
     yield st
     st.stop()

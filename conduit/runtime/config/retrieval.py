@@ -50,6 +50,7 @@ class RetrievalSettings(BaseSettings):
     retrieval_stage2_expansion: bool = Field(default=True, description="rule K7: e5 also embeds the expanded question (one batch of two: ~1.7x one text)")
     retrieval_stage2_candidates: int = Field(default=30, description="rule K7: exact e5 nearest law chunks added to the pool (0 = the first stage's pool only)")
     retrieval_stage2_law_boost: float = Field(default=1.0, description="rule K7: boost of the law the pool's best chunks agree on (0 = off)")
+    retrieval_follow_refs: int = Field(default=3, ge=0, le=10, description="rule K20: the articles of the same law that the top N ranked passages cite (the reference graph, one hop, no model) join kb_search's candidates, scored with the question (0 = off; docs/retrieval.md \"References at search time\")")
     retriever_concurrency: int = Field(default=4, ge=1, le=64, description="requests one retriever handles at once (searches run in worker threads; per-task order kept; rule T7)")
     retriever_replica: int = Field(default=1, ge=1, description="this retriever's replica index K (1-based; set by `conduit up --scale retriever=N`): on the embedded store replica K > 1 keeps its copy of the shards in data_dir/replicas/K and reads the writes topic in group conduit-retriever-writes-K (rule K10)")
     retriever_replicas: int = Field(default=1, ge=1, description="retriever replicas N of the stack (set by `conduit up --scale`): with the embedded store and N > 1 every replica applies every write, and a document is `ingested` once all N indexed it (rule K10)")
