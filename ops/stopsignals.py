@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -70,7 +71,12 @@ def install(say: Callable[[str], None] = print) -> None:
 @contextmanager
 def deferred() -> Iterator[None]:
     """A section a first stop signal does not interrupt: it is recorded and ``Interrupted`` is raised
-    when the outermost section ends. Nests; main thread only (where signal handlers run)."""
+    when the outermost section ends. Nests. Only the main thread's sections count (signal handlers run
+    there); in another thread (a supervisor's start) it does nothing, so a signal is never held for, or
+    raised in, a thread that is not the one it interrupts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     _deferring.append(True)
     try:
         yield

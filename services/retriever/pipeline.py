@@ -26,8 +26,8 @@ For one query and tenant (numbers are settings; the defaults are given):
    merged pool is ordered by the fusion of its first-stage (RRF) rank and its e5 rank;
    (rules K11-K13, ``assist.py``, when configured) the model's rewrite adds rounds (``rounds.py``), and a rerank
    endpoint reorders the top 24 candidates, or else the model the top 10 (fail-open);
-   (rule K20, ``refsearch.py``) before that, the articles of the same law that the top 3 passages cite join the
-   pool, scored with the question, and the pool is ordered again;
+   (rule K20, ``refsearch.py``, off by default) before that, the articles of the same law that the top
+   ``retrieval_follow_refs`` passages cite join the pool, scored with the question, and the pool is ordered again;
 5. (rule K4) keep the top ``retrieval_top_k`` (6) in that order (RRF order without rule K7), and
    pack their text: at most ``chunk_max_chars`` (2000) per item and
    ``context_max_chars`` (12000) in total; a longer text keeps
@@ -290,10 +290,11 @@ class KbSearcher:
 
         depth = self.assist.depth if self.assist is not None else 0
         ranked = self._ranked(merged, e5 is not None, depth)
-        result = _e5_result(e5)
-        if add_cited(self.refs, self.store, ranked, merged, s.retrieval_follow_refs, self.stage2,
-                     None if result is None else result.vectors):  # rule K20: the top passages' cited articles
-            ranked = self._ranked(merged, e5 is not None, depth)
+        if s.retrieval_follow_refs:  # rule K20 (off by default): the top passages' cited articles join the pool
+            result = _e5_result(e5)
+            if add_cited(self.refs, self.store, ranked, merged, s.retrieval_follow_refs, self.stage2,
+                         None if result is None else result.vectors):
+                ranked = self._ranked(merged, e5 is not None, depth)
         if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
             ranked = self.assist.finish(query, ranked, attempts)
         evidence = attach_refs(self.refs, pack(ranked[: s.retrieval_top_k], query, s.chunk_max_chars,

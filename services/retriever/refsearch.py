@@ -4,8 +4,8 @@ An article often says where its answer is instead of saying it: 「应当依照�
 支付赔偿金」. The search finds the citing article (its words match the question) and the cited one is what the
 question needs. So after the ranking (both stages), before the top k is cut:
 
-- the references of the top ``retrieval_follow_refs`` (3) ranked passages (the reference graph, rule K15; one hop,
-  no model, so retrieval-only answers get them too) to another article **of the same law** join the candidates;
+- the references of the top ``retrieval_follow_refs`` ranked passages (0 = off, the default; 3 when on; the
+  reference graph, rule K15; one hop, no model, so retrieval-only answers get them too) to another article **of the same law** join the candidates;
 - each cited article is scored with the question like any candidate: it takes its citing passage's first-stage score
   (so its first-stage rank sits next to its citer's: the citation is the evidence that it belongs there) and, with
   the second stage on, its own e5 cosine to the question; the second-stage fusion then orders the whole pool again,
