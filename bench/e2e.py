@@ -78,28 +78,33 @@ class Lean:
     CONDUIT_FIRST = re.compile(rb"event: answer\.delta\n")
     MODEL_FIRST = re.compile(rb'"content": "[^"]|"tool_calls"')
 
-    def __init__(self, url: str, key: str = "") -> None:
+    def __init__(self, url: str, key: str = "", headers: dict[str, str] | None = None) -> None:
         u = urlparse(url)
         self.host, self.port, self.key = u.hostname or "127.0.0.1", u.port or 80, key
+        self.extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
         self.first = self.CONDUIT_FIRST if key else self.MODEL_FIRST
         self.rw: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
-    async def post(self, path: str, body: dict) -> tuple[float | None, float, list[bytes]]:
-        """Seconds to the first token and to the end of the stream, and the SSE data lines."""
+    async def post(self, path: str, body: dict, stamps: dict[str, float] | None = None) -> tuple[float | None, float, list[bytes]]:
+        """Seconds to the first token and to the end of the stream, and the SSE data lines. ``stamps``: event
+        types to time, ``{type: nan}``; each gets the seconds from the POST to the chunk its first event came in."""
+        wanted = {f"event: {k}\n".encode(): k for k in (stamps or {})}
         if self.rw is None:
             self.rw = await asyncio.open_connection(self.host, self.port)
         reader, writer = self.rw
         raw = json.dumps(body, ensure_ascii=False).encode()
         auth = b"Authorization: Bearer %s\r\n" % self.key.encode() if self.key else b""
         t0 = time.perf_counter()
-        writer.write(b"POST %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n%sContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (path.encode(), self.host.encode(), auth, len(raw), raw))
+        writer.write(b"POST %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n%s%sContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (path.encode(), self.host.encode(), auth, self.extra, len(raw), raw))
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200") or b"chunked" not in head.lower():
             raise RuntimeError(head[:300])
         first, buf = None, b""
         while data := await read_chunk(reader):
             buf += data
+            for mark in [m for m in wanted if m in data]:
+                stamps[wanted.pop(mark)] = time.perf_counter() - t0  # type: ignore[index]
             if first is None and self.first.search(buf):
                 first = time.perf_counter() - t0
         return first, time.perf_counter() - t0, buf.split(b"\n")

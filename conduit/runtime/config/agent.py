@@ -80,7 +80,7 @@ class AgentSettings(BaseSettings):
     team_summary_max_chars: int = Field(default=600, ge=100, description="team mode: longest worker summary sent back to the supervisor (characters; rule D5)")
     lease_ttl_s: float = Field(default=15.0, description="task lease; another replica resumes a task after it lapses")
     shutdown_grace_s: float = Field(default=10.0, description="on SIGTERM, seconds running model steps may finish before they are handed over")
-    orchestrator_concurrency: int = Field(default=32, ge=1, le=256, description="bus messages one orchestrator handles at once (each task's in order; 1: one at a time, each offset committed after its handler; rule B2)")
+    orchestrator_concurrency: int = Field(default=256, ge=1, le=1024, description="bus messages one orchestrator handles at once (model steps are network waits; each task's in order; 1: one at a time, each offset committed after its handler; rule B2)")
 
 
 class ToolSettings(BaseSettings):
