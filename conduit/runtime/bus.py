@@ -61,6 +61,7 @@ def make_broker(settings: Settings, client_id: str, redis: Redis | None = None) 
         graceful_timeout=settings.tools.tool_timeout_s + 5,  # in-flight handlers may finish a tool call on SIGTERM
         client_id=client_id,
         acks="all",
+        request_timeout_ms=settings.bus.kafka_request_timeout_ms,  # rule B4
         enable_idempotence=settings.bus.kafka_idempotent_producer,
         logger=logging.getLogger(f"conduit.{client_id}.faststream"),
         log_level=logging.DEBUG,

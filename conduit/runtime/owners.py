@@ -32,7 +32,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -159,13 +159,25 @@ def parse_run(member: str | bytes) -> tuple[str, str, str] | None:
     return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
 
 
+def settled_since(last: dict[str, list[int]], since: dict[str, float], parts: dict[str, list[int]],
+                  now: float) -> dict[str, float]:
+    """Pure: topic -> epoch seconds the partition list of each topic in ``parts`` last changed, from the
+    previous ``announce`` write's lists (``last``) and times (``since``); a changed or new list dates from ``now``."""
+    return {t: since[t] if t in since and last.get(t) == p else now for t, p in parts.items()}
+
+
 async def announce(redis: Redis, service: str, owner: str, held: Callable[[], dict[str, list[int]]],
                    every_s: float = MEMBERS_EVERY_S) -> None:
     """Forever: write ``held()`` (topic -> partitions this process holds) as ``owner``'s entry of
-    ``keys.members(service)``; the entry is removed when cancelled (a stop)."""
+    ``keys.members(service)``, with ``since`` (topic -> epoch seconds its partition list last changed:
+    the end of the last rebalance this process saw, rule A37); the entry is removed when cancelled (a stop)."""
+    last: dict[str, list[int]] = {}
+    since: dict[str, float] = {}
     try:
         while True:
-            entry = json.dumps({"parts": held(), "at": time.time()})
+            now, parts = time.time(), held()
+            since, last = settled_since(last, since, parts, now), parts
+            entry = json.dumps({"parts": parts, "since": since, "at": now})
             try:
                 await redis.hset(keys.members(service), owner, entry)
             except Exception:  # noqa: BLE001 - Redis down: a rescue then goes by key
@@ -182,17 +194,44 @@ TOOL_SERVICES = ("retriever", "web", "sandbox", "mcp")
 """The tool services (``ToolService`` names) whose processes ``announce`` the partitions they hold."""
 
 
-async def served_topics(redis: Redis, services: Iterable[str] = TOOL_SERVICES) -> frozenset[str]:
-    """The request topics some live process of a tool service serves now: the topics named in a
-    ``keys.members`` entry written within ``MEMBER_FRESH_S`` seconds (its partition list may be empty
-    while its consumer group rebalances; a stopping process removes its entry first, rule A29).
+@dataclass(frozen=True)
+class TopicsServed:
+    """What the tool services' ``keys.members`` entries say now (``topics_served``).
+
+    ``served``: the request topics some live process serves (its partition list may be empty while
+    its group rebalances; a stopping process removes its entry first, rule A29). ``settled``: topic ->
+    epoch seconds its consumers' assignment last settled (the latest ``since`` of a member holding a
+    partition of it; now while the topic's live members hold none of it: a rebalance under way), rule A37.
+    """
+
+    served: frozenset[str] = frozenset()
+    settled: dict[str, float] = field(default_factory=dict)
+
+
+def read_topics_served(entries: Iterable[dict], now: float) -> TopicsServed:
+    """Pure: ``TopicsServed`` from ``members`` entries as ``announce`` writes them; an entry written
+    more than ``MEMBER_FRESH_S`` seconds before ``now`` is left out."""
+    fresh = [e for e in entries if now - e.get("at", 0) <= MEMBER_FRESH_S]
+    served = frozenset(t for e in fresh for t in e.get("parts", {}))
+    settled: dict[str, float] = {}
+    for topic in served:
+        holding = [e.get("since", {}).get(topic, e["at"]) for e in fresh if e.get("parts", {}).get(topic)]
+        settled[topic] = max(holding) if holding else now
+    return TopicsServed(served, settled)
+
+
+async def topics_served(redis: Redis, services: Iterable[str] = TOOL_SERVICES) -> TopicsServed:
+    """``read_topics_served`` over the live entries of every tool service's ``keys.members``.
 
     One ``HGETALL`` per service. Raises ``redis.exceptions.RedisError`` when Redis does not answer.
     """
     found = await asyncio.gather(*(redis.hgetall(keys.members(s)) for s in services))
-    now = time.time()
-    entries = (json.loads(v) for raw in found for v in raw.values())
-    return frozenset(t for e in entries if now - e.get("at", 0) <= MEMBER_FRESH_S for t in e.get("parts", {}))
+    return read_topics_served((json.loads(v) for raw in found for v in raw.values()), time.time())
+
+
+async def served_topics(redis: Redis, services: Iterable[str] = TOOL_SERVICES) -> frozenset[str]:
+    """The request topics some live process of a tool service serves now (``TopicsServed.served``)."""
+    return (await topics_served(redis, services)).served
 
 
 def pick_partition(entries: dict[str, dict], topic: str, avoid: set[str], key: str, now: float) -> int | None:

@@ -134,9 +134,11 @@ class Orchestrator:
         self.runs_started: dict[str, float] = {}
         """Idempotency key -> epoch seconds its run began, of the tool calls live tool processes run now,
         refreshed by every sweeper pass (``sweeper.rescue_orphans``; rule A36)."""
-        self.served: frozenset[str] = frozenset()
-        """Tool request topics a live tool service process serves (``owners.served_topics``), refreshed by
-        ``watch_tool_availability``: a call of one of them that got no answer does not feed its breaker (rule A29)."""
+        self.topics = owners.TopicsServed()
+        """The tool request topics live tool service processes serve and when each one's assignment settled
+        (``owners.topics_served``), refreshed by ``watch_tool_availability``: a call of a served topic that got
+        no answer does not feed its breaker (rule A29); one whose topic rebalanced after it was sent gets its
+        full time from then (rule A37)."""
 
     @property
     def running(self) -> dict[str, asyncio.Task[None]]:
@@ -232,7 +234,8 @@ class Orchestrator:
                                            loaded=state) is not None:
                 return
             state = None  # a lost race or nothing taken: the timers run on a fresh load
-        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up, self.served, self.runs_started),
+        view, runs = self.topics, self.runs_started
+        await self.apply(task_id, lambda st: timers.wake(deps, st, utcnow(), bus_up, view.served, runs, view.settled),
                          loaded=state)
 
     async def rescue(self, task_id: str, idempotency_key: str, owner: str) -> None:
@@ -259,13 +262,13 @@ class Orchestrator:
         await sweeper.run(self, every_s)
 
     async def watch_tool_availability(self, every_s: float = TOOL_AVAILABILITY_EVERY_S) -> None:
-        """Forever: refresh ``self.unavailable``, ``self.served`` (and whether a retriever serves memory) from the tool services' status keys every
+        """Forever: refresh ``self.unavailable``, ``self.topics`` (and whether a retriever serves memory) from the tool services' status keys every
         ``every_s`` seconds (one SCAN off the question path; a Redis error keeps the last value)."""
         while True:
             try:
                 self.unavailable = await unavailable_tools(self.redis)
                 await self.memory.refresh_retriever()
-                self.served = await owners.served_topics(self.redis)
+                self.topics = await owners.topics_served(self.redis)
             except Exception:  # noqa: BLE001 - availability is advisory: the tool error says why
                 log.warning("tool availability check failed", exc_info=True)
             await asyncio.sleep(every_s)

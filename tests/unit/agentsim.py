@@ -190,13 +190,14 @@ class Sim:
         return self.world.task_id
 
     async def wake(self, after_s: float, bus_up: bool = True, served: frozenset[str] = frozenset(),
-                   runs_started: dict[str, float] | None = None) -> None:
+                   runs_started: dict[str, float] | None = None, settled: dict[str, float] | None = None) -> None:
         """Move time on by ``after_s`` seconds and fire the task's timers (``bus_up`` False: the
         broker does not answer; ``served``: tool request topics a live tool service process serves;
-        ``runs_started``: idempotency key -> epoch seconds its run began at a live tool process)."""
+        ``runs_started``: idempotency key -> epoch seconds its run began at a live tool process;
+        ``settled``: request topic -> epoch seconds its consumers' assignment settled)."""
         self.now += timedelta(seconds=after_s)
         await self.interp.apply(self._task(), lambda st: timers.wake(self.deps, st, self.now, bus_up, served,
-                                                                      runs_started))
+                                                                      runs_started, settled))
         await self.settle()
 
     # ------------------------------------------------------------------ reading

@@ -5,7 +5,8 @@
   anything is sent (the broker here is never started);
 - each service group's subscription is what the table lists; every tool's request topic
   carries ``ToolRequested``;
-- every Redis key is built under the ``conduit:`` prefix by ``conduit.records.keys``.
+- every Redis key is built under the ``conduit:`` prefix by ``conduit.records.keys``;
+- every Kafka client waits at most ``kafka_request_timeout_ms`` for one answer (rule B4).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from faststream.kafka import KafkaBroker
 
 from conduit.records import keys
 from conduit.runtime import bus
+from conduit.runtime.settings import Settings
 from contracts import channels, topics
 from contracts.events import AgentEvent, AgentEventPayload, QuestionAsked, QuestionPayload, ToolRequested, ToolResult
 from contracts.tools import TOOL_SPECS
@@ -83,3 +85,12 @@ def test_every_key_has_the_prefix_and_its_parts() -> None:
     assert len(set(built)) == len(built)
     assert keys.alive("web", "h", 7) == "conduit:alive:web:h:7"
     assert keys.events("t") == "conduit:events:t" and keys.events_seq("t") == "conduit:events:t:seq"
+
+
+def test_kafka_clients_wait_at_most_the_request_timeout() -> None:
+    """Rule B4: an unanswered group join or sync is dropped and sent again after 12 s (aiokafka's own
+    default, 40 s, outlasted the 30 s tool deadline in a chaos run), above the 10 s rebalance timeout."""
+    settings = Settings()
+    broker = bus.make_broker(settings, "rule-b4")
+    assert settings.bus.kafka_request_timeout_ms == 12_000
+    assert broker.config.broker_config.builder.keywords["request_timeout_ms"] == 12_000

@@ -66,6 +66,25 @@ def test_a_rescue_goes_to_a_partition_a_fresh_live_member_holds():
     assert owners.pick_partition(entries, "other-topic", set(), "k", now) is None
 
 
+def test_a_topic_is_settled_since_its_members_partitions_last_changed():
+    """Rule A37's input: each member dates its partition list from its last change (``settled_since``); a
+    topic settled when its latest member did, and is settling now while its live members hold none of it."""
+    since = owners.settled_since({}, {}, {"t": []}, 10.0)
+    assert since == {"t": 10.0}
+    since = owners.settled_since({"t": []}, since, {"t": [0, 1]}, 13.0)
+    assert since == {"t": 13.0}  # assigned after the rebalance: dated from then
+    assert owners.settled_since({"t": [0, 1]}, since, {"t": [0, 1]}, 20.0) == {"t": 13.0}
+    now = 100.0
+    entries = [{"parts": {"t": [0, 1]}, "since": {"t": 90.0}, "at": now},
+               {"parts": {"t": [2, 3]}, "since": {"t": 95.0}, "at": now - 1},
+               {"parts": {"t": [4]}, "since": {"t": 99.0}, "at": now - owners.MEMBER_FRESH_S - 1}]  # stale
+    view = owners.read_topics_served(entries, now)
+    assert view.served == frozenset({"t"}) and view.settled == {"t": 95.0}
+    rebalancing = owners.read_topics_served([{"parts": {"t": []}, "since": {"t": 98.0}, "at": now}], now)
+    assert rebalancing.served == frozenset({"t"}) and rebalancing.settled == {"t": now}
+    assert owners.read_topics_served([], now) == owners.TopicsServed()
+
+
 async def _waiting() -> Sim:
     sim = Sim(TestModel(Reply(tool_calls=[kb("q")]), Reply(content="答[1]。")), tools={"kb_search": lambda c: None})
     await sim.ask()

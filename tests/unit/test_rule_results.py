@@ -135,6 +135,29 @@ async def test_a_call_whose_run_is_under_way_waits_for_the_runs_own_deadline():
     assert late.of("tool.completed")[0].outcome == "timeout"  # the run's own deadline passed too
 
 
+async def test_a_call_that_waited_through_a_rebalance_gets_its_time_from_the_rebalance_end():
+    """Rule A37 (issue 39): a call not yet begun at its deadline whose request topic's consumers settled
+    after it was requested (a chaos run: both web replicas restarted, their group took 11-31 s to assign
+    the partitions) gets tool_timeout_s from the settling, and its result is recorded; a settling before
+    the request, or one whose time has passed too, leaves the timeout."""
+    sim, held = await _waiting_sim(tool_timeout_s=4)
+    requested = sim.state.pending[0].requested_at
+    settled = {topics.TOOL_REQUESTS_KB: (requested + timedelta(seconds=3)).timestamp()}
+    await sim.wake(4.1, settled=settled)
+    assert not sim.of("tool.completed") and sim.state.phase == Phase.TOOLS
+    assert sim.state.pending[0].deadline_at == requested + timedelta(seconds=3 + 4)
+    await sim.run(recording.record_results(sim.deps, sim.state, [ok(held[0], passage("a"))], sim.now))
+    assert sim.of("tool.completed")[0].outcome == "ok" and sim.state.status == "completed"
+    before, _ = await _waiting_sim(tool_timeout_s=4)
+    early = (before.state.pending[0].requested_at - timedelta(seconds=1)).timestamp()
+    await before.wake(4.1, settled={topics.TOOL_REQUESTS_KB: early})
+    assert before.of("tool.completed")[0].outcome == "timeout"  # no rebalance since the request
+    passed, _ = await _waiting_sim(tool_timeout_s=4)
+    await passed.wake(4.1, settled={topics.TOOL_REQUESTS_KB: (passed.now + timedelta(seconds=1)).timestamp()})
+    await passed.wake(4.0, settled={topics.TOOL_REQUESTS_KB: (passed.now - timedelta(seconds=3)).timestamp()})
+    assert passed.of("tool.completed")[0].outcome == "timeout"  # settled 5.1 s in: its 4 s passed too
+
+
 async def test_unsent_request_is_sent_again_by_the_sweeper():
     sim, held = await _waiting_sim()
     sim.state.pending[0].sent = False  # as if the replica died between the checkpoint and the publish

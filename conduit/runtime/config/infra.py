@@ -40,6 +40,7 @@ class BusSettings(BaseSettings):
     kafka_fetch_max_wait_ms: int = Field(default=2, description="consumer fetch wait in ms: tansu answers a waiting fetch only when it ends, so each hop waits ~half of it; set 500 for real Kafka, which answers when data arrives (a wait ≥ 100 ms also turns the idle gate off; docs/benchmarks.md §1)")
     kafka_idle_after_s: float = Field(default=1.0, ge=0, description="with a short fetch wait (< 100 ms, tansu): a consumer with no message for this long pauses its fetches until a Redis doorbell rung by the publisher wakes it (0 = always poll; conduit/runtime/idlefetch.py)")
     kafka_idle_probe_s: float = Field(default=2.0, gt=0, description="a paused consumer fetches once this often anyway, so a message whose doorbell was lost (Redis down) waits at most about this long (seconds)")
+    kafka_request_timeout_ms: int = Field(default=12_000, ge=1_000, description="how long a Kafka client waits for any one broker answer before it drops the connection and tries again (ms); above the consumers' 10 s rebalance timeout, which bounds a real coordinator's wait on a join or sync, and far below aiokafka's 40 s default, which a group join that tansu never answered waited out while its partitions' tool calls passed their deadline (rule B4)")
     kafka_partitions: int = Field(default=6, description="partitions per topic created by Conduit")
     kafka_idempotent_producer: bool = Field(
         default=False, description="idempotent producer; tansu 0.6.0 rejects InitProducerId, enable on real Kafka")

@@ -12,6 +12,9 @@ For each call still without a result at ``now``:
 - a call past ``deadline_at`` whose run is under way at a live tool process (it waited in its topic
   through a rolling restart, then began) waits for the run's own deadline plus ``RUN_GRACE_S``
   (rule A36: the tool service ends the run there and reports it), never past the task's deadline;
+- a call past ``deadline_at`` that has not begun, whose tool's consumers rebalanced after it was requested
+  (the assignment of its request topic settled later, or is still settling), gets ``tool_timeout_s`` from
+  the moment it settled (rule A37: no process could read the request meanwhile), never past the task's deadline;
 - any other call past ``deadline_at`` gets a ``timeout`` result (``tool_timeout``, transient:
   it counts against the tool's breaker unless a process of its tool service was serving, rule
   A29: a rolling restart's wait is not the tool failing), except while the bus is unreachable (rule A15: no
@@ -81,13 +84,30 @@ def _await_run(deps: Deps, state: TaskState, call: PendingCall, began_s: float, 
     return True
 
 
+def _await_settled(deps: Deps, state: TaskState, call: PendingCall, settled_s: float | None,
+                   now: datetime) -> bool:
+    """Rule A37: ``call`` has not begun and its request topic's consumers settled at ``settled_s`` (epoch
+    seconds; None: unknown). When that is after the call was requested, its deadline moves to
+    ``tool_timeout_s`` after it, never past the task's (rule E2). False otherwise, or when that is not
+    later than ``now`` (the call times out)."""
+    if settled_s is None or settled_s <= call.requested_at.timestamp():
+        return False
+    moved = min(datetime.fromtimestamp(settled_s, tz=now.tzinfo) + timedelta(seconds=deps.settings.tools.tool_timeout_s),
+                team.budget(deps, state).deadline_at)
+    if moved <= now:
+        return False
+    call.deadline_at = moved
+    return True
+
+
 def due(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True,
-        runs_started: dict[str, float] | None = None,
+        runs_started: dict[str, float] | None = None, settled: dict[str, float] | None = None,
         ) -> tuple[list[PendingCall], list[recording.Arrival], bool, list[PendingCall]]:
     """The calls to send again at ``now``, the results the timers give (expired approvals,
     timeouts), in call order, whether a deadline was postponed (``bus_up`` False, rule A15; a run
-    under way, rule A36: ``runs_started``, idempotency key -> epoch seconds) and the approvals to
-    escalate (rule A26: a tenant that escalates, an approval not escalated before)."""
+    under way, rule A36: ``runs_started``, idempotency key -> epoch seconds; a rebalance after the
+    request, rule A37: ``settled``, request topic -> epoch seconds its assignment settled) and the
+    approvals to escalate (rule A26: a tenant that escalates, an approval not escalated before)."""
     resend: list[PendingCall] = []
     late: list[recording.Arrival] = []
     escalate: list[PendingCall] = []
@@ -109,7 +129,12 @@ def due(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True,
         elif c.deadline_at <= now:
             if not bus_up and _postpone(deps, state, c, now):
                 postponed = True
-            elif (began := (runs_started or {}).get(c.idempotency_key)) is not None and _await_run(deps, state, c, began, now):
+            elif (began := (runs_started or {}).get(c.idempotency_key)) is not None:
+                if _await_run(deps, state, c, began, now):
+                    postponed = True
+                else:
+                    late.append((c.call_id, timeout_result(deps, c, now)))
+            elif _await_settled(deps, state, c, (settled or {}).get(_topic(c.name) or ""), now):
                 postponed = True
             else:
                 late.append((c.call_id, timeout_result(deps, c, now)))
@@ -132,16 +157,18 @@ def escalated(deps: Deps, state: TaskState, calls: list[PendingCall], now: datet
 
 
 def wake(deps: Deps, state: TaskState, now: datetime, bus_up: bool = True,
-         served_topics: frozenset[str] = frozenset(), runs_started: dict[str, float] | None = None) -> Step:
+         served_topics: frozenset[str] = frozenset(), runs_started: dict[str, float] | None = None,
+         settled: dict[str, float] | None = None) -> Step:
     """Handle the task's due timers at ``now`` (see the module's rules); ``bus_up`` False: the
     broker does not answer, so deadlines are postponed instead of fired (rule A15).
     ``served_topics``: the tool request topics a live tool service process serves
     (``conduit.runtime.owners.served_topics``): a timeout of a call on one of them does not feed
     its tool's breaker (rule A29). ``runs_started``: idempotency key -> epoch seconds its run began at a
-    live tool process (rule A36: such a call waits for its run's own deadline)."""
+    live tool process (rule A36: such a call waits for its run's own deadline). ``settled``: request
+    topic -> epoch seconds its consumers' assignment settled (``owners.TopicsServed.settled``; rule A37)."""
     if state.terminal or state.phase != Phase.TOOLS:
         return Step(state, [ClearWake()], save=False)
-    resend, late, postponed, escalate = due(deps, state, now, bus_up, runs_started or {})
+    resend, late, postponed, escalate = due(deps, state, now, bus_up, runs_started or {}, settled or {})
     if escalate and not resend and not late:  # rule A26: the approvals wait longer, for an admin
         wake_at = state.next_wakeup()
         return escalated(deps, state, escalate, now).then(Step(state, [Wake(wake_at)] if wake_at else []))
