@@ -221,7 +221,7 @@ def run_client(base: str, key: str, n: int, session_id: str | None, abandon: thr
                     last = ev.id
                 out.last_event = ev.event
                 if ev.event == "tool.completed":
-                    out.tools.append(str(ev.data.get("outcome")) + ":" + str((ev.data.get("error") or {}).get("error_code", "")))
+                    out.tools.append(f"{ev.data.get('outcome')}:{ev.data.get('error_code') or ''}")
                 if ev.event == "tool.approval_required":
                     url = f"{base}/v1/tasks/{out.task_id}/approvals/{ev.data['call_id']}"
                     body = {"decision": "approve", "arguments_digest": ev.data["arguments_digest"]}

@@ -34,6 +34,22 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """Signals that start a graceful shutdown."""
 
 
+async def _start_announced(broker: KafkaBroker, announce: Callable[[], Coroutine[Any, Any, Any]] | None,
+                           ) -> list[asyncio.Task]:
+    """Start ``announce`` (if any), then the broker; return the announcing task. Announced before the
+    consumers' first group join, which ``broker.start`` awaits (3-19 s under a rebalance): a joining
+    process is a rebalance under way, not a service that is gone (rule A37). Re-raises a failed start."""
+    announcing = [asyncio.create_task(announce())] if announce else []
+    try:
+        await broker.start()
+    except BaseException:
+        for t in announcing:
+            t.cancel()
+        await asyncio.gather(*announcing, return_exceptions=True)
+        raise
+    return announcing
+
+
 async def serve_process(
     service: str,
     settings: Settings,
@@ -57,19 +73,19 @@ async def serve_process(
         ready: awaited once the broker and heartbeat run (e.g. a readiness announcement).
         drain: awaited after the subscribers stopped, before the broker stops.
         stop: set it to stop without a signal (tests); a fresh event by default.
-        announce: run like the heartbeat and cancelled with it, first (a tool service's partitions,
-            ``conduit.runtime.owners.announce``: a stopping process is no rescue's target).
+        announce: run from before the broker starts (its consumers' first join) and cancelled first at
+            shutdown (a tool service's partitions, ``conduit.runtime.owners.announce``: a stopping process
+            is no rescue's target; a joining one holds none yet).
     """
     stop = stop or asyncio.Event()
     await bus.ensure_topics(settings.bus)
-    await broker.start()
+    announcing = await _start_announced(broker, announce)
     idle = bus.start_idle_fetch(broker, settings.store)  # rule B1: idle consumers pause until a doorbell
     loop = asyncio.get_running_loop()
     signals = SIGNALS if threading.current_thread() is threading.main_thread() else ()  # a test's thread: ``stop`` only
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     heartbeat = asyncio.create_task(liveness.heartbeat(redis, service))
-    announcing = [asyncio.create_task(announce())] if announce else []
     tasks = [asyncio.create_task(fn()) for fn in background]
     try:
         if ready:
