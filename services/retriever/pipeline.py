@@ -1,4 +1,4 @@
-"""``kb_search``: the knowledge-base search pipeline (rules K1-K13, docs/rules.md).
+"""``kb_search``: the knowledge-base search pipeline (rules K1-K22, docs/rules.md).
 
 For one query and tenant (numbers are settings; the defaults are given):
 
@@ -23,7 +23,8 @@ For one query and tenant (numbers are settings; the defaults are given):
 4. (rule K7, when ``retrieval_second_stage`` is on) every round returns a pool of
    ``retrieval_pool`` (100) chunks instead of 18, each scored by its e5 cosine to the question
    and its expansion (``rescoring.py``; passage vectors from the shipped e5 law index), and the
-   merged pool is ordered by the fusion of its first-stage (RRF) rank and its e5 rank;
+   merged pool is ordered by the fusion of its first-stage (RRF) rank and its e5 rank, the law the question names
+   or implies boosted (rule K22, ``lawnames.py``);
    (rules K11-K13, ``assist.py``, when configured) the model's rewrite adds rounds (``rounds.py``), and a rerank
    endpoint reorders the top 24 candidates, or else the model the top 10 (fail-open);
    (rule K20, ``refsearch.py``, off by default) before that, the articles of the same law that the top
@@ -50,6 +51,7 @@ from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
 from services.retriever.follow import attach_refs
+from services.retriever.lawnames import boosts, for_graph
 from services.retriever.rounds import Attempt, plan_rounds
 from services.retriever.packing import hit_text, pack
 from services.retriever.rescoring import Fusion, SecondStage, fuse
@@ -228,13 +230,21 @@ class KbSearcher:
                 old.second = cos
         attempts.append(Attempt("e5", "", len(found), added, None))
 
-    def _ranked(self, merged: dict[str, Hit], second: bool = False, depth: int = 0) -> list[Hit]:
+    def named(self, query: str) -> dict[str, float]:
+        """Rule K22: ``{document id: boost}`` of the laws ``query`` names or implies (``lawnames``; the law table
+        is the reference graph's, so no graph or ``retrieval_named_law_boost`` 0: ``{}``)."""
+        names = for_graph(self.refs) if self.retrieval.retrieval_named_law_boost else None
+        return boosts(names.find(query), self.retrieval.retrieval_named_law_boost) if names else {}
+
+    def _ranked(self, merged: dict[str, Hit], second: bool = False, depth: int = 0,
+                named: dict[str, float] | None = None) -> list[Hit]:
         """The top ``retrieval_top_k`` (or ``depth``, if more) of ``merged`` by fused score (ties: dense cosine,
-        id); with ``second`` (rule K7) by the second-stage fusion of that order and the e5 cosines."""
+        id); with ``second`` (rule K7) by the second-stage fusion of that order and the e5 cosines, ``named``'s
+        laws boosted (rule K22)."""
         first = sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))
         if second and first:
             scores = fuse(range(1, len(first) + 1), [h.second for h in first],
-                          [h.payload.get("document_id") for h in first], self.fusion())
+                          [h.payload.get("document_id") for h in first], self.fusion(), named)
             first = [first[i] for i in sorted(range(len(first)), key=lambda i: (-scores[i], i))]
         return first[: max(self.retrieval.retrieval_top_k, depth)]
 
@@ -254,6 +264,7 @@ class KbSearcher:
         law_whole = (not document_ids and not collections) or "law" in (collections or [])
         merged: dict[str, Hit] = {}
         attempts: list[Attempt] = []
+        named = self.named(query)  # rule K22
         e5 = None
         if self.stage2 is not None:  # rule K7: e5 query vectors while the first stage runs
             forms = [query]
@@ -279,7 +290,8 @@ class KbSearcher:
         wanted = topics_in(query)
         if len(wanted) > 1:  # rule K3 (simple version; TODO(later issue): per-topic sub-questions)
             # covered = named in what the model would get (the top k), not in any candidate
-            covered = " ".join(f"{h.payload.get('title', '')} {hit_text(h)}" for h in self._ranked(merged, e5 is not None))
+            top = self._ranked(merged, e5 is not None, named=named)
+            covered = " ".join(f"{h.payload.get('title', '')} {hit_text(h)}" for h in top)
             rest = compress_query(query) if compressed is None else compressed
             for word in sorted((w for t in wanted for w in TOPICS[t]), key=len, reverse=True):
                 rest = rest.replace(word, " ")
@@ -289,12 +301,12 @@ class KbSearcher:
                     self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts, e5)
 
         depth = self.assist.depth if self.assist is not None else 0
-        ranked = self._ranked(merged, e5 is not None, depth)
+        ranked = self._ranked(merged, e5 is not None, depth, named)
         if s.retrieval_follow_refs:  # rule K20 (off by default): the top passages' cited articles join the pool
             result = _e5_result(e5)
             if add_cited(self.refs, self.store, ranked, merged, s.retrieval_follow_refs, self.stage2,
                          None if result is None else result.vectors):
-                ranked = self._ranked(merged, e5 is not None, depth)
+                ranked = self._ranked(merged, e5 is not None, depth, named)
         if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
             ranked = self.assist.finish(query, ranked, attempts)
         evidence = attach_refs(self.refs, pack(ranked[: s.retrieval_top_k], query, s.chunk_max_chars,
