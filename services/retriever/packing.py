@@ -4,6 +4,7 @@ the per-item and total character budgets, as ``EvidenceItem``s (a child chunk's 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping
 
 from contracts.evidence import EvidenceItem
 from services.retriever.rescoring import E5_PAYLOAD
@@ -97,16 +98,22 @@ def hit_text(hit: Hit) -> str:
     return str(hit.payload.get("parent_text") or hit.payload.get("text") or "")
 
 
-def pack(hits: list[Hit], query: str, chunk_max_chars: int, context_max_chars: int) -> list[EvidenceItem]:
+def pack(hits: list[Hit], query: str, chunk_max_chars: int, context_max_chars: int,
+         quotes: Mapping[str, tuple[str, list[str]]] | None = None) -> list[EvidenceItem]:
     """Evidence for ``hits`` in order within the per-item and total character budgets
-    (a child chunk's hit packs its parent's text, ``parent_text``)."""
+    (a child chunk's hit packs its parent's text, ``parent_text``). ``quotes`` (rule K23, ``items.item_quotes``):
+    ``{hit id: (text, item markers)}`` of the articles found through one of their list items, packed as that text
+    (the lead-in and the item) with ``metadata.items`` = the markers (``["（三）"]``)."""
     out, used = [], 0
     for hit in hits:
-        text = hit_text(hit)
+        quoted = (quotes or {}).get(hit.id)
+        text = quoted[0] if quoted else hit_text(hit)
         budget = min(chunk_max_chars, context_max_chars - used)
         if budget < min(MIN_PACK_CHARS, len(text)) or budget <= 0:
             break
         packed = select_passages(text, query, budget)
         used += len(packed)
         out.append(to_evidence(hit, packed))
+        if quoted:
+            out[-1].metadata["items"] = list(quoted[1])
     return out

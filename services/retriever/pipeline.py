@@ -51,6 +51,7 @@ from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
 from services.retriever.follow import attach_refs
+from services.retriever.items import LIST_QUESTION, ItemMatches, item_quotes
 from services.retriever.lawnames import boosts, for_graph
 from services.retriever.rounds import Attempt, plan_rounds
 from services.retriever.packing import hit_text, pack
@@ -172,8 +173,9 @@ class KbSearcher:
                       law_boost=s.retrieval_stage2_law_boost)
 
     def _round(self, kind: str, query: str, flt: SearchFilter, merged: dict[str, Hit], attempts: list[Attempt],
-               e5=None) -> None:
-        """One hybrid search for ``query``, merged into ``merged`` (by parent id, keeping the higher scores).
+               e5=None, matches: ItemMatches | None = None) -> None:
+        """One hybrid search for ``query``, merged into ``merged`` (by parent id, keeping the higher scores);
+        ``matches`` records which chunk of each article matched best (rule K23).
 
         Dense branches: the query as given and, when expansion adds terms, the expanded
         query (both embedded in one backend call); sparse branch: the expanded query.
@@ -198,6 +200,8 @@ class KbSearcher:
                 h.second = cos
         for h in kept:
             h.id = h.payload.get("parent_id") or h.id  # a child/item hit stands for its parent (rule K5)
+            if matches is not None:  # rule K23: the article and its items compared by their e5 cosines (K7)
+                matches.note(h.id, h.payload, h.second)
             old = merged.get(h.id)
             if old is None:
                 merged[h.id] = h
@@ -210,7 +214,8 @@ class KbSearcher:
         best = max((h.dense_score for h in kept if h.dense_score is not None), default=None)
         attempts.append(Attempt(kind, query, len(hits), len(kept), None if best is None else round(best, 4)))
 
-    def _e5_candidates(self, found: list[tuple[str, float]], merged: dict[str, Hit], attempts: list[Attempt]) -> None:
+    def _e5_candidates(self, found: list[tuple[str, float]], merged: dict[str, Hit], attempts: list[Attempt],
+                       matches: ItemMatches | None = None) -> None:
         """Rule K7: add the exact e5 nearest law chunks ``found`` (``retrieval_stage2_candidates`` of them, computed
         in the worker thread beside the first stage) to the pool (the first stage misses answers its USE and BM25
         lists do not reach); they rank last in the first stage."""
@@ -222,6 +227,8 @@ class KbSearcher:
             if payload is None:
                 continue
             key = payload.get("parent_id") or pid
+            if matches is not None:  # rule K23
+                matches.note(key, payload, cos)
             old = merged.get(key)
             if old is None:
                 merged[key] = Hit(key, floor * 0.999, payload, None, cos)
@@ -248,6 +255,17 @@ class KbSearcher:
             first = [first[i] for i in sorted(range(len(first)), key=lambda i: (-scores[i], i))]
         return first[: max(self.retrieval.retrieval_top_k, depth)]
 
+    def _quotes(self, query: str, top: list[Hit], matches: ItemMatches, e5) -> dict[str, tuple[str, list[str]]]:
+        """Rule K23: the list items to quote for the ``top`` hits (``items.item_quotes``); an article found only
+        through an item first gets its own e5 cosine (one gather from the law matrix), which the item must beat."""
+        if LIST_QUESTION.search(query):
+            return {}
+        unscored = matches.unscored([h.id for h in top])
+        if unscored and e5 is not None and self.stage2 is not None:
+            for key, cos in zip(unscored, self.stage2.cosines(unscored, e5.vectors)):
+                matches.note(key, {}, cos)
+        return item_quotes(top, matches, query)
+
     def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
                sub_queries: list[str] | None = None, collections: list[str] | None = None) -> SearchOutcome:
         """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
@@ -265,6 +283,7 @@ class KbSearcher:
         merged: dict[str, Hit] = {}
         attempts: list[Attempt] = []
         named = self.named(query)  # rule K22
+        matches = ItemMatches() if s.retrieval_quote_items else None  # rule K23
         e5 = None
         if self.stage2 is not None:  # rule K7: e5 query vectors while the first stage runs
             forms = [query]
@@ -272,20 +291,20 @@ class KbSearcher:
                 forms.append(expand_query(query))  # the same text twice is embedded once
             e5 = self.stage2.start(forms, s.retrieval_stage2_candidates if law_whole else 0)
         rewrite = self.assist.start_rewrite(query) if self.assist else None  # rule K12, beside the first round
-        self._round("original", query, flt, merged, attempts, e5)
+        self._round("original", query, flt, merged, attempts, e5, matches)
         if merged and _e5_result(e5) is not None and _e5_result(e5).nearest:
             # only beside first-stage hits: a question nothing passes the K1 floor for stays kb_no_results
-            self._e5_candidates(_e5_result(e5).nearest, merged, attempts)
+            self._e5_candidates(_e5_result(e5).nearest, merged, attempts, matches)
         done = self.assist.rewritten(rewrite, attempts) if rewrite and self.assist else None
         for kind, more in plan_rounds(query, sub_queries, done):  # rules K9, K12
-            self._round(kind, more, flt, merged, attempts, e5)
+            self._round(kind, more, flt, merged, attempts, e5, matches)
 
         compressed: str | None = None  # jieba runs at most once per search for it
         best = max((h.dense_score for h in merged.values() if h.dense_score is not None), default=None)
         if not merged or (best is not None and best < s.retrieval_retry_below):
             compressed = compress_query(query)
             if compressed and compressed != query.strip():
-                self._round("compressed", compressed, flt, merged, attempts, e5)
+                self._round("compressed", compressed, flt, merged, attempts, e5, matches)
 
         wanted = topics_in(query)
         if len(wanted) > 1:  # rule K3 (simple version; TODO(later issue): per-topic sub-questions)
@@ -298,7 +317,7 @@ class KbSearcher:
             rest = " ".join(rest.split())
             for topic in wanted:
                 if not any(w in covered for w in TOPICS[topic]):
-                    self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts, e5)
+                    self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts, e5, matches)
 
         depth = self.assist.depth if self.assist is not None else 0
         ranked = self._ranked(merged, e5 is not None, depth, named)
@@ -309,8 +328,9 @@ class KbSearcher:
                 ranked = self._ranked(merged, e5 is not None, depth, named)
         if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
             ranked = self.assist.finish(query, ranked, attempts)
-        evidence = attach_refs(self.refs, pack(ranked[: s.retrieval_top_k], query, s.chunk_max_chars,
-                                               s.context_max_chars))  # rule K16
+        top = ranked[: s.retrieval_top_k]
+        quotes = self._quotes(query, top, matches, _e5_result(e5)) if matches is not None else None  # rule K23
+        evidence = attach_refs(self.refs, pack(top, query, s.chunk_max_chars, s.context_max_chars, quotes))  # rule K16
         log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
                  [(a.kind, a.kept, a.best) for a in attempts], len(evidence))
         return SearchOutcome(evidence, attempts)
