@@ -12,6 +12,10 @@ reference graph's ``names``, rule K15: every current law's id and name), in thre
   its law's); the protected party of a 「…权益保护法 / …权益保障法 / …保护法」 (「消费者」, 「老年人」, 「未成年人」);
 - ``ALIASES``: the common abbreviations people type (「个税」, 「社保」, 「消法」, 「征管法」, 「家暴」), at the implied tier.
 
+An amending text (刑法修正案（十一）, 「关于修改《…网络安全法》的决定」) belongs to the law it amends (rule K24): naming
+the law also points to its amendments, at the implied tier, or at full strength when the law itself is not in the
+corpus (刑法: its twelve amendments are its text here); a 修正案's name matches typed with ASCII brackets or none.
+
 Matches are taken longest first and may not overlap (「个人所得税法」 is one match, not also 「所得税」-anything), so
 a law's name never also counts as a shorter law's. A law named twice keeps its strongest tier.
 
@@ -25,6 +29,8 @@ import re
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from services.retriever.amendments import amended_law
 
 PRC = "中华人民共和国"
 NAMED = 1.0
@@ -48,6 +54,17 @@ ALIASES: dict[str, str] = {
 """Abbreviations people type for a law -> the law's name without 中华人民共和国 (implied tier)."""
 
 _PROTECTED = re.compile(r"^(.{2,6}?)(?:合法)?(?:权益保护|权益保障|保护|保障)法$")
+
+
+FAMILY = "family:"
+"""Key prefix of an amended law that is not in the corpus itself (「family:刑法」: its amendments)."""
+
+
+def _unbracketed(short: str) -> list[str]:
+    """How people type a name with full-width brackets: 「刑法修正案(十一)」, 「刑法修正案十一」."""
+    if "（" not in short:
+        return []
+    return [short.replace("（", "(").replace("）", ")"), short.replace("（", "").replace("）", "")]
 
 
 def _short(name: str) -> str:
@@ -77,14 +94,26 @@ class LawNames:
     """
 
     def __init__(self, laws: Iterable[tuple[str, str]], implied: float = IMPLIED) -> None:
+        laws = list(laws)
         forms: dict[str, tuple[str, float]] = {}
         by_short: dict[str, str] = {}
+        family: dict[str, list[str]] = {}
+        self._family: dict[str, list[str]] = {}
+        self._implied = implied
         for doc, name in laws:
             short = _short(name)
             by_short.setdefault(short, doc)
-            for form in (name, short):
+            for form in (name, short, *_unbracketed(short)):
                 if len(form) >= 2:
                     forms[form] = (doc, NAMED)
+            base = amended_law(name)
+            if base:  # rule K24: an amending text belongs to the law it amends
+                family.setdefault(base, []).append(doc)
+        for base, docs in family.items():
+            key = by_short.get(base)
+            if key is None:  # the amended law is not in the corpus (刑法): its name means its amendments
+                key = forms.setdefault(base, (FAMILY + base, NAMED))[0]
+            self._family[key] = docs
         for doc, name in laws:
             for form in implied_forms(_short(name)):
                 forms.setdefault(form, (doc, implied))
@@ -106,6 +135,16 @@ class LawNames:
                     taken.append((start, end))
                     out[doc] = max(out.get(doc, 0.0), strength)
                 start = question.find(form, start + 1)
+        return self._with_family(out)
+
+    def _with_family(self, found: dict[str, float]) -> dict[str, float]:
+        """``found`` plus the amending texts of each law in it (rule K24): at the law's own strength when the law
+        itself is not in the corpus (刑法's amendments are its text here), else at most the implied tier."""
+        out = {doc: s for doc, s in found.items() if not doc.startswith(FAMILY)}
+        for key, strength in found.items():
+            tier = strength if key.startswith(FAMILY) else min(strength, self._implied)
+            for doc in self._family.get(key, []):
+                out[doc] = max(out.get(doc, 0.0), tier)
         return out
 
 

@@ -50,6 +50,7 @@ from conduit.runtime.settings import RetrievalSettings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
+from services.retriever import amendments
 from services.retriever.follow import attach_refs
 from services.retriever.items import LIST_QUESTION, ItemMatches, item_quotes
 from services.retriever.lawnames import boosts, for_graph
@@ -266,6 +267,27 @@ class KbSearcher:
                 matches.note(key, {}, cos)
         return item_quotes(top, matches, query)
 
+    def _finish(self, query: str, merged: dict[str, Hit], attempts: list[Attempt], e5, named: dict[str, float],
+                matches: ItemMatches | None) -> list[EvidenceItem]:
+        """The ranking after the rounds: both stages (K7, K22), the cited articles (K20), the amended-away amending
+        texts behind their successors (K24), the reranker (K11, K13), then the top k packed (K4, K23) with their
+        references (K16) and versions (K24). ``e5``: the ``E5Query`` (None: first stage only)."""
+        s, second = self.retrieval, self.stage2 is not None  # as the rounds: the second-stage fusion even if e5 failed
+        depth = self.assist.depth if self.assist is not None else 0
+        ranked = self._ranked(merged, second, depth, named)
+        vectors = None if e5 is None else e5.vectors
+        if s.retrieval_follow_refs:  # rule K20 (off by default): the top passages' cited articles join the pool
+            if add_cited(self.refs, self.store, ranked, merged, s.retrieval_follow_refs, self.stage2, vectors):
+                ranked = self._ranked(merged, second, depth, named)
+        links = amendments.corpus() if s.retrieval_amendments else None
+        ranked = amendments.current_first(links, self.store, ranked, merged, s.retrieval_top_k, self.stage2, vectors)
+        if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
+            ranked = self.assist.finish(query, ranked, attempts)
+        top = ranked[: s.retrieval_top_k]
+        quotes = self._quotes(query, top, matches, e5) if matches is not None else None  # rule K23
+        evidence = pack(top, query, s.chunk_max_chars, s.context_max_chars, quotes)
+        return amendments.attach_versions(links, attach_refs(self.refs, evidence))  # rules K16, K24
+
     def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
                sub_queries: list[str] | None = None, collections: list[str] | None = None) -> SearchOutcome:
         """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
@@ -319,18 +341,7 @@ class KbSearcher:
                 if not any(w in covered for w in TOPICS[topic]):
                     self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts, e5, matches)
 
-        depth = self.assist.depth if self.assist is not None else 0
-        ranked = self._ranked(merged, e5 is not None, depth, named)
-        if s.retrieval_follow_refs:  # rule K20 (off by default): the top passages' cited articles join the pool
-            result = _e5_result(e5)
-            if add_cited(self.refs, self.store, ranked, merged, s.retrieval_follow_refs, self.stage2,
-                         None if result is None else result.vectors):
-                ranked = self._ranked(merged, e5 is not None, depth, named)
-        if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
-            ranked = self.assist.finish(query, ranked, attempts)
-        top = ranked[: s.retrieval_top_k]
-        quotes = self._quotes(query, top, matches, _e5_result(e5)) if matches is not None else None  # rule K23
-        evidence = attach_refs(self.refs, pack(top, query, s.chunk_max_chars, s.context_max_chars, quotes))  # rule K16
+        evidence = self._finish(query, merged, attempts, _e5_result(e5), named, matches)
         log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
                  [(a.kind, a.kept, a.best) for a in attempts], len(evidence))
         return SearchOutcome(evidence, attempts)
