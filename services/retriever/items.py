@@ -27,7 +27,7 @@ without e5 cosines nothing is recorded and every article is packed whole, as bef
 from __future__ import annotations
 
 import re
-from services.retriever.packing import GAP
+from services.retriever.packing import with_gaps
 
 LIST_QUESTION = re.compile(r"哪些|哪几|有什么|有啥|都有|包括什么|包括哪|几种|几类|几项|什么情形|什么情况下|什么条件|几个条件|列举|清单|全部|所有")
 """A question that asks for the list itself (「增值税免税项目有哪些」): its articles are packed whole."""
@@ -96,15 +96,7 @@ def quote(article: str, child_positions: list[int]) -> tuple[str, list[str]] | N
     if not items:
         return None
     keep = set(items) | {i for i in (_lead(lines, k) for k in items) if i is not None}
-    out, prev = [], -1
-    for i in sorted(keep):
-        if i != prev + 1:
-            out.append(GAP)
-        out.append(lines[i])
-        prev = i
-    if prev != len(lines) - 1:
-        out.append(GAP)
-    return "\n".join(out), [_ITEM_LINE.match(lines[k]).group(1) for k in items]
+    return with_gaps(lines, keep), [_ITEM_LINE.match(lines[k]).group(1) for k in items]
 
 
 def item_quotes(hits: list, matches: ItemMatches, question: str = "") -> dict[str, tuple[str, list[str]]]:

@@ -52,15 +52,21 @@ def select_passages(text: str, query: str, limit: int) -> str:
     if not chosen:  # the best paragraph alone is longer than the budget
         best = order[0]
         return paragraphs[best][: max(0, limit - len(GAP))] + GAP
-    lines, prev = [], -1
-    for i in sorted(chosen):
+    return with_gaps(paragraphs, chosen)[:limit]
+
+
+def with_gaps(lines: list[str], keep: set[int]) -> str:
+    """The ``keep`` lines of ``lines`` (indices) in document order, one per line, ``GAP`` standing for each run of
+    lines left out (before, between and after them)."""
+    out, prev = [], -1
+    for i in sorted(keep):
         if i != prev + 1:
-            lines.append(GAP)
-        lines.append(paragraphs[i])
+            out.append(GAP)
+        out.append(lines[i])
         prev = i
-    if prev != len(paragraphs) - 1:
-        lines.append(GAP)
-    return "\n".join(lines)[:limit]
+    if prev != len(lines) - 1:
+        out.append(GAP)
+    return "\n".join(out)
 
 
 _META_SKIP = frozenset({"text", "parent_text", "parent_id", "content_hash", "source_path", "title", "locator",
