@@ -70,7 +70,7 @@ def open_searcher(settings: Settings) -> KbSearcher:
     stage2 = open_second_stage(settings) if settings.retrieval.retrieval_second_stage else None
     refs = refgraph.find(Path(settings.retrieval.law_index_dir) if settings.retrieval.law_index_dir else None)  # rules K16, K17
     searcher = KbSearcher(settings.retrieval, embedder, store, stage2=stage2, refs=refs)
-    searcher.search("预热", settings.identity.default_tenant)  # loads model weights and jieba's dictionary
+    searcher.search("预热", settings.identity.default_tenant)  # loads model weights, jieba's dictionary, rules K22 and K24's tables
     searcher.assist = SearchAssist.from_settings(settings)
     points = store.count()
     if points == 0:

@@ -4,6 +4,7 @@ the per-item and total character budgets, as ``EvidenceItem``s (a child chunk's 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping
 
 from contracts.evidence import EvidenceItem
 from services.retriever.rescoring import E5_PAYLOAD
@@ -51,15 +52,21 @@ def select_passages(text: str, query: str, limit: int) -> str:
     if not chosen:  # the best paragraph alone is longer than the budget
         best = order[0]
         return paragraphs[best][: max(0, limit - len(GAP))] + GAP
-    lines, prev = [], -1
-    for i in sorted(chosen):
+    return with_gaps(paragraphs, chosen)[:limit]
+
+
+def with_gaps(lines: list[str], keep: set[int]) -> str:
+    """The ``keep`` lines of ``lines`` (indices) in document order, one per line, ``GAP`` standing for each run of
+    lines left out (before, between and after them)."""
+    out, prev = [], -1
+    for i in sorted(keep):
         if i != prev + 1:
-            lines.append(GAP)
-        lines.append(paragraphs[i])
+            out.append(GAP)
+        out.append(lines[i])
         prev = i
-    if prev != len(paragraphs) - 1:
-        lines.append(GAP)
-    return "\n".join(lines)[:limit]
+    if prev != len(lines) - 1:
+        out.append(GAP)
+    return "\n".join(out)
 
 
 _META_SKIP = frozenset({"text", "parent_text", "parent_id", "content_hash", "source_path", "title", "locator",
@@ -97,16 +104,22 @@ def hit_text(hit: Hit) -> str:
     return str(hit.payload.get("parent_text") or hit.payload.get("text") or "")
 
 
-def pack(hits: list[Hit], query: str, chunk_max_chars: int, context_max_chars: int) -> list[EvidenceItem]:
+def pack(hits: list[Hit], query: str, chunk_max_chars: int, context_max_chars: int,
+         quotes: Mapping[str, tuple[str, list[str]]] | None = None) -> list[EvidenceItem]:
     """Evidence for ``hits`` in order within the per-item and total character budgets
-    (a child chunk's hit packs its parent's text, ``parent_text``)."""
+    (a child chunk's hit packs its parent's text, ``parent_text``). ``quotes`` (rule K23, ``items.item_quotes``):
+    ``{hit id: (text, item markers)}`` of the articles found through one of their list items, packed as that text
+    (the lead-in and the item) with ``metadata.items`` = the markers (``["（三）"]``)."""
     out, used = [], 0
     for hit in hits:
-        text = hit_text(hit)
+        quoted = (quotes or {}).get(hit.id)
+        text = quoted[0] if quoted else hit_text(hit)
         budget = min(chunk_max_chars, context_max_chars - used)
         if budget < min(MIN_PACK_CHARS, len(text)) or budget <= 0:
             break
         packed = select_passages(text, query, budget)
         used += len(packed)
         out.append(to_evidence(hit, packed))
+        if quoted:
+            out[-1].metadata["items"] = list(quoted[1])
     return out

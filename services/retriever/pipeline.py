@@ -1,4 +1,4 @@
-"""``kb_search``: the knowledge-base search pipeline (rules K1-K13, docs/rules.md).
+"""``kb_search``: the knowledge-base search pipeline (rules K1-K22, docs/rules.md).
 
 For one query and tenant (numbers are settings; the defaults are given):
 
@@ -23,7 +23,8 @@ For one query and tenant (numbers are settings; the defaults are given):
 4. (rule K7, when ``retrieval_second_stage`` is on) every round returns a pool of
    ``retrieval_pool`` (100) chunks instead of 18, each scored by its e5 cosine to the question
    and its expansion (``rescoring.py``; passage vectors from the shipped e5 law index), and the
-   merged pool is ordered by the fusion of its first-stage (RRF) rank and its e5 rank;
+   merged pool is ordered by the fusion of its first-stage (RRF) rank and its e5 rank, the law the question names
+   or implies boosted (rule K22, ``lawnames.py``);
    (rules K11-K13, ``assist.py``, when configured) the model's rewrite adds rounds (``rounds.py``), and a rerank
    endpoint reorders the top 24 candidates, or else the model the top 10 (fail-open);
    (rule K20, ``refsearch.py``, off by default) before that, the articles of the same law that the top
@@ -49,7 +50,10 @@ from conduit.runtime.settings import RetrievalSettings
 from contracts.evidence import EvidenceItem
 from services.retriever.embeddings import Embedder
 from services.retriever.expansion import expand_query
+from services.retriever import amendments
 from services.retriever.follow import attach_refs
+from services.retriever.items import LIST_QUESTION, ItemMatches, item_quotes
+from services.retriever.lawnames import boosts, for_graph
 from services.retriever.rounds import Attempt, plan_rounds
 from services.retriever.packing import hit_text, pack
 from services.retriever.rescoring import Fusion, SecondStage, fuse
@@ -170,8 +174,9 @@ class KbSearcher:
                       law_boost=s.retrieval_stage2_law_boost)
 
     def _round(self, kind: str, query: str, flt: SearchFilter, merged: dict[str, Hit], attempts: list[Attempt],
-               e5=None) -> None:
-        """One hybrid search for ``query``, merged into ``merged`` (by parent id, keeping the higher scores).
+               e5=None, matches: ItemMatches | None = None) -> None:
+        """One hybrid search for ``query``, merged into ``merged`` (by parent id, keeping the higher scores);
+        ``matches`` records which chunk of each article matched best (rule K23).
 
         Dense branches: the query as given and, when expansion adds terms, the expanded
         query (both embedded in one backend call); sparse branch: the expanded query.
@@ -196,6 +201,8 @@ class KbSearcher:
                 h.second = cos
         for h in kept:
             h.id = h.payload.get("parent_id") or h.id  # a child/item hit stands for its parent (rule K5)
+            if matches is not None:  # rule K23: the article and its items compared by their e5 cosines (K7)
+                matches.note(h.id, h.payload, h.second)
             old = merged.get(h.id)
             if old is None:
                 merged[h.id] = h
@@ -208,7 +215,8 @@ class KbSearcher:
         best = max((h.dense_score for h in kept if h.dense_score is not None), default=None)
         attempts.append(Attempt(kind, query, len(hits), len(kept), None if best is None else round(best, 4)))
 
-    def _e5_candidates(self, found: list[tuple[str, float]], merged: dict[str, Hit], attempts: list[Attempt]) -> None:
+    def _e5_candidates(self, found: list[tuple[str, float]], merged: dict[str, Hit], attempts: list[Attempt],
+                       matches: ItemMatches | None = None) -> None:
         """Rule K7: add the exact e5 nearest law chunks ``found`` (``retrieval_stage2_candidates`` of them, computed
         in the worker thread beside the first stage) to the pool (the first stage misses answers its USE and BM25
         lists do not reach); they rank last in the first stage."""
@@ -220,6 +228,8 @@ class KbSearcher:
             if payload is None:
                 continue
             key = payload.get("parent_id") or pid
+            if matches is not None:  # rule K23
+                matches.note(key, payload, cos)
             old = merged.get(key)
             if old is None:
                 merged[key] = Hit(key, floor * 0.999, payload, None, cos)
@@ -228,15 +238,55 @@ class KbSearcher:
                 old.second = cos
         attempts.append(Attempt("e5", "", len(found), added, None))
 
-    def _ranked(self, merged: dict[str, Hit], second: bool = False, depth: int = 0) -> list[Hit]:
+    def named(self, query: str) -> dict[str, float]:
+        """Rule K22: ``{document id: boost}`` of the laws ``query`` names or implies (``lawnames``; the law table
+        is the reference graph's, so no graph or ``retrieval_named_law_boost`` 0: ``{}``)."""
+        names = for_graph(self.refs) if self.retrieval.retrieval_named_law_boost else None
+        return boosts(names.find(query), self.retrieval.retrieval_named_law_boost) if names else {}
+
+    def _ranked(self, merged: dict[str, Hit], second: bool = False, depth: int = 0,
+                named: dict[str, float] | None = None) -> list[Hit]:
         """The top ``retrieval_top_k`` (or ``depth``, if more) of ``merged`` by fused score (ties: dense cosine,
-        id); with ``second`` (rule K7) by the second-stage fusion of that order and the e5 cosines."""
+        id); with ``second`` (rule K7) by the second-stage fusion of that order and the e5 cosines, ``named``'s
+        laws boosted (rule K22)."""
         first = sorted(merged.values(), key=lambda h: (-h.score, -(h.dense_score or 0.0), h.id))
         if second and first:
             scores = fuse(range(1, len(first) + 1), [h.second for h in first],
-                          [h.payload.get("document_id") for h in first], self.fusion())
+                          [h.payload.get("document_id") for h in first], self.fusion(), named)
             first = [first[i] for i in sorted(range(len(first)), key=lambda i: (-scores[i], i))]
         return first[: max(self.retrieval.retrieval_top_k, depth)]
+
+    def _quotes(self, query: str, top: list[Hit], matches: ItemMatches, e5) -> dict[str, tuple[str, list[str]]]:
+        """Rule K23: the list items to quote for the ``top`` hits (``items.item_quotes``); an article found only
+        through an item first gets its own e5 cosine (one gather from the law matrix), which the item must beat."""
+        if LIST_QUESTION.search(query):
+            return {}
+        unscored = matches.unscored([h.id for h in top])
+        if unscored and e5 is not None and self.stage2 is not None:
+            for key, cos in zip(unscored, self.stage2.cosines(unscored, e5.vectors)):
+                matches.note(key, {}, cos)
+        return item_quotes(top, matches, query)
+
+    def _finish(self, query: str, merged: dict[str, Hit], attempts: list[Attempt], e5, named: dict[str, float],
+                matches: ItemMatches | None) -> list[EvidenceItem]:
+        """The ranking after the rounds: both stages (K7, K22), the cited articles (K20), the amended-away amending
+        texts behind their successors (K24), the reranker (K11, K13), then the top k packed (K4, K23) with their
+        references (K16) and versions (K24). ``e5``: the ``E5Query`` (None: first stage only)."""
+        s, second = self.retrieval, self.stage2 is not None  # as the rounds: the second-stage fusion even if e5 failed
+        depth = self.assist.depth if self.assist is not None else 0
+        ranked = self._ranked(merged, second, depth, named)
+        vectors = None if e5 is None else e5.vectors
+        if s.retrieval_follow_refs:  # rule K20 (off by default): the top passages' cited articles join the pool
+            if add_cited(self.refs, self.store, ranked, merged, s.retrieval_follow_refs, self.stage2, vectors):
+                ranked = self._ranked(merged, second, depth, named)
+        links = amendments.corpus() if s.retrieval_amendments else None
+        ranked = amendments.current_first(links, self.store, ranked, merged, s.retrieval_top_k, self.stage2, vectors)
+        if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
+            ranked = self.assist.finish(query, ranked, attempts)
+        top = ranked[: s.retrieval_top_k]
+        quotes = self._quotes(query, top, matches, e5) if matches is not None else None  # rule K23
+        evidence = pack(top, query, s.chunk_max_chars, s.context_max_chars, quotes)
+        return amendments.attach_versions(links, attach_refs(self.refs, evidence))  # rules K16, K24
 
     def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
                sub_queries: list[str] | None = None, collections: list[str] | None = None) -> SearchOutcome:
@@ -254,6 +304,8 @@ class KbSearcher:
         law_whole = (not document_ids and not collections) or "law" in (collections or [])
         merged: dict[str, Hit] = {}
         attempts: list[Attempt] = []
+        named = self.named(query)  # rule K22
+        matches = ItemMatches() if s.retrieval_quote_items else None  # rule K23
         e5 = None
         if self.stage2 is not None:  # rule K7: e5 query vectors while the first stage runs
             forms = [query]
@@ -261,44 +313,35 @@ class KbSearcher:
                 forms.append(expand_query(query))  # the same text twice is embedded once
             e5 = self.stage2.start(forms, s.retrieval_stage2_candidates if law_whole else 0)
         rewrite = self.assist.start_rewrite(query) if self.assist else None  # rule K12, beside the first round
-        self._round("original", query, flt, merged, attempts, e5)
+        self._round("original", query, flt, merged, attempts, e5, matches)
         if merged and _e5_result(e5) is not None and _e5_result(e5).nearest:
             # only beside first-stage hits: a question nothing passes the K1 floor for stays kb_no_results
-            self._e5_candidates(_e5_result(e5).nearest, merged, attempts)
+            self._e5_candidates(_e5_result(e5).nearest, merged, attempts, matches)
         done = self.assist.rewritten(rewrite, attempts) if rewrite and self.assist else None
         for kind, more in plan_rounds(query, sub_queries, done):  # rules K9, K12
-            self._round(kind, more, flt, merged, attempts, e5)
+            self._round(kind, more, flt, merged, attempts, e5, matches)
 
         compressed: str | None = None  # jieba runs at most once per search for it
         best = max((h.dense_score for h in merged.values() if h.dense_score is not None), default=None)
         if not merged or (best is not None and best < s.retrieval_retry_below):
             compressed = compress_query(query)
             if compressed and compressed != query.strip():
-                self._round("compressed", compressed, flt, merged, attempts, e5)
+                self._round("compressed", compressed, flt, merged, attempts, e5, matches)
 
         wanted = topics_in(query)
         if len(wanted) > 1:  # rule K3 (simple version; TODO(later issue): per-topic sub-questions)
             # covered = named in what the model would get (the top k), not in any candidate
-            covered = " ".join(f"{h.payload.get('title', '')} {hit_text(h)}" for h in self._ranked(merged, e5 is not None))
+            top = self._ranked(merged, e5 is not None, named=named)
+            covered = " ".join(f"{h.payload.get('title', '')} {hit_text(h)}" for h in top)
             rest = compress_query(query) if compressed is None else compressed
             for word in sorted((w for t in wanted for w in TOPICS[t]), key=len, reverse=True):
                 rest = rest.replace(word, " ")
             rest = " ".join(rest.split())
             for topic in wanted:
                 if not any(w in covered for w in TOPICS[topic]):
-                    self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts, e5)
+                    self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts, e5, matches)
 
-        depth = self.assist.depth if self.assist is not None else 0
-        ranked = self._ranked(merged, e5 is not None, depth)
-        if s.retrieval_follow_refs:  # rule K20 (off by default): the top passages' cited articles join the pool
-            result = _e5_result(e5)
-            if add_cited(self.refs, self.store, ranked, merged, s.retrieval_follow_refs, self.stage2,
-                         None if result is None else result.vectors):
-                ranked = self._ranked(merged, e5 is not None, depth)
-        if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
-            ranked = self.assist.finish(query, ranked, attempts)
-        evidence = attach_refs(self.refs, pack(ranked[: s.retrieval_top_k], query, s.chunk_max_chars,
-                                               s.context_max_chars))  # rule K16
+        evidence = self._finish(query, merged, attempts, _e5_result(e5), named, matches)
         log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
                  [(a.kind, a.kept, a.best) for a in attempts], len(evidence))
         return SearchOutcome(evidence, attempts)

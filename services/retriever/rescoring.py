@@ -11,7 +11,8 @@ weighted reciprocal rank:
 
 A chunk without an e5 vector (a tenant's document) is given its first-stage rank as its e5 rank,
 so it is neither lifted nor sunk by a score it does not have. Optionally the law the pool's best
-chunks agree on is boosted (law-then-article: ``law_boost``). Weights, k2 and the boost were
+chunks agree on is boosted (law-then-article: ``law_boost``), and the law the question names or implies
+(rule K22, ``lawnames``: ``fuse``'s ``named``). Weights, k2 and the boost were
 chosen on the tuning set only (bench/retrieval/tune_stage2.py; docs/retrieval.md "Two stages").
 
 Cost: the query embedding (e5, ~18 ms for one text, ~30 ms for two on a quiet core) and the exact e5
@@ -25,7 +26,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -157,7 +158,7 @@ class SecondStage:
 
 
 def fuse(first_ranks: Sequence[int], e5: Sequence[float | None], laws: Sequence[str | None],
-         fusion: Fusion) -> list[float]:
+         fusion: Fusion, named: Mapping[str, float] | None = None) -> list[float]:
     """Second-stage scores of a pool (higher is better), one per candidate.
 
     Args:
@@ -166,6 +167,8 @@ def fuse(first_ranks: Sequence[int], e5: Sequence[float | None], laws: Sequence[
         laws: its document (``document_id``: a law, or a tenant's file), for the law boost; grouping by
             document rather than law name lets a tenant's file earn the same boost as a law (without it a
             tenant's answer lost rank 1 to law chunks on bench/retrieval's docs set).
+        named: rule K22, ``{document id: boost}`` of the laws the question names or implies (``lawnames``): each
+            chunk of such a law gains ``boost / (k + 1)``, after and independently of the law boost.
     """
     order = sorted((i for i, c in enumerate(e5) if c is not None), key=lambda i: -float(e5[i]))
     e5_rank = {i: r for r, i in enumerate(order, 1)}
@@ -179,4 +182,6 @@ def fuse(first_ranks: Sequence[int], e5: Sequence[float | None], laws: Sequence[
             if laws[i]:
                 share[laws[i]] = share.get(laws[i], 0.0) + scores[i] / total
         scores = [s + fusion.law_boost * share.get(laws[i] or "", 0.0) / (fusion.k + 1) for i, s in enumerate(scores)]
+    if named:  # rule K22: the law the question names ranks its own articles above look-alikes of other laws
+        scores = [s + named.get(laws[i] or "", 0.0) / (fusion.k + 1) for i, s in enumerate(scores)]
     return scores
