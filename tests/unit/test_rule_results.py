@@ -156,6 +156,12 @@ async def test_a_call_that_waited_through_a_rebalance_gets_its_time_from_the_reb
     await passed.wake(4.1, settled={topics.TOOL_REQUESTS_KB: (passed.now + timedelta(seconds=1)).timestamp()})
     await passed.wake(4.0, settled={topics.TOOL_REQUESTS_KB: (passed.now - timedelta(seconds=3)).timestamp()})
     assert passed.of("tool.completed")[0].outcome == "timeout"  # settled 5.1 s in: its 4 s passed too
+    stuck, _ = await _waiting_sim(tool_timeout_s=4)
+    for _ in range(3):  # the group never settles: settling now at every look
+        await stuck.wake(4.1, settled={topics.TOOL_REQUESTS_KB: (stuck.now + timedelta(seconds=4.1)).timestamp()})
+    outcome = stuck.of("tool.completed")[0]
+    assert outcome.outcome == "timeout"  # at most REBALANCE_WAIT_MAX deadlines from the request
+    assert timers.REBALANCE_WAIT_MAX * 4000 <= outcome.duration_ms < timers.REBALANCE_WAIT_MAX * 4000 + 4100
 
 
 async def test_unsent_request_is_sent_again_by_the_sweeper():

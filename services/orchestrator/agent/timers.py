@@ -84,16 +84,22 @@ def _await_run(deps: Deps, state: TaskState, call: PendingCall, began_s: float, 
     return True
 
 
+REBALANCE_WAIT_MAX = 2
+"""Rule A37's bound, in tool deadlines from the request: a group that has not settled within a whole
+deadline is stuck, not restarting (tansu once kept a web group unassigned for minutes), and the call times out."""
+
+
 def _await_settled(deps: Deps, state: TaskState, call: PendingCall, settled_s: float | None,
                    now: datetime) -> bool:
     """Rule A37: ``call`` has not begun and its request topic's consumers settled at ``settled_s`` (epoch
     seconds; None: unknown). When that is after the call was requested, its deadline moves to
-    ``tool_timeout_s`` after it, never past the task's (rule E2). False otherwise, or when that is not
-    later than ``now`` (the call times out)."""
+    ``tool_timeout_s`` after it, never past ``REBALANCE_WAIT_MAX`` deadlines from the request nor past the
+    task's deadline (rule E2). False otherwise, or when that is not later than ``now`` (the call times out)."""
     if settled_s is None or settled_s <= call.requested_at.timestamp():
         return False
-    moved = min(datetime.fromtimestamp(settled_s, tz=now.tzinfo) + timedelta(seconds=deps.settings.tools.tool_timeout_s),
-                team.budget(deps, state).deadline_at)
+    timeout = timedelta(seconds=deps.settings.tools.tool_timeout_s)
+    moved = min(datetime.fromtimestamp(settled_s, tz=now.tzinfo) + timeout,
+                call.requested_at + REBALANCE_WAIT_MAX * timeout, team.budget(deps, state).deadline_at)
     if moved <= now:
         return False
     call.deadline_at = moved
