@@ -1,11 +1,12 @@
 """Benchmark 4: throughput under concurrent load, two-turn runs with a 1 s model (issue 41).
 
-    python -m bench.throughput [--concurrent 50,200] [--model-s 1] [--rounds 1] [--no-write]
+    python -m bench.throughput [--concurrent 50,200] [--model-s 1] [--help-s S] [--rounds 1] [--no-write]
 
 **Burst** (the default): the embedded stack with every service (``bench.e2e.start``: three real laws, the
 product defaults, per-key rate limits off) and the scripted model; per row one burst of N concurrent two-turn
 runs (``POST /v1/ask`` with a question of its own: the model calls ``kb_search`` with the question, then
-answers after the result; each model call waits ``--model-s`` before its first token). Reported per row:
+answers after the result; each model call waits ``--model-s`` before its first token, and the retriever's
+rewrite and rerank calls to the model, rules K12 and K13, wait ``--help-s``, by default as long: a real model). Reported per row:
 runs/s (N / seconds from the burst's start to its last terminal event), latency p50 / p90 (POST to terminal
 event), failed runs, CPU ms per run of every process (``/proc``) and of the whole stack, peak RSS (MiB).
 Requests carry ``Cache-Control: no-cache``: a run is an agent run, not a semantic-cache replay.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import time
 import uuid
@@ -167,9 +169,14 @@ def burst_main(a: argparse.Namespace) -> None:
     from pathlib import Path
 
     from bench import e2e
-    from testkit.scripted_model import ScriptedModel
+    from testkit.scripted_model import ScriptedModel, echo_retrieval
 
-    model = ScriptedModel(default=two_turn(a.model_s)).start()  # type: ignore[arg-type]
+    help_s = a.model_s if a.help_s is None else a.help_s
+
+    def helper(body: dict) -> Turn:  # the retriever's rewrite and rerank calls (rules K12, K13), as slow as asked
+        return dataclasses.replace(echo_retrieval(body), delay_s=help_s)
+
+    model = ScriptedModel(default=two_turn(a.model_s), retrieval=helper).start()  # type: ignore[arg-type]
     stack = e2e.start(Path(tempfile.mkdtemp(prefix="conduit-throughput-")), model)
     rows: list[str] = []
     stage_rows: list[str] = []
@@ -201,7 +208,7 @@ def burst_main(a: argparse.Namespace) -> None:
     text = f"""
 ## 4. Throughput under concurrent load (`bench/throughput.py`, model {a.model_s:g} s per call)
 
-Command: `python -m bench.throughput --concurrent {a.concurrent} --model-s {a.model_s:g} --rounds {a.rounds}` ·
+Command: `python -m bench.throughput --concurrent {a.concurrent} --model-s {a.model_s:g} --help-s {help_s:g} --rounds {a.rounds}` ·
 machine: {machine()}
 
 One burst of N concurrent two-turn runs (kb_search, then the answer; each model call {a.model_s:g} s before its
@@ -229,6 +236,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrent", default="50,200", help="runs per burst, one row each")
     ap.add_argument("--model-s", type=float, default=1.0, help="the scripted model's delay before each call's first token (seconds)")
+    ap.add_argument("--help-s", type=float, default=None,
+                    help="the delay of the retriever's rewrite and rerank calls to the model (seconds; default: --model-s)")
     ap.add_argument("--rounds", type=int, default=1, help="times each row runs")
     ap.add_argument("--no-write", action="store_true", help="print only, leave docs/benchmarks.md alone")
     burst_main(ap.parse_args())

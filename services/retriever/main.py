@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from conduit.runtime import bus
@@ -111,9 +112,27 @@ def make_kb_search_tool(searcher: KbSearcher):
     return kb_search_tool
 
 
+SPARE_THREADS = 8
+"""Worker threads beyond ``retriever_concurrency``: the reads of ``conduit.retriever.requests`` (``/v1/search``,
+memory recall, the semantic cache) and the writes run in the same pool and must not wait behind searches."""
+
+
+def search_threads(concurrency: int) -> ThreadPoolExecutor:
+    """The event loop's worker threads (rule T7): ``concurrency`` searches at once plus ``SPARE_THREADS``.
+
+    A search's thread spends most of a loaded search WAITING, not computing: for the model's rewrite and rerank
+    (rules K12, K13: a model round trip each, about a second with a hosted model), for the e5 batch (rule K21)
+    and for the store. asyncio's default pool has ``min(32, cores + 4)`` threads (6 on 2 cores), so with the
+    model's help on, a replica answered at most 6 searches per two model round trips (issue 41: 1.7 runs/s at 50
+    concurrent runs with a 1 s model). The CPU work inside a search is bounded elsewhere: e5 runs on one batching
+    thread (K21), BLAS on ``embedding_threads`` (K19)."""
+    return ThreadPoolExecutor(max_workers=concurrency + SPARE_THREADS, thread_name_prefix="retriever")
+
+
 async def run(settings: Settings) -> None:
     """Open the searcher, then serve ``kb_search`` until SIGTERM/SIGINT."""
     limit_blas(settings.retrieval.embedding_threads)  # rule K19
+    asyncio.get_running_loop().set_default_executor(search_threads(settings.retrieval.retriever_concurrency))
     searcher = await asyncio.to_thread(open_searcher, settings)
     memory_store = await asyncio.to_thread(open_memory_store, settings, searcher.embedder.dim)
     try:
