@@ -118,6 +118,18 @@ def two_turn(delay_s: float):  # noqa: ANN201 - a scripted model turn source
     return turn
 
 
+def scripted_model(model_s: float, help_s: float):  # noqa: ANN201 - a started testkit ScriptedModel
+    """The burst's started scripted model: ``two_turn(model_s)`` for the agent's calls, and the retriever's rewrite
+    and rerank calls (rules K12, K13) answered as ``echo_retrieval`` does, each after ``help_s`` seconds (a real
+    model takes as long for them as for any call)."""
+    from testkit.scripted_model import ScriptedModel, echo_retrieval
+
+    def helper(body: dict) -> Turn:
+        return dataclasses.replace(echo_retrieval(body), delay_s=help_s)
+
+    return ScriptedModel(default=two_turn(model_s), retrieval=helper).start()  # type: ignore[arg-type]
+
+
 async def burst(stack, n: int, first: int = 0) -> dict:  # noqa: ANN001 - ops.stack.Stack
     """One burst of ``n`` concurrent two-turn runs through ``POST /v1/ask``, numbered ``first`` .. ``first + n - 1``
     (a number is never asked twice on one stack, so no search hits a cache): latencies (s), per-stage arrival
@@ -169,14 +181,9 @@ def burst_main(a: argparse.Namespace) -> None:
     from pathlib import Path
 
     from bench import e2e
-    from testkit.scripted_model import ScriptedModel, echo_retrieval
 
     help_s = a.model_s if a.help_s is None else a.help_s
-
-    def helper(body: dict) -> Turn:  # the retriever's rewrite and rerank calls (rules K12, K13), as slow as asked
-        return dataclasses.replace(echo_retrieval(body), delay_s=help_s)
-
-    model = ScriptedModel(default=two_turn(a.model_s), retrieval=helper).start()  # type: ignore[arg-type]
+    model = scripted_model(a.model_s, help_s)
     stack = e2e.start(Path(tempfile.mkdtemp(prefix="conduit-throughput-")), model)
     rows: list[str] = []
     stage_rows: list[str] = []
