@@ -183,17 +183,20 @@ class MemoryIO:
         merge ``items`` (facts, episode) into the user's memory in Redis (the truth; rule M1's merge needs
         the stored items), write ``entry`` to the semantic cache, then send both to the retriever for their
         vectors (a store write, rule K10)."""
-        s, upserts = self.settings.memory, []
+        s, upserts, stale = self.settings.memory, [], []
         if items and state.user_id:
             now = utcnow()
             existing = await records.list_items(self.redis, state.tenant_id, state.user_id, now)
             upserts = memory.merge(existing, items, now)
             await records.put_items(self.redis, upserts)
+            stale = memory.evicted(existing, upserts, s.memory_max_episodes)  # rule M16: their vectors go too
+            if stale:
+                await records.delete_items(self.redis, state.tenant_id, state.user_id, stale)
         if entry is not None:
             await records.put_cache(self.redis, entry, s.cache_ttl_s)
         if not upserts and entry is None:
             return
         request = MemoryIndexRequested(task_id=state.task_id, session_id=state.session_id, tenant_id=state.tenant_id,
                                        user_id=state.user_id, traceparent=state.traceparent, causation_id=state.cause_id,
-                                       payload=MemoryIndexPayload(items=upserts, cache=entry))
+                                       payload=MemoryIndexPayload(items=upserts, replaced=stale, cache=entry))
         await bus.publish(self.broker, topics.RETRIEVER_WRITES, request)  # a store write (rule K10)

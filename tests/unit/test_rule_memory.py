@@ -287,3 +287,15 @@ async def test_only_a_written_agent_answer_becomes_an_episode():
     await quoted.ask()
     assert memory.worth_an_episode(written.state) and quoted.state.mode == "retrieval_only"
     assert not memory.worth_an_episode(quoted.state)
+
+
+def test_rule_m16_a_user_keeps_the_newest_episodes_only():
+    def episode(n: int) -> MemoryItem:
+        return item(f"e{n:03d}", 3, 1, type="episode", topic=None).model_copy(
+            update={"created_at": T0 - timedelta(hours=100 - n)})
+    fact = item("name", 5, 1)
+    existing = [fact] + [episode(n) for n in range(5)]
+    assert memory.evicted(existing, [episode(5)], cap=6) == []  # five kept plus one new: within the cap
+    assert memory.evicted(existing, [episode(5)], cap=3) == ["e002", "e001", "e000"]  # the oldest go, never a fact
+    assert memory.evicted(existing, [episode(4)], cap=5) == []  # an upsert of a kept episode is not a new one
+    assert memory.evicted(existing, [], cap=2) == ["e002", "e001", "e000"]

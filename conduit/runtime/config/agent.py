@@ -115,6 +115,7 @@ class MemorySettings(BaseSettings):
     memory_recall_timeout_s: float = Field(default=3.0, description="longest wait for the recall and cache lookup before a task (seconds; past it the task runs without them)")
     memory_temporary_days: float = Field(default=7.0, description="lifetime of a temporary fact (this week, today, ...) in days")
     memory_episode_days: float = Field(default=30.0, description="lifetime of an episode (a finished task's question, answer summary and citations) in days")
+    memory_max_episodes: int = Field(default=200, ge=1, description="rule M16: episodes one user keeps, the newest; writing one more evicts the oldest (each recall and each memory write reads the user's items, so this bounds their cost: a service account asking thousands of questions would otherwise make every run read them all)")
     cache_enabled: bool = Field(default=True, description="semantic cache of first-turn answers (per tenant; `Cache-Control: no-cache` bypasses it)")
     cache_min_similarity: float = Field(default=0.95, description="cosine between two first questions from which the cached answer is replayed")
     cache_ttl_s: int = Field(default=86_400, description="lifetime of a cache entry (seconds), renewed on every hit")

@@ -17,6 +17,8 @@ conflict is settled, how items are ranked for recall, and how they reach the mod
   untrusted data (rule G2) naming each item's source task and date.
 - M5 expiry: temporary facts (this week, today, ...) live ``memory_temporary_days``; episodes
   ``memory_episode_days``; other facts until deleted.
+- M16 capacity: a user keeps at most ``memory_max_episodes`` episodes, the newest; an older one is evicted when a
+  new one is written (``evicted``). Facts are not counted (one per topic).
 
 Every function is pure: times are passed in, nothing is read or written.
 """
@@ -169,6 +171,19 @@ def merge(existing: list[MemoryItem], new: list[MemoryItem], now: datetime) -> l
         out.append(item.model_copy(update={"id": old.id, "created_at": old.created_at,
                                            "history": [*old.history, change]}))
     return out
+
+
+def evicted(existing: list[MemoryItem], upserts: list[MemoryItem], cap: int) -> list[str]:
+    """Rule M16: ids of the user's episodes to delete so that at most ``cap`` remain once ``upserts`` are written:
+    the oldest (``created_at``, then id) of ``existing`` live episodes beyond the newest ``cap`` of all of them.
+    ``existing``: the user's live items; ``upserts``: what ``merge`` returned. Returns ``[]`` when within ``cap``."""
+    new_ids = {i.id for i in upserts if i.type == "episode"}
+    kept = [i for i in existing if i.type == "episode" and i.id not in new_ids]
+    room = max(0, cap - len(new_ids))
+    if len(kept) <= room:
+        return []
+    kept.sort(key=lambda i: (i.created_at, i.id), reverse=True)
+    return [i.id for i in kept[room:]]
 
 
 @dataclass(frozen=True)
