@@ -80,12 +80,15 @@ def gate_sets(spec: dict[str, Any] | None = None) -> list[GateSet]:
     return out
 
 
-def measure(settings: Any, sets: list[GateSet]) -> dict[str, dict[str, Any]]:
+def measure(settings: Any, sets: list[GateSet], assist: bool = False) -> dict[str, dict[str, Any]]:
     """Ingest the laws ``sets`` name into ``settings.stack.data_dir`` and run ``kb_search`` (rule K7's two stages when
     ``settings.retrieval.retrieval_second_stage``) on every question. Returns ``{set name: metrics + "ranks": {id: rank}}``.
+    ``assist``: also the helpers ``settings`` turn on (rules K11-K13, ``SearchAssist.from_settings``; the gate runs
+    without them; ``bench/retrieval/rerank_standin.py`` measures rule K11 with them).
 
     Raises ``LawDbError`` / ``LawIndexError`` / ``StoreError`` / ``EmbeddingError`` as the retriever does.
     """
+    from services.retriever.assist import SearchAssist
     from services.retriever.embeddings import make_embedder
     from services.retriever.ingest import ingest_law_db
     from services.retriever.main import open_second_stage
@@ -95,12 +98,14 @@ def measure(settings: Any, sets: list[GateSet]) -> dict[str, dict[str, Any]]:
 
     embedder = make_embedder(settings)
     store = open_store(settings, embedder.dim)
+    searcher = None
     try:
         laws = sorted({r["law_name"] for s in sets for r in s.rows})
         ingest_law_db(settings, law_names=laws, embedder=embedder, store=store, progress=False)
         stage2 = open_second_stage(settings) if settings.retrieval.retrieval_second_stage else None
         index_dir = Path(settings.retrieval.law_index_dir) if settings.retrieval.law_index_dir else None  # K16, K20
         searcher = KbSearcher(settings.retrieval, embedder, store, stage2=stage2, refs=find(index_dir))  # as main.py
+        searcher.assist = SearchAssist.from_settings(settings) if assist else None
         out = {}
         for s in sets:
             ranks = {}
@@ -110,6 +115,8 @@ def measure(settings: Any, sets: list[GateSet]) -> dict[str, dict[str, Any]]:
             out[s.name] = {**metrics(list(ranks.values())), "ranks": ranks, "kinds": by_kind(s.rows, ranks)}
         return out
     finally:
+        if searcher is not None and searcher.assist is not None:
+            searcher.assist.close()
         store.close()
 
 
