@@ -87,8 +87,9 @@ def run_gate(server: RerankServer | None, names: Sequence[str], top_n: int = 24)
     from conduit.runtime.settings import Settings  # noqa: PLC0415
     from ops.retrieval_gate import gate_sets, measure  # noqa: PLC0415
 
-    env = {"CONDUIT_RERANK_URL": server.url, "CONDUIT_RERANK_TIMEOUT_S": "120",
-           "CONDUIT_RERANK_TOP_N": str(top_n)} if server else {}
+    env = {"CONDUIT_RERANK_URL": server.url, "CONDUIT_RERANK_TIMEOUT_S": "120", "CONDUIT_RERANK_TOP_N": str(top_n),
+           "CONDUIT_RETRIEVAL_MODEL_REWRITE": "false", "CONDUIT_RETRIEVAL_MODEL_RERANK": "false"} if server else {}
+    # no model's help (rules K12, K13) even where the shell configures a model: K11 alone is measured
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
