@@ -13,8 +13,10 @@ those 242 questions, which it prints) to ``standin_weights.json``; the hard set 
 serves the stand-in and reports hit@1 / hit@5 / MRR@10 per set and kind for: the fused order (the gate's figures),
 the stand-in over rule K11's window (``rerank_top_n`` 24), the same scorer over a window of 10 (what rule K13's
 listwise model rerank sees: ``retrieval_model_rerank_top_n`` 10; its 300-character cut is not modelled), and the
-ceilings of a perfect reranker over each window (the labelled article anywhere in the window counts as first).
-Results: ``results-standin.json``; docs/retrieval.md "A rerank endpoint, per kind".
+ceilings of a perfect reranker over each window (the labelled article anywhere in the window counts as first),
+whether a retrieval-only answer names the labelled article (it quotes the top 3 passages), and the stand-in's own
+time per request without its embedding cache (20 requests). Results: ``results-standin.json``; docs/retrieval.md
+"A rerank endpoint, per kind of question".
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ WEIGHTS = HERE / "standin_weights.json"
 CACHE = HERE / ".data" / "standin-embeddings.pkl"
 RESULTS = HERE / "results-standin.json"
 TRAIN_SETS = ("tune", "heldout")
+ANSWER_PASSAGES = 3
+"""Passages a retrieval-only answer quotes (``services.orchestrator.agent.fallback.MAX_PASSAGES``)."""
 COLD_SAMPLE = 20
 """Requests scored again without the embedding cache, for the stand-in's own cost."""
 
@@ -185,26 +189,32 @@ def measure_all() -> None:
         seconds.append(time.perf_counter() - t0)
     out: dict = {"cold_seconds_per_request_p50": sorted(seconds)[len(seconds) // 2] if seconds else None}
     lines = ["| set / kind | n | fused (defaults) | + stand-in, K11's window 24 | + stand-in, window 10 (K13's) "
-             "| perfect reranker, 24 / 10 |", "| --- | --- | --- | --- | --- | --- |"]
+             "| perfect reranker, 24 / 10 | retrieval-only answer names it: fused / K11 |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in gate_sets():
         groups = [(s.name, s.rows)] + [(f"{s.name}:{k}", [r for r in s.rows if r.get("kind") == k])
                                        for k in fused[s.name]["kinds"]]
         for label, rows in groups:
-            figs = [_figures(m[s.name], label) for m in (fused, k11, k13)]
+            figs = [_figures(m[s.name], label, rows) for m in (fused, k11, k13)]
             caps = (ceiling(rows, seen, 24)["hit@1"], ceiling(rows, seen, 10)["hit@1"])
             out[label] = {"n": len(rows), "fused": figs[0], "k11": figs[1], "window10": figs[2],
                           "perfect24": caps[0], "perfect10": caps[1]}
             cells = " | ".join("%.3f / %.3f / %.3f" % (f["hit@1"], f["hit@5"], f["mrr@10"]) for f in figs)
-            lines.append(f"| {label} | {len(rows)} | {cells} | {caps[0]:.3f} / {caps[1]:.3f} |")
+            lines.append(f"| {label} | {len(rows)} | {cells} | {caps[0]:.3f} / {caps[1]:.3f} "
+                         f"| {figs[0]['answer']:.3f} / {figs[1]['answer']:.3f} |")
     print("\n".join(lines))
     print(f"stand-in p50 per request, uncached ({len(seconds)} requests): {out['cold_seconds_per_request_p50']:.2f} s")
     RESULTS.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
 
 
-def _figures(got: dict, label: str) -> dict[str, float]:
+def _figures(got: dict, label: str, rows: Sequence[dict]) -> dict[str, float]:
+    """hit@1 / hit@5 / MRR@10 of a set or a kind, and ``answer``: the share whose labelled article is among the
+    passages a retrieval-only answer quotes (the first ``ANSWER_PASSAGES``)."""
     kind = label.split(":", 1)[1] if ":" in label else None
     f = got["kinds"][kind] if kind else got
-    return {k: round(f[k], 3) for k in ("hit@1", "hit@5", "mrr@10")}
+    ranks = [got["ranks"].get(r["id"]) for r in rows]
+    named = sum(1 for r in ranks if r is not None and r <= ANSWER_PASSAGES) / (len(ranks) or 1)
+    return {**{k: round(f[k], 3) for k in ("hit@1", "hit@5", "mrr@10")}, "answer": round(named, 3)}
 
 
 def main() -> None:
