@@ -42,12 +42,16 @@ class ScriptedReranker(ThreadedServer):
     Args:
         shape: ``tei`` or ``cohere`` (the answer's shape).
         score: (query, document) -> relevance, higher is better.
+        score_many: (query, documents) -> one relevance per document, for a scorer that reads the whole request
+            (``bench/retrieval/standin.py``); replaces ``score`` when given.
     """
 
-    def __init__(self, shape: str = "tei", score: Callable[[str, str], float] = bigram_overlap) -> None:
+    def __init__(self, shape: str = "tei", score: Callable[[str, str], float] = bigram_overlap,
+                 score_many: Callable[[str, list[str]], list[float]] | None = None) -> None:
         if shape not in ("tei", "cohere"):
             raise ValueError(f"shape {shape!r}: tei or cohere")
         self.shape, self.score = shape, score
+        self.score_many = score_many or (lambda query, docs: [self.score(query, d) for d in docs])
         self.status: int | None = None
         self.delay_s = 0.0
         self.raw: str | None = None
@@ -69,7 +73,8 @@ class ScriptedReranker(ThreadedServer):
         if self.raw is not None:
             return Response(self.raw, media_type="application/json")
         query, docs = str(body.get("query") or ""), body.get("texts") or body.get("documents") or []
-        ranked = sorted(((i, self.score(query, str(d))) for i, d in enumerate(docs)), key=lambda r: -r[1])
+        scores = self.score_many(query, [str(d) for d in docs])
+        ranked = sorted(enumerate(scores), key=lambda r: -r[1])
         ranked = ranked[: int(body.get("top_n") or len(ranked))]
         if self.shape == "tei":
             return JSONResponse([{"index": i, "score": s} for i, s in ranked])

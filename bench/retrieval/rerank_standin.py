@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -48,44 +49,34 @@ COLD_SAMPLE = 20
 """Requests scored again without the embedding cache, for the stand-in's own cost."""
 
 
-class RerankServer:
-    """rule K11's endpoint on 127.0.0.1: answers ``[{index, score}]`` from ``score(query, documents)`` and keeps
-    ``seen`` (query -> documents of its last request) and ``seconds`` (time per request)."""
+def rerank_server(score: Callable[[str, list[str]], list[float]], port: int = 0):  # noqa: ANN201 - ScriptedReranker
+    """Rule K11's endpoint on 127.0.0.1 (``testkit.scripted_rerank.ScriptedReranker``, TEI's answer shape) scoring
+    each request with ``score(query, documents)``; its ``seconds`` lists the time each request took to score."""
+    from testkit.scripted_rerank import ScriptedReranker  # noqa: PLC0415
 
-    def __init__(self, score: Callable[[str, Sequence[str]], list[float]], port: int = 0) -> None:
-        from starlette.requests import Request  # noqa: PLC0415
-        from starlette.responses import JSONResponse  # noqa: PLC0415
-        from starlette.routing import Route  # noqa: PLC0415
+    seconds: list[float] = []
 
-        from testkit.threadserver import ThreadedServer  # noqa: PLC0415
+    def timed(query: str, docs: list[str]) -> list[float]:
+        t0 = time.perf_counter()
+        try:
+            return score(query, docs)
+        finally:
+            seconds.append(time.perf_counter() - t0)
 
-        self.score, self.seen, self.seconds = score, {}, []
-
-        async def rerank(request: Request) -> JSONResponse:
-            body = await request.json()
-            query, docs = str(body.get("query") or ""), [str(d) for d in body.get("texts") or body.get("documents") or []]
-            t0 = time.perf_counter()
-            scores = self.score(query, docs)
-            self.seconds.append(time.perf_counter() - t0)
-            self.seen[query] = docs
-            return JSONResponse([{"index": i, "score": s} for i, s in enumerate(scores)])
-
-        self._server = ThreadedServer()
-        if port:
-            self._server.port = port
-        self._server.serve([Route("/rerank", rerank, methods=["POST"])])
-
-    @property
-    def url(self) -> str:
-        """The ``CONDUIT_RERANK_URL`` to give."""
-        return f"http://127.0.0.1:{self._server.port}/rerank"
-
-    def stop(self) -> None:
-        """Stop serving."""
-        self._server.stop()
+    server = ScriptedReranker(score_many=timed)
+    server.seconds = seconds
+    if port:
+        server.port = port
+    return server.start()
 
 
-def run_gate(server: RerankServer | None, names: Sequence[str], top_n: int = 24) -> dict:
+def sent(server) -> dict[str, list[str]]:  # noqa: ANN001 - ScriptedReranker
+    """query -> the documents of its last request to ``server``."""
+    return {str(b.get("query") or ""): [str(d) for d in b.get("texts") or b.get("documents") or []]
+            for b in server.requests}
+
+
+def run_gate(server, names: Sequence[str], top_n: int = 24) -> dict:  # noqa: ANN001 - ScriptedReranker or None
     """``ops.retrieval_gate.measure`` over the gated sets ``names`` in a fresh store, rule K11 on ``server``
     (None: off)."""
     from conduit.runtime.settings import Settings  # noqa: PLC0415
@@ -94,14 +85,9 @@ def run_gate(server: RerankServer | None, names: Sequence[str], top_n: int = 24)
     env = {"CONDUIT_RERANK_URL": server.url, "CONDUIT_RERANK_TIMEOUT_S": "120", "CONDUIT_RERANK_TOP_N": str(top_n),
            "CONDUIT_RETRIEVAL_MODEL_REWRITE": "false", "CONDUIT_RETRIEVAL_MODEL_RERANK": "false"} if server else {}
     # no model's help (rules K12, K13) even where the shell configures a model: K11 alone is measured
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):
         settings = Settings(data_dir=Path(tempfile.mkdtemp(prefix="conduit-standin-")))
         return measure(settings, [s for s in gate_sets() if s.name in names], assist=server is not None)
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
 def gold_index(row: dict, docs: Sequence[str]) -> int | None:
@@ -117,16 +103,17 @@ def train() -> None:
 
     from ops.retrieval_gate import gate_sets  # noqa: PLC0415
 
-    recorder = RerankServer(lambda q, docs: [0.0] * len(docs))
+    recorder = rerank_server(lambda q, docs: [0.0] * len(docs))
     try:
         run_gate(recorder, TRAIN_SETS)
     finally:
         recorder.stop()
+    seen = sent(recorder)
     standin = CrossStandin(cache_path=CACHE)
     lists = []
     for s in gate_sets():
         for row in s.rows if s.name in TRAIN_SETS else []:
-            docs = recorder.seen.get(row["question"], [])
+            docs = seen.get(row["question"], [])
             if len(docs) >= 2:
                 g = gold_index(row, docs)
                 lists.append((standin.features(row["question"], docs), np.array([i == g for i in range(len(docs))])))
@@ -160,10 +147,10 @@ def _hit1(ranks: Sequence[int | None]) -> float:
     return sum(1 for r in ranks if r == 1) / (len(ranks) or 1)
 
 
-def ceiling(rows: Sequence[dict], seen: dict, window: int) -> dict[str, float]:
+def ceiling(rows: Sequence[dict], seen: dict, window: int) -> float:
     """hit@1 (= hit@5) of a perfect reranker over the first ``window`` candidates K11 was sent."""
     hits = [(g := gold_index(r, seen.get(r["question"], []))) is not None and g < window for r in rows]
-    return {"hit@1": sum(hits) / (len(hits) or 1)}
+    return sum(hits) / (len(hits) or 1)
 
 
 def measure_all() -> None:
@@ -172,11 +159,11 @@ def measure_all() -> None:
 
     names = [s.name for s in gate_sets()]
     standin = CrossStandin(load_weights(WEIGHTS), cache_path=CACHE)
-    server = RerankServer(standin.scores)
+    server = rerank_server(standin.scores)
     try:
         fused = run_gate(None, names)
         k11 = run_gate(server, names, 24)
-        seen = dict(server.seen)
+        seen = sent(server)
         k13 = run_gate(server, names, 10)
     finally:
         server.stop()
@@ -196,7 +183,7 @@ def measure_all() -> None:
                                        for k in fused[s.name]["kinds"]]
         for label, rows in groups:
             figs = [_figures(m[s.name], label, rows) for m in (fused, k11, k13)]
-            caps = (ceiling(rows, seen, 24)["hit@1"], ceiling(rows, seen, 10)["hit@1"])
+            caps = (ceiling(rows, seen, 24), ceiling(rows, seen, 10))
             out[label] = {"n": len(rows), "fused": figs[0], "k11": figs[1], "window10": figs[2],
                           "perfect24": caps[0], "perfect10": caps[1]}
             cells = " | ".join("%.3f / %.3f / %.3f" % (f["hit@1"], f["hit@5"], f["mrr@10"]) for f in figs)
@@ -228,7 +215,7 @@ def main() -> None:
     elif a.command == "measure":
         measure_all()
     else:
-        server = RerankServer(CrossStandin(load_weights(WEIGHTS), cache_path=CACHE).scores, a.port)
+        server = rerank_server(CrossStandin(load_weights(WEIGHTS), cache_path=CACHE).scores, a.port)
         print(f"serving {server.url} (Ctrl-C stops)")
         try:
             while True:

@@ -102,14 +102,14 @@ class CrossStandin:
 
     def _vectors(self, kind: str, texts: Sequence[str]) -> np.ndarray:
         """Unit vectors ``(len(texts), dim)`` of ``kind`` (``e5q`` query, ``e5p`` passage, ``use``), cached."""
-        keys = [kind + hashlib.blake2b(t.encode(), digest_size=12).hexdigest() for t in texts]
-        missing = sorted({t for t, k in zip(texts, keys) if k not in self._cache})
+        key = {t: kind + hashlib.blake2b(t.encode(), digest_size=12).hexdigest() for t in texts}
+        missing = sorted(t for t, k in key.items() if k not in self._cache)
         if missing:
             embed = {"e5q": self.e5.embed_queries, "e5p": self.e5.embed, "use": self.use.embed}[kind]
             for t, v in zip(missing, embed(missing)):
-                self._cache[kind + hashlib.blake2b(t.encode(), digest_size=12).hexdigest()] = np.asarray(v, np.float32)
+                self._cache[key[t]] = np.asarray(v, np.float32)
             self._dirty = True
-        return np.stack([self._cache[k] for k in keys])
+        return np.stack([self._cache[key[t]] for t in texts])
 
     def save(self) -> None:
         """Write the embedding cache to ``cache_path`` when it grew."""

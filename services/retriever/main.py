@@ -124,8 +124,8 @@ def search_threads(concurrency: int) -> ThreadPoolExecutor:
     (rules K12, K13: a model round trip each, about a second with a hosted model), for the e5 batch (rule K21)
     and for the store. Searches used to share asyncio's default pool (``min(32, cores + 4)`` threads, 6 on 2 cores)
     under ``retriever_concurrency`` 4, so with the model's help on a replica answered at most 4 searches per two
-    model round trips (issue 41: 1.7 runs/s at 50 concurrent runs with a 1 s model). The CPU work inside a search is bounded elsewhere: e5 runs on one batching
-    thread (K21), BLAS on ``embedding_threads`` (K19)."""
+    model round trips (issue 41: 1.7 runs/s at 50 concurrent runs with a 1 s model). The CPU work inside a search
+    is bounded elsewhere: e5 runs on one batching thread (K21), BLAS on ``embedding_threads`` (K19)."""
     return ThreadPoolExecutor(max_workers=concurrency + SPARE_THREADS, thread_name_prefix="retriever")
 
 
