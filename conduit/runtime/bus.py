@@ -214,15 +214,23 @@ def subscribe(
     broker.include_router(router)
 
 
+def consumers(broker: KafkaBroker) -> list[Any]:
+    """The aiokafka consumers of ``broker``'s subscribers now (one per subscriber, or its workers'
+    group; none before a subscriber starts)."""
+    found: list[Any] = []
+    for sub in broker.subscribers:
+        found += [c for c in getattr(sub, "consumer_subgroup", None) or [getattr(sub, "consumer", None)] if c is not None]
+    return found
+
+
 def assigned(broker: KafkaBroker, topic: str) -> list[int]:
     """The partitions of ``topic`` this process's consumers hold now (sorted; empty during a rebalance)."""
     held: set[int] = set()
-    for sub in broker.subscribers:
-        for consumer in getattr(sub, "consumer_subgroup", None) or [getattr(sub, "consumer", None)]:
-            try:
-                held.update(tp.partition for tp in consumer.assignment() if tp.topic == topic)
-            except Exception:  # noqa: BLE001 - not started, stopping, or rebalancing: nothing held now
-                continue
+    for consumer in consumers(broker):
+        try:
+            held.update(tp.partition for tp in consumer.assignment() if tp.topic == topic)
+        except Exception:  # noqa: BLE001 - not started, stopping, or rebalancing: nothing held now
+            continue
     return sorted(held)
 
 

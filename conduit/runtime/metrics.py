@@ -67,6 +67,8 @@ TOOL_LATENCY = Histogram("conduit_tool_call_duration_seconds", "Tool execution t
 CONSUMER_HANDLING = Histogram("conduit_consumer_handling_seconds", "Bus message handling time per consumer",
                               ["consumer", "outcome"], buckets=_FAST)
 DEAD_LETTERS = Counter("conduit_dead_letters_total", "Messages sent to the dead-letter topic", ["consumer", "reason"])
+GROUP_RESCUES = Counter("conduit_consumer_group_rescues_total", "Rescues of a consumer group that kept rebalancing past "
+                        "kafka_group_rescue_after_s (rule B5), by outcome (taken_over, refused, error)", ["group", "outcome"])
 TOOL_REQUESTS_RUNNING = Gauge("conduit_tool_requests_running", "Requests a tool service handles now (rule T7)", ["service"])
 TOOL_REQUEST_WAIT = Histogram("conduit_tool_request_slot_wait_seconds",
                               "Time a tool service's consumer waited for a free slot before starting a request",

@@ -2,7 +2,8 @@
 
 ``serve_process`` is shared by the orchestrator and every tool service. Order:
 
-1. create missing topics, start the broker (its subscribers join their groups);
+1. create missing topics, start the broker (its subscribers join their groups; a group still rebalancing
+   after ``kafka_group_rescue_after_s`` is rescued, rule B5, ``conduit.runtime.grouprescue``);
 2. start the liveness heartbeat (``conduit.runtime.liveness``) and the ``background`` coroutines;
 3. call ``ready()``, then wait for SIGTERM / SIGINT (or ``stop``);
 4. stop announcing liveness (and a tool service's partitions), then stop every subscriber: no new messages are taken, and a
@@ -25,7 +26,7 @@ from typing import Any
 from faststream.kafka import KafkaBroker
 from redis.asyncio import Redis
 
-from conduit.runtime import bus, liveness
+from conduit.runtime import bus, grouprescue, liveness
 from conduit.runtime.settings import Settings
 
 log = logging.getLogger("conduit.runtime.process")
@@ -35,11 +36,15 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 async def _start_announced(broker: KafkaBroker, announce: Callable[[], Coroutine[Any, Any, Any]] | None,
-                           ) -> list[asyncio.Task]:
-    """Start ``announce`` (if any), then the broker; return the announcing task. Announced before the
-    consumers' first group join, which ``broker.start`` awaits (3-19 s under a rebalance): a joining
-    process is a rebalance under way, not a service that is gone (rule A37). Re-raises a failed start."""
+                           rescue_after_s: float = 0.0) -> list[asyncio.Task]:
+    """Start ``announce`` (if any) and the group rescue (rule B5, when ``rescue_after_s`` > 0), then
+    the broker; return those tasks. Both run from before the consumers' first group join, which
+    ``broker.start`` awaits (3-19 s under a rebalance, forever in a group tansu left leaderless): a
+    joining process is a rebalance under way, not a service that is gone (rule A37). Re-raises a
+    failed start."""
     announcing = [asyncio.create_task(announce())] if announce else []
+    if rescue_after_s > 0:
+        announcing.append(asyncio.create_task(grouprescue.watch(lambda: bus.consumers(broker), rescue_after_s)))
     try:
         await broker.start()
     except BaseException:
@@ -79,7 +84,7 @@ async def serve_process(
     """
     stop = stop or asyncio.Event()
     await bus.ensure_topics(settings.bus)
-    announcing = await _start_announced(broker, announce)
+    announcing = await _start_announced(broker, announce, settings.bus.kafka_group_rescue_after_s)
     idle = bus.start_idle_fetch(broker, settings.store)  # rule B1: idle consumers pause until a doorbell
     loop = asyncio.get_running_loop()
     signals = SIGNALS if threading.current_thread() is threading.main_thread() else ()  # a test's thread: ``stop`` only
