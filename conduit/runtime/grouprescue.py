@@ -25,7 +25,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiokafka.client import CoordinationType
@@ -103,12 +103,13 @@ async def rescue(consumer: Any) -> str:
             await client.send(node, LeaveGroupRequest(group, me))
 
 
-async def watch(consumers: Any, after_s: float, every_s: float = 1.0) -> None:
+async def watch(consumers: Any, after_s: float, every_s: float = 1.0,
+                rescue_one: Callable[[Any], Awaitable[str]] = rescue) -> None:
     """Run forever: rescue the group of any consumer of ``consumers()`` (a callable returning the
     process's ``AIOKafkaConsumer`` objects now) that has been rebalancing for ``after_s`` seconds
     plus up to 25 % jitter (so two stuck replicas seldom rescue at once); after a rescue, that
-    consumer gets another ``after_s`` before the next. Each rescue is bounded by ``RESCUE_TIMEOUT_S``.
-    Cancel the task to stop it."""
+    consumer gets another ``after_s`` before the next. Each rescue (``rescue_one``, ``rescue`` by
+    default) is bounded by ``RESCUE_TIMEOUT_S``. Cancel the task to stop it."""
     since: dict[int, float] = {}
     while True:
         await asyncio.sleep(every_s)
@@ -124,7 +125,7 @@ async def watch(consumers: Any, after_s: float, every_s: float = 1.0) -> None:
                 continue
             group = consumer._group_id  # noqa: SLF001
             try:
-                outcome = await asyncio.wait_for(rescue(consumer), timeout=RESCUE_TIMEOUT_S)
+                outcome = await asyncio.wait_for(rescue_one(consumer), timeout=RESCUE_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - a lost connection or timeout: try again after another after_s
                 outcome = f"error:{type(exc).__name__}"
             GROUP_RESCUES.labels(group=group, outcome=outcome.split(":")[0]).inc()
