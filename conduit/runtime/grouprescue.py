@@ -58,7 +58,8 @@ async def rescue(consumer: Any) -> str:
     """Take over the departed leader of ``consumer``'s group once, as the module says.
 
     Returns the outcome: ``taken_over`` (the named leader's round finished and left),
-    ``refused:<error code>`` (the coordinator refused a step: a real Kafka, or the group moved on),
+    ``refused:<step>:<error code>`` (the coordinator refused ``join``, ``join_as_leader`` or ``sync``: a
+    real Kafka, or the group moved on),
     ``not_started`` (the consumer has no group client yet). Raises what the client raises on a lost
     connection (``aiokafka.errors.KafkaError``); the caller logs it and tries again later.
     """
