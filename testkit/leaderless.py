@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-from aiokafka.coordinator.protocol import ConsumerProtocol
-from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
+from aiokafka.protocol.group import LeaveGroupRequest
 
-from conduit.runtime.grouprescue import MEMBER_ID_REQUIRED
+from conduit.runtime.grouprescue import join_group
 
 
 async def strand_group(bootstrap: str, group: str, topics: list[str]) -> str:
@@ -27,13 +26,7 @@ async def strand_group(bootstrap: str, group: str, topics: list[str]) -> str:
     try:
         node = await client.coordinator_lookup(CoordinationType.GROUP, group)
         protocols = [(RoundRobinPartitionAssignor.name, RoundRobinPartitionAssignor.metadata(set(topics)).encode())]
-        member_id = ""
-        while True:
-            joined = await client.send(node, JoinGroupRequest(group, 6_000, 10_000, member_id, None,
-                                                              ConsumerProtocol.PROTOCOL_TYPE, protocols))
-            if joined.error_code != MEMBER_ID_REQUIRED:
-                break
-            member_id = joined.member_id
+        joined = await join_group(client, node, group, "", protocols, 6_000, 10_000)
         assert joined.error_code == 0 and joined.leader_id == joined.member_id, joined
         await client.send(node, LeaveGroupRequest(group, joined.member_id))
         return joined.member_id

@@ -54,6 +54,20 @@ def rebalancing(consumer: Any) -> bool:
     return subscription is not None and subscription.active and bool(subscription._reassignment_in_progress)  # noqa: SLF001
 
 
+async def join_group(client: Any, node: int, group: str, member_id: str, protocols: list[tuple[str, bytes]],
+                     session_timeout_ms: int, rebalance_timeout_ms: int) -> Any:
+    """Send ``JoinGroup`` for ``member_id`` ("" for a new member) with ``protocols`` (assignor name,
+    metadata bytes) to coordinator ``node`` over ``client`` (an ``AIOKafkaClient``), joining again
+    with the id the coordinator hands out (``MEMBER_ID_REQUIRED``). Returns the last
+    ``JoinGroupResponse`` (check its ``error_code``); raises ``aiokafka.errors.KafkaError`` on a lost connection."""
+    while True:
+        response = await client.send(node, JoinGroupRequest(group, session_timeout_ms, rebalance_timeout_ms, member_id,
+                                                             None, ConsumerProtocol.PROTOCOL_TYPE, protocols))
+        if response.error_code != MEMBER_ID_REQUIRED:
+            return response
+        member_id = response.member_id
+
+
 async def rescue(consumer: Any) -> str:
     """Take over the departed leader of ``consumer``'s group once, as the module says.
 
@@ -73,13 +87,8 @@ async def rescue(consumer: Any) -> str:
     node = await client.coordinator_lookup(CoordinationType.GROUP, group)
 
     async def join(member_id: str) -> Any:
-        while True:
-            response = await client.send(node, JoinGroupRequest(
-                group, coordinator._session_timeout_ms, coordinator._rebalance_timeout_ms,  # noqa: SLF001
-                member_id, None, ConsumerProtocol.PROTOCOL_TYPE, protocols))
-            if response.error_code != MEMBER_ID_REQUIRED:
-                return response
-            member_id = response.member_id
+        return await join_group(client, node, group, member_id, protocols,
+                                coordinator._session_timeout_ms, coordinator._rebalance_timeout_ms)  # noqa: SLF001
 
     own = await join("")
     if own.error_code:
@@ -137,4 +146,4 @@ async def watch(consumers: Any, after_s: float, every_s: float = 1.0,
 
 
 def _groups(consumers: Iterable[Any]) -> list[Any]:
-    return [c for c in consumers if c is not None and getattr(c, "_group_id", None)]
+    return [c for c in consumers if getattr(c, "_group_id", None)]
