@@ -289,13 +289,15 @@ class KbSearcher:
         return amendments.attach_versions(links, attach_refs(self.refs, evidence))  # rules K16, K24
 
     def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
-               sub_queries: list[str] | None = None, collections: list[str] | None = None) -> SearchOutcome:
+               sub_queries: list[str] | None = None, collections: list[str] | None = None,
+               model_rewrite: bool = True) -> SearchOutcome:
         """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
 
         ``document_ids`` and ``collections`` (optional; a question's scope or ``POST /v1/search`` filters,
         ``contracts.scope``) restrict every round to those store documents and collections, a union
         (rule Q3, ``SearchFilter.scoped``). ``sub_queries`` (rule K9, the model's split of the question,
-        at most 2 with the rewrite's, rule K12): one more round each. Returns evidence in fused order or the
+        at most 2 with the rewrite's, rule K12): one more round each. ``model_rewrite`` False skips rule K12's
+        call for this search (rule K25: the agent's own ``kb_search`` query is already the model's). Returns evidence in fused order or the
         reranker's (K11, K13; empty when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
         """
         s = self.retrieval
@@ -312,7 +314,7 @@ class KbSearcher:
             if s.retrieval_stage2_expansion and s.retrieval_query_expansion:
                 forms.append(expand_query(query))  # the same text twice is embedded once
             e5 = self.stage2.start(forms, s.retrieval_stage2_candidates if law_whole else 0)
-        rewrite = self.assist.start_rewrite(query) if self.assist else None  # rule K12, beside the first round
+        rewrite = self.assist.start_rewrite(query) if self.assist and model_rewrite else None  # K12 beside round 1
         self._round("original", query, flt, merged, attempts, e5, matches)
         if merged and _e5_result(e5) is not None and _e5_result(e5).nearest:
             # only beside first-stage hits: a question nothing passes the K1 floor for stays kb_no_results

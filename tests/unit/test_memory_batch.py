@@ -94,3 +94,27 @@ def test_the_recall_the_cache_lookup_and_a_search_of_the_same_text_embed_it_once
     assert embedder.queries == [[question]]
     embedder.embed_queries([question, question + " 增值税"])  # kb_search: the question and its expansion
     assert embedder.queries == [[question], [question + " 增值税"]]
+
+
+def test_a_stored_item_is_parsed_once_per_value_and_the_parsed_ones_are_bounded(monkeypatch) -> None:
+    """Issue 41: every recall and memory write reads all of a user's items; the same JSON value is parsed once
+    (the same object comes back), a changed value is parsed again, and at most ``PARSED_MAX`` are kept."""
+    from datetime import UTC, datetime
+
+    from conduit.records import memory as records
+    from contracts.memory import MemoryItem
+
+    monkeypatch.setattr(records, "_parsed", type(records._parsed)())
+    monkeypatch.setattr(records, "PARSED_MAX", 2)
+    now = datetime(2026, 12, 7, tzinfo=UTC)
+
+    def raw(n: int, text: str = "问：x\n答：y") -> bytes:
+        return MemoryItem(id=f"i{n}", tenant_id="t", user_id="u", type="episode", text=text, source="observation", task_id="task-1",
+                          importance=3, created_at=now, last_used_at=now).model_dump_json().encode()
+
+    first = records._parse(raw(1))
+    assert records._parse(raw(1)) is first and first.id == "i1"
+    changed = records._parse(raw(1, "问：x\n答：z"))
+    assert changed is not first and changed.text.endswith("z")
+    records._parse(raw(2))
+    assert len(records._parsed) == 2 and records._parse(raw(1)) is not first  # the oldest value was let go

@@ -65,6 +65,7 @@ class RetrievalSettings(BaseSettings):
     rerank_timeout_s: float = Field(default=2.0, gt=0, description="rule K11: longest wait for the rerank endpoint (seconds); past it, or on any error, the fused order stands")
     rerank_max_chars: int = Field(default=1000, ge=100, description="rule K11: characters of each candidate sent (its most query-relevant paragraphs; a cross-encoder reads ~512 tokens)")
     retrieval_model_rewrite: bool | None = Field(default=None, description="rule K12: the model rewrites the question into a search query and up to two sub-queries, each one more kb_search round (unset = on when a model is configured)")
+    retrieval_model_rewrite_tool_calls: bool = Field(default=False, description="rule K25: the K12 rewrite also for the agent's kb_search tool calls, whose query and sub-queries the agent's model already wrote (false = one model round trip less per agent search; /v1/search keeps K12)")
     retrieval_model_rerank: bool | None = Field(default=None, description="rule K13: the model reorders kb_search's top retrieval_model_rerank_top_n candidates when no rerank_url is set (unset = on when a model is configured)")
     retrieval_model_name: str | None = Field(default=None, description="rules K12-K13: model of the rewrite and rerank calls (unset = CONDUIT_MODEL; a small fast model suits them)")
     retrieval_model_rewrite_timeout_s: float = Field(default=5.0, gt=0, description="rule K12: longest wait for the rewrite call (seconds); past it, or on any error, the question is searched as asked")
