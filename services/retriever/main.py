@@ -87,8 +87,8 @@ def make_kb_search_tool(searcher: KbSearcher):
 
     Rule K12's rewrite runs only with ``retrieval_model_rewrite_tool_calls`` (rule K25). Errors given back to the
     model: ``kb_no_results`` (business: nothing scored above ``retrieval_min_score``), ``kb_backend_unavailable``
-    (transient). The request's ``scope``
-    (rule Q2: the task's, set by the orchestrator, never by the model's arguments) limits the search.
+    (transient). The request's ``scope`` (rule Q2: the task's, set by the orchestrator, never by the model's
+    arguments) limits the search.
     """
 
     # rule K25: the agent's model wrote this query and its sub-queries (or, retrieval-only, the model just failed):

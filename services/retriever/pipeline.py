@@ -297,8 +297,9 @@ class KbSearcher:
         ``contracts.scope``) restrict every round to those store documents and collections, a union
         (rule Q3, ``SearchFilter.scoped``). ``sub_queries`` (rule K9, the model's split of the question,
         at most 2 with the rewrite's, rule K12): one more round each. ``model_rewrite`` False skips rule K12's
-        call for this search (rule K25: the agent's own ``kb_search`` query is already the model's). Returns evidence in fused order or the
-        reranker's (K11, K13; empty when nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
+        call for this search (rule K25: the agent's own ``kb_search`` query is already the model's). Returns
+        evidence in fused order or the reranker's (K11, K13; empty when nothing passes the threshold). Raises
+        ``EmbeddingError`` / ``StoreError``.
         """
         s = self.retrieval
         flt = SearchFilter.scoped(tenant_id, document_ids, collections)
