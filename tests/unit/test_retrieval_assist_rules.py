@@ -122,6 +122,7 @@ def test_settings_turn_the_model_helpers_on_with_a_model_and_off_with_an_endpoin
     assert _on(both) == (True, False)  # rule K13 only without an endpoint (K11)
     off = Settings(openai_base_url="http://m/v1", retrieval_model_rewrite=False, retrieval_model_rerank=False)
     assert _on(off) == (False, False)
-    assert (model.retrieval.rerank_top_n, model.retrieval.rerank_timeout_s, model.retrieval.rerank_protocol) == (24, 2.0, "auto")    # rule K25: the agent's own kb_search calls skip the rewrite unless asked for
+    assert (model.retrieval.rerank_top_n, model.retrieval.rerank_timeout_s, model.retrieval.rerank_protocol) == (24, 2.0, "auto")
+    # rule K25: the agent's own kb_search calls skip the rewrite unless asked for
     assert model.retrieval.retrieval_model_rewrite_tool_calls is False
     assert Settings(openai_base_url="http://m/v1", retrieval_model_rewrite_tool_calls=True).retrieval.retrieval_model_rewrite_tool_calls
