@@ -109,8 +109,9 @@ def test_a_stored_item_is_parsed_once_per_value_and_the_parsed_ones_are_bounded(
     now = datetime(2026, 12, 7, tzinfo=UTC)
 
     def raw(n: int, text: str = "问：x\n答：y") -> bytes:
-        return MemoryItem(id=f"i{n}", tenant_id="t", user_id="u", type="episode", text=text, source="observation", task_id="task-1",
-                          importance=3, created_at=now, last_used_at=now).model_dump_json().encode()
+        return MemoryItem(id=f"i{n}", tenant_id="t", user_id="u", type="episode", text=text, source="observation",
+                          task_id="task-1", importance=3, created_at=now,
+                          last_used_at=now).model_dump_json().encode()
 
     first = records._parse(raw(1))
     assert records._parse(raw(1)) is first and first.id == "i1"
