@@ -181,13 +181,13 @@ class SearchAssist:
         return rewrite
 
     # ------------------------------------------------------------------ rules K11, K13
-    def finish(self, question: str, ranked: list[Hit], attempts: list[Attempt]) -> list[Hit]:
+    def finish(self, question: str, ranked: list[Hit], attempts: list[Attempt], model_rerank: bool = True) -> list[Hit]:
         """``ranked`` (fused order, at least ``depth`` long when there are that many) reordered by the rerank
-        endpoint (rule K11) or else the model (rule K13), failing open to the fused order; every hit is marked
-        with the search's stage attempts (``metadata["stages"]``)."""
+        endpoint (rule K11) or else the model (rule K13; not with ``model_rerank`` False, rule K26), failing open
+        to the fused order; every hit is marked with the search's stage attempts (``metadata["stages"]``)."""
         if self.endpoint is not None:
             ranked = self._by_endpoint(question, ranked, attempts)
-        elif self.model_rerank_on:
+        elif self.model_rerank_on and model_rerank:
             ranked = self._by_model(question, ranked, attempts)
         stages = ",".join(a.kind for a in attempts if a.kind.split(":")[0] in STAGES)
         if stages:

@@ -85,7 +85,8 @@ def open_searcher(settings: Settings) -> KbSearcher:
 def make_kb_search_tool(searcher: KbSearcher):
     """The ``kb_search`` tool function for ``ToolService.tool`` (shape of ``conduit.runtime.toolservice.ToolFn``).
 
-    Rule K12's rewrite runs only with ``retrieval_model_rewrite_tool_calls`` (rule K25). Errors given back to the
+    Rule K12's rewrite runs only with ``retrieval_model_rewrite_tool_calls`` (rule K25), rule K13's rerank only
+    with ``retrieval_model_rerank_tool_calls`` (rule K26; without it the evidence is K13's window). Errors given back to the
     model: ``kb_no_results`` (business: nothing scored above ``retrieval_min_score``), ``kb_backend_unavailable``
     (transient). The request's ``scope`` (rule Q2: the task's, set by the orchestrator, never by the model's
     arguments) limits the search.
@@ -94,13 +95,17 @@ def make_kb_search_tool(searcher: KbSearcher):
     # rule K25: the agent's model wrote this query and its sub-queries (or, retrieval-only, the model just failed):
     # the rewrite (K12) would ask a model for what the tool call already is, a round trip more per search
     rewrite_calls = searcher.retrieval.retrieval_model_rewrite_tool_calls
+    # rule K26: the agent's model reads the evidence in its next step and cites what answers; the listwise rerank
+    # (K13) by a model would be a round trip to order what that model is about to read, so the call gets K13's
+    # window (retrieval_model_rerank_top_n candidates in fused order) instead; a rerank endpoint (K11) still runs
+    rerank_calls = searcher.retrieval.retrieval_model_rerank_tool_calls
 
     async def kb_search_tool(args: KbSearchArgs, request: ToolRequested) -> ToolOutput:
         scope = request.payload.scope
         ids, names = (scope.document_ids, scope.collections) if scope is not None else (None, None)
         try:
             outcome = await asyncio.to_thread(searcher.search, args.query, request.tenant_id, ids, args.sub_queries,
-                                              names, rewrite_calls)
+                                              names, rewrite_calls, rerank_calls)
         except (EmbeddingError, StoreError) as exc:
             raise ToolFailure("kb_backend_unavailable", str(exc)[:500], hint="retry later", kind="transient") from exc
         if not outcome.evidence:

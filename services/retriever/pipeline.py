@@ -268,12 +268,16 @@ class KbSearcher:
         return item_quotes(top, matches, query)
 
     def _finish(self, query: str, merged: dict[str, Hit], attempts: list[Attempt], e5, named: dict[str, float],
-                matches: ItemMatches | None) -> list[EvidenceItem]:
+                matches: ItemMatches | None, model_rerank: bool = True) -> list[EvidenceItem]:
         """The ranking after the rounds: both stages (K7, K22), the cited articles (K20), the amended-away amending
         texts behind their successors (K24), the reranker (K11, K13), then the top k packed (K4, K23) with their
-        references (K16) and versions (K24). ``e5``: the ``E5Query`` (None: first stage only)."""
+        references (K16) and versions (K24). ``e5``: the ``E5Query`` (None: first stage only). ``model_rerank``
+        False (rule K26): no K13 call, and the top k is the window it would have read."""
         s, second = self.retrieval, self.stage2 is not None  # as the rounds: the second-stage fusion even if e5 failed
         depth = self.assist.depth if self.assist is not None else 0
+        top_k = s.retrieval_top_k
+        if not model_rerank and self.assist is not None and self.assist.endpoint is None and depth:
+            top_k = max(top_k, depth)  # rule K26: the agent's model reads the window and orders it by what it cites
         ranked = self._ranked(merged, second, depth, named)
         vectors = None if e5 is None else e5.vectors
         if s.retrieval_follow_refs:  # rule K20 (off by default): the top passages' cited articles join the pool
@@ -282,22 +286,24 @@ class KbSearcher:
         links = amendments.corpus() if s.retrieval_amendments else None
         ranked = amendments.current_first(links, self.store, ranked, merged, s.retrieval_top_k, self.stage2, vectors)
         if self.assist is not None:  # rule K11 (rerank endpoint) or K13 (the model): fail-open reorder
-            ranked = self.assist.finish(query, ranked, attempts)
-        top = ranked[: s.retrieval_top_k]
+            ranked = self.assist.finish(query, ranked, attempts, model_rerank)
+        top = ranked[:top_k]
         quotes = self._quotes(query, top, matches, e5) if matches is not None else None  # rule K23
         evidence = pack(top, query, s.chunk_max_chars, s.context_max_chars, quotes)
         return amendments.attach_versions(links, attach_refs(self.refs, evidence))  # rules K16, K24
 
     def search(self, query: str, tenant_id: str, document_ids: list[str] | None = None,
                sub_queries: list[str] | None = None, collections: list[str] | None = None,
-               model_rewrite: bool = True) -> SearchOutcome:
+               model_rewrite: bool = True, model_rerank: bool = True) -> SearchOutcome:
         """Run the pipeline for ``query`` as ``tenant_id``; see the module docstring.
 
         ``document_ids`` and ``collections`` (optional; a question's scope or ``POST /v1/search`` filters,
         ``contracts.scope``) restrict every round to those store documents and collections, a union
         (rule Q3, ``SearchFilter.scoped``). ``sub_queries`` (rule K9, the model's split of the question,
         at most 2 with the rewrite's, rule K12): one more round each. ``model_rewrite`` False skips rule K12's
-        call for this search (rule K25: the agent's own ``kb_search`` query is already the model's). Returns
+        call for this search (rule K25: the agent's own ``kb_search`` query is already the model's);
+        ``model_rerank`` False skips rule K13's and returns its window instead of the top k (rule K26: the agent's
+        model reads the evidence next). Returns
         evidence in fused order or the reranker's (K11, K13; empty when nothing passes the threshold). Raises
         ``EmbeddingError`` / ``StoreError``.
         """
@@ -344,7 +350,7 @@ class KbSearcher:
                 if not any(w in covered for w in TOPICS[topic]):
                     self._round(f"topic:{topic}", f"{topic} {rest}".strip(), flt, merged, attempts, e5, matches)
 
-        evidence = self._finish(query, merged, attempts, _e5_result(e5), named, matches)
+        evidence = self._finish(query, merged, attempts, _e5_result(e5), named, matches, model_rerank)
         log.info("kb_search tenant=%s query=%r attempts=%s -> %d items", tenant_id, query,
                  [(a.kind, a.kept, a.best) for a in attempts], len(evidence))
         return SearchOutcome(evidence, attempts)

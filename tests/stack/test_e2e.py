@@ -124,11 +124,12 @@ def test_the_models_sub_queries_reach_the_retriever_and_a_sloppy_one_is_trimmed(
     assert {f"《{VAT_LAW}》", "《中华人民共和国个人所得税法》"} <= laws
 
 
-def test_the_retriever_asks_the_model_to_order_an_agent_search_and_to_rewrite_a_users_search(stack, model):
-    """Rules K12, K13 and K25 in the retriever process (a model is configured, so both helpers are on): the agent's
-    ``kb_search`` (its query already the model's) is ordered by the model but not rewritten, and each evidence item
-    names the helper calls; ``POST /v1/search`` (a person's words) is rewritten too, the rewrite adding a round; the
-    warm-up search at start asked nothing."""
+def test_the_retriever_leaves_an_agent_search_to_the_agent_and_helps_a_users_search(stack, model):
+    """Rules K12, K13, K25 and K26 in the retriever process (a model is configured, so both helpers are on): the
+    agent's ``kb_search`` (its query already the model's, its evidence read by the model next) asks the retrieval
+    model nothing and carries K13's window (10 items, not the top 6) in fused order; ``POST /v1/search`` (a
+    person's words) is rewritten, the rewrite adding a round, and ordered by the model; the warm-up search at
+    start asked nothing."""
     def answer(body: dict) -> Turn:
         if "改写" in body["messages"][0]["content"]:
             return Turn(content='{"query": "增值税 小规模纳税人 征收率", "sub_queries": []}')
@@ -136,23 +137,25 @@ def test_the_retriever_asks_the_model_to_order_an_agent_search_and_to_rewrite_a_
 
     model.retrieval = answer
     try:
+        before = len(model.retrieval_requests)
         model.push(kb_call("增值税 征收率"), Turn(content="见证据。"))
         _, events = run(stack, "小规模纳税人交增值税按多少算？")
-        agent_asked = [r["messages"][0]["content"] for r in model.retrieval_requests]
+        agent_asked = model.retrieval_requests[before:]
         reply = httpx.post(f"{stack.gateway_url}/v1/search", json={"query": "小规模纳税人交增值税按多少算？"},
                            headers=auth(stack.admin_key), timeout=30)
     finally:
         model.retrieval = echo_retrieval
     assert events[-1].event == "task.completed"
-    assert agent_asked and not any("改写" in a for a in agent_asked)  # rule K25: only the rerank
-    asked = [r["messages"][1]["content"] for r in model.retrieval_requests]
-    assert any(a.startswith("问题：增值税 征收率") for a in asked) and not any("预热" in a for a in asked)
+    assert agent_asked == []  # rules K25, K26: neither the rewrite nor the rerank for the agent's own search
     items = [i for e in events if e.event == "evidence" for i in e.data["items"]]
-    assert items and all(i["metadata"]["stages"] == "model_rerank:ok" for i in items)
-    assert [i["metadata"]["model_rank"] for i in items[:2]] == [1, 2]
+    assert len(items) == 10 and not any("stages" in i["metadata"] or "model_rank" in i["metadata"] for i in items)
+    asked = [r["messages"][1]["content"] for r in model.retrieval_requests[before:]]
+    assert any(a.startswith("问题：小规模纳税人交增值税按多少算") for a in asked) and not any("预热" in a for a in asked)
     assert reply.status_code == 200, reply.text
     kinds = [a["kind"] for a in reply.json()["attempts"]]
     assert "model_rewrite:ok" in kinds and "rewrite" in kinds and "model_rerank:ok" in kinds
+    found = reply.json()["items"]
+    assert len(found) == 6 and [i["metadata"]["model_rank"] for i in found[:2]] == [1, 2]
 
 
 def test_follow_up_in_same_session_sees_earlier_turns(stack, model):

@@ -248,3 +248,24 @@ def test_the_models_rewrite_adds_rounds_and_its_rerank_orders_the_top_ten(search
     assert _located(down) == _located(plain)
     assert [a.kind for a in down.attempts if a.kind.startswith("model_")] == ["model_rewrite:unavailable",
                                                                                "model_rerank:unavailable"]
+
+
+def test_an_agents_own_search_gets_the_rerank_window_unordered_and_the_endpoint_still_orders_it(
+        searcher: KbSearcher, model: ScriptedModel, reranker: ScriptedReranker) -> None:
+    """Rule K26: ``search(model_rerank=False)`` (an agent's ``kb_search`` call) asks the model nothing and returns
+    K13's window, the first ``retrieval_model_rerank_top_n`` (10) of the fused order, instead of the top k (6); a
+    rerank endpoint (K11), a scorer and not the agent's model, still orders that call's candidates."""
+    plain = searcher.search("公司发的年终奖要交税吗", "default")
+    model.retrieval = _answers('{"query": "x", "sub_queries": []}', '{"order": [2, 1]}')
+    helped = _with(searcher, _model(model.base_url))
+    asked = len(model.retrieval_requests)
+    agent = helped.search("公司发的年终奖要交税吗", "default", model_rewrite=False, model_rerank=False)
+    assert len(model.retrieval_requests) == asked and not [a for a in agent.attempts if a.kind.startswith("model_")]
+    assert len(plain.evidence) == 6 and len(agent.evidence) == 10
+    assert _located(agent)[:6] == _located(plain)
+    assert not any("model_rank" in e.metadata or "stages" in e.metadata for e in agent.evidence)
+    fifth = plain.evidence[4]
+    reranker.score = lambda query, doc: 1.0 if doc.split("\n")[0] == f"{fifth.title} {fifth.locator}" else 0.0
+    scored = _with(searcher, _endpoint(reranker.url)).search("公司发的年终奖要交税吗", "default", model_rerank=False)
+    assert scored.attempts[-1].kind == "rerank:ok" and scored.evidence[0].chunk_id == fifth.chunk_id
+    assert len(scored.evidence) == 6  # K11's own top k: the window is K13's, whose call was left out

@@ -126,3 +126,6 @@ def test_settings_turn_the_model_helpers_on_with_a_model_and_off_with_an_endpoin
     # rule K25: the agent's own kb_search calls skip the rewrite unless asked for
     assert model.retrieval.retrieval_model_rewrite_tool_calls is False
     assert Settings(openai_base_url="http://m/v1", retrieval_model_rewrite_tool_calls=True).retrieval.retrieval_model_rewrite_tool_calls
+    # rule K26: nor the model's rerank, unless asked for
+    assert model.retrieval.retrieval_model_rerank_tool_calls is False
+    assert Settings(openai_base_url="http://m/v1", retrieval_model_rerank_tool_calls=True).retrieval.retrieval_model_rerank_tool_calls
