@@ -86,8 +86,8 @@ def make_kb_search_tool(searcher: KbSearcher):
     """The ``kb_search`` tool function for ``ToolService.tool`` (shape of ``conduit.runtime.toolservice.ToolFn``).
 
     Rule K12's rewrite runs only with ``retrieval_model_rewrite_tool_calls`` (rule K25), rule K13's rerank only
-    with ``retrieval_model_rerank_tool_calls`` (rule K26; without it the evidence is K13's window). Errors given back to the
-    model: ``kb_no_results`` (business: nothing scored above ``retrieval_min_score``), ``kb_backend_unavailable``
+    with ``retrieval_model_rerank_tool_calls`` (rule K26; without it the evidence is K13's window). Errors given
+    back to the model: ``kb_no_results`` (business: nothing scored above ``retrieval_min_score``), ``kb_backend_unavailable``
     (transient). The request's ``scope`` (rule Q2: the task's, set by the orchestrator, never by the model's
     arguments) limits the search.
     """

@@ -276,7 +276,7 @@ class KbSearcher:
         s, second = self.retrieval, self.stage2 is not None  # as the rounds: the second-stage fusion even if e5 failed
         depth = self.assist.depth if self.assist is not None else 0
         top_k = s.retrieval_top_k
-        if not model_rerank and self.assist is not None and self.assist.endpoint is None and depth:
+        if not model_rerank and self.assist is not None and self.assist.model_rerank_on:
             top_k = max(top_k, depth)  # rule K26: the agent's model reads the window and orders it by what it cites
         ranked = self._ranked(merged, second, depth, named)
         vectors = None if e5 is None else e5.vectors
@@ -303,9 +303,8 @@ class KbSearcher:
         at most 2 with the rewrite's, rule K12): one more round each. ``model_rewrite`` False skips rule K12's
         call for this search (rule K25: the agent's own ``kb_search`` query is already the model's);
         ``model_rerank`` False skips rule K13's and returns its window instead of the top k (rule K26: the agent's
-        model reads the evidence next). Returns
-        evidence in fused order or the reranker's (K11, K13; empty when nothing passes the threshold). Raises
-        ``EmbeddingError`` / ``StoreError``.
+        model reads the evidence next). Returns evidence in fused order or the reranker's (K11, K13; empty when
+        nothing passes the threshold). Raises ``EmbeddingError`` / ``StoreError``.
         """
         s = self.retrieval
         flt = SearchFilter.scoped(tenant_id, document_ids, collections)
