@@ -135,7 +135,9 @@ def test_exactly_the_last_replica_completes_a_document(stack):
 
 def test_a_memory_write_is_embedded_once_and_recalled_on_every_replica(stack):
     now = utcnow()
-    item = MemoryItem(id="m-replicas-1", tenant_id="default", user_id="u-replicas", type="fact", topic="city",
+    # an episode, not a fact: rule M10 adds a user's facts to a recall from the records alone, so a fact
+    # would be found before any replica had embedded it; an episode is found only through its vector
+    item = MemoryItem(id="m-replicas-1", tenant_id="default", user_id="u-replicas", type="episode",
                       text="我住在杭州，在星河科技工作。", task_id="t-replicas", importance=5, created_at=now,
                       last_used_at=now)
     before = served(stack, "recall")
@@ -168,4 +170,4 @@ def test_a_memory_write_is_embedded_once_and_recalled_on_every_replica(stack):
 
     asyncio.run(run())
     logs = "".join((stack.log_dir / f"{k}.log").read_text() for k in ("retriever", "retriever-2"))
-    assert logs.count(f"memory index for task {item.task_id} embedded by replica") == 1
+    assert logs.count(f"memory index for task {item.task_id} embedded by replica") == 1, logs[-3000:]
