@@ -55,7 +55,8 @@ def model_help(base_url: str, pairs: int) -> None:
     """Rules K12, K13 (K18): CPU per rewrite + rerank pair in this process."""
     from services.retriever.modelhelp import ModelHelp  # noqa: PLC0415
 
-    helper = ModelHelp(Settings(openai_base_url=base_url, openai_api_key="k", model="scripted"))
+    settings = Settings(openai_base_url=base_url, openai_api_key="k", model="scripted")
+    helper = ModelHelp(settings.retrieval, settings.llm)
     docs = [f"《测试法》 第{k}条\n" + "小规模纳税人适用简易计税方法，征收率为百分之三。" * 6 for k in range(10)]
 
     def pair(i: int) -> None:
