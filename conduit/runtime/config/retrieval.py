@@ -29,6 +29,7 @@ class RetrievalSettings(BaseSettings):
     embedding_model: str = Field(default="text-embedding-3-small", description="model name for the openai embedding backend")
     embedding_base_url: str | None = Field(default=None, description="OpenAI-compatible embeddings endpoint (backend openai)")
     embedding_threads: int = Field(default=1, description="threads of the local embedder (USE: BLAS, e5: OpenMP; 1 is fastest on a busy 2-core box)")
+    e5_batch_threads: int = Field(default=2, ge=1, description="OpenMP threads of an e5 query engine call of at least 4 texts, a batch of concurrent searches (rule K27; smaller calls: embedding_threads)")
     retrieval_min_score: float = Field(default=0.30, description="keep hits with a dense cosine at least this (rule K1)")
     retrieval_retry_below: float = Field(default=0.50, description="retry with compressed query below this (rule K2)")
     retrieval_top_k: int = Field(default=6, description="evidence items kept per search (rule K4)")
